@@ -1,0 +1,37 @@
+# Two commands matter: `make run` and `make test`. Both create the environment when needed.
+UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+VENV := .venv
+STAMP := $(VENV)/.synced
+CONFIG ?= config/herald.json5
+
+.PHONY: run test lint typecheck pytest bench soak clean env
+
+$(UV):
+	python3 -m pip install --user --quiet uv
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen
+	touch $(STAMP)
+
+env: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/herald run --config $(CONFIG)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

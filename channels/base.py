@@ -1,0 +1,87 @@
+"""The channel interface and the frozen messages that cross between channels and the runtime.
+
+A channel turns provider events into :class:`InboundMessage` and sends
+:class:`OutboundMessage`; nothing Slack- or Discord-specific crosses this line.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+ChatType = Literal["dm", "channel"]
+OutboundKind = Literal["reply", "announce", "notice"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A message a person sent to the agent, as the channel saw it."""
+
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None
+    sender_id: str
+    text: str
+    chat_type: ChatType = "channel"
+    sender_name: str | None = None
+    message_id: str | None = None
+    received_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A message for a chat: the reply to an inbound message, or a sub-agent's announce."""
+
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None
+    text: str
+    kind: OutboundKind = "reply"
+    #: Correlation for live surfaces (the web chat shows announces beside their run).
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    """What the chat provider answered for a successful send."""
+
+    chat_id: str
+    message_ids: tuple[str, ...]
+
+
+InboundHandler = Callable[[InboundMessage], Awaitable[None]]
+
+
+class Channel(abc.ABC):
+    """One chat surface. Subclasses keep their SDK objects private."""
+
+    #: The channel's name in session keys and origins: "slack", "discord", "webchat", ...
+    name: str
+
+    @abc.abstractmethod
+    async def start(self, handler: InboundHandler) -> None:
+        """Connect and begin handing inbound messages to ``handler``."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Disconnect. Idempotent."""
+
+    @abc.abstractmethod
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        """Deliver ``message``; raise :class:`channels.errors.ChannelSendError` on failure."""
+
+    @property
+    @abc.abstractmethod
+    def connected(self) -> bool:
+        """True while the channel can receive and send."""
+
+    @asynccontextmanager
+    async def working(self, message: InboundMessage) -> AsyncIterator[None]:
+        """Show that the agent is working on ``message`` (typing, a reaction) while inside."""
+        yield

@@ -1,0 +1,26 @@
+"""Errors raised by channels; delivery retries live once, in the gateway's outbox."""
+
+from __future__ import annotations
+
+
+class ChannelError(Exception):
+    """Base class of every channel failure."""
+
+
+class ChannelSendError(ChannelError):
+    """A send failed. ``retryable`` tells the outbox whether trying again can help.
+
+    ``retry_after`` is the provider's own hint in seconds (Slack/Discord 429), when given.
+    """
+
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"ChannelSendError({str(self)!r}, retryable={self.retryable})"
+
+
+class ChannelStartError(ChannelError):
+    """A channel could not connect at start-up (bad token, unreachable API)."""

@@ -1,0 +1,40 @@
+"""Named values shared across the gateway. Each non-obvious number says why."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Environment variable naming the config file (DESIGN §2).
+CONFIG_ENV: Final = "HERALD_CONFIG"
+#: Prefix of per-key overrides: ``HERALD_<SECTION>__<KEY>``.
+ENV_PREFIX: Final = "HERALD_"
+ENV_NESTED_DELIMITER: Final = "__"
+
+#: sysexits.h EX_CONFIG: systemd's RestartPreventExitStatus=78 stops a crash loop on it.
+EXIT_CONFIG: Final = 78
+
+#: Session, agent and chat ids after normalising (DESIGN §7).
+ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+#: Lane names (DESIGN §6).
+MAIN_LANE: Final = "main"
+SUBAGENT_LANE: Final = "subagent"
+SESSION_LANE_PREFIX: Final = "session:"
+
+#: Files under the state directory (DESIGN §7).
+STATE_DB_NAME: Final = "herald.db"
+AGENTS_DIR: Final = "agents"
+SESSIONS_DIR: Final = "sessions"
+WORKSPACES_DIR: Final = "workspaces"
+TRANSCRIPT_SUFFIX: Final = ".jsonl"
+ARCHIVE_MARKER: Final = ".deleted."
+DEFAULT_STATE_DIR: Final = "~/.herald"
+
+#: Exactly this announce reply posts nothing (seed 004).
+ANNOUNCE_SKIP: Final = "ANNOUNCE_SKIP"
+#: Seed 000: more spawns than this in one model turn get an error result.
+MAX_SPAWNS_PER_TURN: Final = 10
+
+#: Loopback hosts that may run without ``gateway.auth.token``.
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

@@ -1,0 +1,271 @@
+"""The configuration schema (DESIGN §2, pinned keys).
+
+Files use camelCase keys; Python uses snake_case attributes. Every section rejects unknown
+keys. Loading (file sources, environment, ``${VAR}``) lives in :mod:`gateway.config_loader`;
+this module only says what a valid configuration is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from channels.config_base import ConfigModel
+from channels.discord import DiscordConfig
+from channels.slack import SlackConfig
+from channels.webchat import WebchatConfig
+from gateway.constants import DEFAULT_STATE_DIR, ID_PATTERN, LOOPBACK_HOSTS
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Herald's assistant, chatting with people in their chat app. Answer briefly. "
+    "For long or slow work, hand it to a background sub-agent with the sessions_spawn tool; "
+    "its result is posted back to this chat when it finishes."
+)
+
+
+class SettingsProblems(ValueError):
+    """Problems that span sections, each as (dotted key path, message).
+
+    Raised from the root validator; the loader turns each into its own ConfigIssue.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{key}: {message}" for key, message in problems))
+
+
+class AuthConfig(ConfigModel):
+    token: SecretStr | None = None
+
+
+class GatewayConfig(ConfigModel):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8787
+    auth: AuthConfig = AuthConfig()
+    #: Default: ``$STATE_DIRECTORY`` (systemd's StateDirectory=), else ``~/.herald``.
+    state_dir: str | None = None
+    #: Seconds running work may take to finish on shutdown before it is cancelled.
+    shutdown_drain_seconds: NonNegativeFloat = 10.0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+    def resolved_state_dir(self) -> Path:
+        """The state directory as an absolute path."""
+        raw = self.state_dir or os.environ.get("STATE_DIRECTORY") or DEFAULT_STATE_DIR
+        # systemd may pass several colon-separated directories; the first is ours.
+        return Path(raw.split(":")[0]).expanduser().resolve()
+
+
+class ToolPolicyConfig(ConfigModel):
+    """``allow`` set means allow-only; ``deny`` always wins (DESIGN §5)."""
+
+    allow: list[str] | None = None
+    deny: list[str] = []
+
+
+class ExecConfig(ConfigModel):
+    timeout_seconds: PositiveFloat = 30.0
+    max_output_bytes: PositiveInt = 64 * 1024
+
+
+class WebFetchConfig(ConfigModel):
+    timeout_seconds: PositiveFloat = 15.0
+    max_bytes: PositiveInt = 1024 * 1024
+
+
+class SubagentDefaults(ConfigModel):
+    max_concurrent: PositiveInt = 1
+    archive_after_minutes: NonNegativeFloat = 60
+    model: str | None = None
+    run_timeout_seconds: NonNegativeFloat = 0
+    tools: ToolPolicyConfig = ToolPolicyConfig()
+    #: What a restart does with runs that were running: resume them from their transcript,
+    #: or announce them as ``interrupted``.
+    on_restart: Literal["resume", "fail"] = "resume"
+
+
+class AgentDefaults(ConfigModel):
+    model: str = "demo/scripted"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_iterations: PositiveInt = 20
+    timeout_seconds: PositiveFloat = 600
+    max_concurrent: PositiveInt = 4
+    tools: ToolPolicyConfig = ToolPolicyConfig()
+    subagents: SubagentDefaults = SubagentDefaults()
+    exec: ExecConfig = ExecConfig()
+    web_fetch: WebFetchConfig = WebFetchConfig()
+
+
+class AgentSubagentsConfig(ConfigModel):
+    #: Agent ids this agent may target with ``sessions_spawn``; ``["*"]`` = any, ``[]`` = itself.
+    allow_agents: list[str] = []
+
+
+class AgentConfig(ConfigModel):
+    name: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+    #: Default: ``<stateDir>/workspaces/<agentId>``.
+    workspace: str | None = None
+    tools: ToolPolicyConfig = ToolPolicyConfig()
+    subagents: AgentSubagentsConfig = AgentSubagentsConfig()
+
+
+def _default_agents() -> dict[str, AgentConfig]:
+    return {"main": AgentConfig(name="Main")}
+
+
+class RoutingConfig(ConfigModel):
+    default_agent: str = "main"
+    agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)
+
+    @field_validator("agents")
+    @classmethod
+    def _ids_are_normal(cls, agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
+        for agent_id in agents:
+            if not ID_PATTERN.match(agent_id):
+                raise ValueError(
+                    f"agent id {agent_id!r} must match {ID_PATTERN.pattern} "
+                    "(lowercase letters, digits, '_' and '-')"
+                )
+        return agents
+
+    @model_validator(mode="after")
+    def _default_agent_exists(self) -> RoutingConfig:
+        if self.default_agent not in self.agents:
+            raise ValueError(
+                f"defaultAgent {self.default_agent!r} is not one of routing.agents "
+                f"({', '.join(sorted(self.agents)) or 'none'})"
+            )
+        return self
+
+
+class ModelCost(ConfigModel):
+    """USD per million tokens."""
+
+    input: NonNegativeFloat = 0
+    output: NonNegativeFloat = 0
+    cache_read: NonNegativeFloat = 0
+    cache_write: NonNegativeFloat = 0
+
+
+class ModelConfig(ConfigModel):
+    id: Annotated[str, Field(min_length=1)]
+    cost: ModelCost | None = None
+    max_tokens: PositiveInt = 4096
+
+
+ProviderApi = Literal["openai-completions", "anthropic-messages", "scripted"]
+
+
+class ProviderConfig(ConfigModel):
+    api: ProviderApi
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    #: ``scripted`` only: the rules file, relative to the config file. Default: the demo script.
+    script: str | None = None
+    models: list[ModelConfig] = []
+    timeout_seconds: PositiveFloat = 120
+    max_retries: NonNegativeInt = 4
+
+    def model(self, model_id: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+
+def _default_providers() -> dict[str, ProviderConfig]:
+    return {
+        "demo": ProviderConfig(
+            api="scripted",
+            models=[
+                ModelConfig(
+                    id="scripted",
+                    cost=ModelCost(input=0.15, output=0.6, cache_read=0.075, cache_write=0),
+                )
+            ],
+        )
+    }
+
+
+class ModelsConfig(ConfigModel):
+    providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
+
+
+class ChannelsConfig(ConfigModel):
+    webchat: WebchatConfig = WebchatConfig()
+    slack: SlackConfig = SlackConfig()
+    discord: DiscordConfig = DiscordConfig()
+
+
+class HeraldSettings(BaseSettings):
+    """The whole configuration. Sources: CLI > environment > file > defaults."""
+
+    model_config = SettingsConfigDict(
+        alias_generator=ConfigModel.model_config["alias_generator"],
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    gateway: GatewayConfig = GatewayConfig()
+    agent: AgentDefaults = AgentDefaults()
+    routing: RoutingConfig = RoutingConfig()
+    models: ModelsConfig = ModelsConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> HeraldSettings:
+        problems: list[tuple[str, str]] = []
+        refs: list[tuple[str, str | None]] = [
+            ("agent.model", self.agent.model),
+            ("agent.subagents.model", self.agent.subagents.model),
+        ]
+        refs += [(f"routing.agents.{k}.model", a.model) for k, a in self.routing.agents.items()]
+        for key, ref in refs:
+            if ref is not None and (problem := self.model_ref_problem(ref)):
+                problems.append((key, problem))
+        for name in ("slack", "discord", "webchat"):
+            channel = getattr(self.channels, name)
+            if channel.agent not in self.routing.agents:
+                problems.append(
+                    (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
+                )
+        if not self.gateway.is_loopback and self.gateway.auth.token is None:
+            problems.append(
+                (
+                    "gateway.auth.token",
+                    f"required when gateway.host ({self.gateway.host}) is not a loopback address",
+                )
+            )
+        if problems:
+            raise SettingsProblems(problems)
+        return self
+
+    def model_ref_problem(self, ref: str) -> str | None:
+        """Why ``ref`` (``<provider>/<model id>``) names no configured model, or None."""
+        provider_name, sep, model_id = ref.partition("/")
+        if not sep or not provider_name or not model_id:
+            return f"{ref!r} is not of the form '<provider>/<model id>'"
+        provider = self.models.providers.get(provider_name)
+        if provider is None:
+            known = ", ".join(sorted(self.models.providers)) or "none"
+            return f"unknown provider {provider_name!r} (configured: {known})"
+        if provider.model(model_id) is None:
+            known = ", ".join(m.id for m in provider.models) or "none"
+            return f"provider {provider_name!r} has no model {model_id!r} (configured: {known})"
+        return None
+
+    def agent_ids(self) -> list[str]:
+        return sorted(self.routing.agents)
