@@ -32,7 +32,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class SettingsProblems(ValueError):
+class CrossReferenceError(ValueError):
     """Problems that span sections, each as (dotted key path, message).
 
     Raised from the root validator; the loader turns each into its own ConfigIssue.
@@ -250,7 +250,7 @@ class HeraldSettings(BaseSettings):
                 )
             )
         if problems:
-            raise SettingsProblems(problems)
+            raise CrossReferenceError(problems)
         return self
 
     def model_ref_problem(self, ref: str) -> str | None:
