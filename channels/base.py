@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
+from aiohttp import web
+
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
 
@@ -63,6 +65,10 @@ class Channel(abc.ABC):
 
     #: The channel's name in session keys and origins: "slack", "discord", "webchat", ...
     name: str
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the channel's HTTP routes to the gateway's app (before it starts). Default: none."""
+        return None
 
     @abc.abstractmethod
     async def start(self, handler: InboundHandler) -> None:

@@ -1,0 +1,1 @@
+"""Benchmarks: each runs Herald and a baseline side by side and prints ratios."""
