@@ -1,0 +1,72 @@
+"""The ``herald`` command line (DESIGN §11).
+
+Each subcommand module in :mod:`gateway.commands` exposes ``add_commands(subparsers)`` and
+sets ``func`` on its parsers: a callable taking the parsed arguments and returning the exit
+status. Config errors exit 78 (EX_CONFIG) with one clear message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from gateway.constants import EXIT_CONFIG
+from gateway.errors import ConfigError
+
+COMMAND_MODULES = (
+    "gateway.commands.run",
+    "gateway.commands.config",
+    "gateway.commands.sessions",
+)
+
+
+def herald_version() -> str:
+    """The installed distribution's version."""
+    try:
+        return version("herald-gateway")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every installed subcommand."""
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="herald", description="Chat gateway daemon for LLM agents."
+    )
+    parser.add_argument("--version", action="version", version=f"herald {herald_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command group that is not built yet
+        module.add_commands(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``herald`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        status: int = func(args)
+    except ConfigError as exc:
+        print(f"herald: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
