@@ -1,0 +1,40 @@
+"""``herald config check|show``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def add_commands(subparsers: Any) -> None:
+    parser = subparsers.add_parser("config", help="validate or print the configuration")
+    sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    check = sub.add_parser("check", help="validate the configuration and exit")
+    check.add_argument("--config", "-c", help="config file (.json5, .json or .toml)")
+    check.set_defaults(func=check_config)
+    show = sub.add_parser("show", help="print the resolved configuration, secrets masked")
+    show.add_argument("--config", "-c", help="config file (.json5, .json or .toml)")
+    show.add_argument("--format", choices=("json5", "json", "toml"), default="json5")
+    show.set_defaults(func=show_config)
+
+
+def check_config(args: argparse.Namespace) -> int:
+    from gateway.config_loader import load_settings
+
+    loaded = load_settings(args.config, environ=os.environ)
+    source = str(loaded.path) if loaded.path else "embedded defaults"
+    print(f"{source}: OK")
+    for key in sorted(loaded.unset_secrets):
+        print(f"note: {key} is unset (its variable is missing; not needed by this config)")
+    return 0
+
+
+def show_config(args: argparse.Namespace) -> int:
+    from gateway.config_loader import load_settings, render_settings
+
+    loaded = load_settings(args.config, environ=os.environ)
+    text = render_settings(loaded, args.format)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0

@@ -1,0 +1,44 @@
+"""``herald run``: start the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from typing import Any
+
+from gateway.logs import setup_logging
+
+
+def add_commands(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="start the gateway daemon")
+    parser.add_argument("--config", "-c", help="config file (.json5, .json or .toml)")
+    parser.add_argument("--host", help="override gateway.host")
+    parser.add_argument("--port", type=int, help="override gateway.port")
+    parser.set_defaults(func=run)
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """CLI flags as a nested override dict (highest precedence)."""
+    gateway: dict[str, object] = {}
+    if getattr(args, "host", None):
+        gateway["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        gateway["port"] = args.port
+    return {"gateway": gateway} if gateway else {}
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.config_loader import load_settings
+    from gateway.daemon import serve
+    from gateway.reload import SettingsHolder
+
+    overrides = cli_overrides(args)
+    loaded = load_settings(args.config, environ=os.environ, overrides=overrides)
+    setup_logging(loaded.settings.gateway.log_level)
+    holder = SettingsHolder(
+        loaded.settings,
+        path=str(loaded.path) if loaded.path else None,
+        overrides=overrides,
+    )
+    return asyncio.run(serve(holder))

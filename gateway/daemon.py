@@ -1,0 +1,87 @@
+"""Running the gateway: bind, serve, reload on SIGHUP, stop cleanly on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from aiohttp import web
+
+from gateway.app import build_app
+from gateway.components import resources_for
+from gateway.reload import SettingsHolder
+from gateway.sdnotify import Notifier
+
+logger = logging.getLogger(__name__)
+
+#: Exit status when the listening socket cannot be bound (sysexits.h EX_UNAVAILABLE).
+EXIT_UNAVAILABLE = 69
+
+
+async def serve(holder: SettingsHolder, *, notifier: Notifier | None = None) -> int:
+    """Run the gateway until SIGTERM or SIGINT; returns the process exit status."""
+    started = time.monotonic()
+    notifier = notifier or Notifier.from_env()
+    settings = holder.current
+    app = build_app(holder, resources=resources_for(holder))
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def request_stop(signame: str) -> None:
+        logger.info("stop requested", extra={"signal": signame})
+        stop.set()
+
+    def request_reload() -> None:
+        notifier.reloading()
+        holder.reload()
+        notifier.ready("reloaded")
+
+    logger.info(
+        "gateway starting",
+        extra={"host": settings.gateway.host, "port": settings.gateway.port},
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, request_stop, signal.Signals(signum).name)
+    loop.add_signal_handler(signal.SIGHUP, request_reload)
+    watchdog: asyncio.Task[None] | None = None
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            logger.error(
+                "cannot listen",
+                extra={
+                    "host": settings.gateway.host,
+                    "port": settings.gateway.port,
+                    "error": str(exc),
+                },
+            )
+            return EXIT_UNAVAILABLE
+        logger.info(
+            "gateway serving",
+            extra={
+                "url": f"http://{settings.gateway.host}:{settings.gateway.port}/",
+                "startup_seconds": round(time.monotonic() - started, 3),
+            },
+        )
+        notifier.ready("serving")
+        watchdog = asyncio.create_task(notifier.watchdog_loop(), name="sd-watchdog")
+        await stop.wait()
+        notifier.stopping()
+        logger.info("gateway stopping")
+        return 0
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+        if watchdog is not None:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+        await runner.cleanup()
+        logger.info("gateway stopped")

@@ -1,0 +1,99 @@
+"""The live configuration and its reload on SIGHUP.
+
+Components read ``holder.current`` when they act, and subscribe for the changes they must
+push somewhere (lane widths). A bad new configuration is refused with a logged error and the
+old one stays in force.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.errors import ConfigError
+from gateway.logs import REDACTOR
+from gateway.settings import HeraldSettings
+
+logger = logging.getLogger(__name__)
+
+ReloadListener = Callable[[HeraldSettings, HeraldSettings], None]
+
+#: Keys whose change needs a restart: they are bound at start-up (sockets, connections).
+RESTART_KEYS = ("gateway.host", "gateway.port", "gateway.stateDir", "channels")
+
+
+def secret_values(settings: HeraldSettings) -> list[str]:
+    """Every configured secret value, for the log redactor."""
+    values: list[str] = []
+    candidates = [
+        settings.gateway.auth.token,
+        settings.channels.slack.bot_token,
+        settings.channels.slack.app_token,
+        settings.channels.slack.signing_secret,
+        settings.channels.discord.token,
+        *(p.api_key for p in settings.models.providers.values()),
+    ]
+    for secret in candidates:
+        if secret is not None and secret.get_secret_value():
+            values.append(secret.get_secret_value())
+    return values
+
+
+def _pick(settings: HeraldSettings, dotted: str) -> object:
+    data: object = settings.model_dump(by_alias=True, mode="json")
+    for part in dotted.split("."):
+        data = data[part] if isinstance(data, dict) else None
+    return data
+
+
+@dataclass
+class SettingsHolder:
+    """Holds the settings in force; ``reload()`` swaps them when the file is valid."""
+
+    current: HeraldSettings
+    path: str | None = None
+    environ: Mapping[str, str] | None = None
+    overrides: Mapping[str, object] | None = None
+    _listeners: list[ReloadListener] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        REDACTOR.set_secrets(secret_values(self.current))
+
+    def subscribe(self, listener: ReloadListener) -> None:
+        """Call ``listener(old, new)`` after every successful reload."""
+        self._listeners.append(listener)
+
+    def reload(self) -> bool:
+        """Load the config file again; apply it when valid. Returns whether it was applied."""
+        from gateway.config_loader import load_settings
+
+        try:
+            loaded = load_settings(
+                self.path,
+                environ=self.environ if self.environ is not None else os.environ,
+                overrides=self.overrides,
+            )
+        except ConfigError as exc:
+            logger.error(
+                "config reload refused; keeping the running configuration",
+                extra={"issues": [str(issue) for issue in exc.issues]},
+            )
+            return False
+        old, new = self.current, loaded.settings
+        needs_restart = [k for k in RESTART_KEYS if _pick(old, k) != _pick(new, k)]
+        if needs_restart:
+            logger.warning(
+                "config reload: these keys change only on restart",
+                extra={"keys": needs_restart},
+            )
+        self.current = new
+        REDACTOR.set_secrets(secret_values(new))
+        for listener in self._listeners:
+            try:
+                listener(old, new)
+            except Exception:  # one broken listener must not stop the others
+                logger.exception("config reload listener failed")
+        logger.info("config reloaded", extra={"path": self.path})
+        return True

@@ -1,0 +1,68 @@
+"""Chat commands (DESIGN §10): ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
+``/stop`` and ``/help``.
+
+Parsing only; the gateway carries them out. Text that does not start with one of these
+commands is an ordinary message for the agent (so ``/shrug`` still reaches it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+CommandName = Literal["spawn", "subagents", "stop", "help"]
+SUBAGENT_ACTIONS = ("list", "info", "log", "stop")
+#: Accepted where a chat's own UI claims "/" (``!spawn`` in Slack's composer, say).
+PREFIXES = ("/", "!")
+
+HELP_TEXT = (
+    "Commands:\n"
+    "/spawn <task> - run <task> as a background sub-agent; its result is posted here\n"
+    "/subagents list - this conversation's sub-agent runs\n"
+    "/subagents info <run> - one run's status, usage and cost\n"
+    "/subagents log <run> - the last lines of a run's transcript\n"
+    "/subagents stop <run> - stop a run\n"
+    "/stop - stop the current reply and this conversation's sub-agents"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCommand:
+    name: CommandName
+    action: str | None = None
+    argument: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandUsageError:
+    """A command was recognised but used wrongly; ``message`` says how to use it."""
+
+    message: str
+
+
+def parse_command(text: str) -> ChatCommand | CommandUsageError | None:
+    """The command in ``text``, a usage error, or None when ``text`` is no command."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in PREFIXES:
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.lower()
+    rest = rest.strip()
+    if name == "spawn":
+        if not rest:
+            return CommandUsageError("usage: /spawn <task>")
+        return ChatCommand("spawn", argument=rest)
+    if name == "stop":
+        return ChatCommand("stop")
+    if name == "help":
+        return ChatCommand("help")
+    if name == "subagents":
+        action, _, argument = rest.partition(" ")
+        action = action.lower() or "list"
+        argument = argument.strip()
+        if action not in SUBAGENT_ACTIONS:
+            return CommandUsageError("usage: /subagents list|info|log|stop <run>")
+        if action != "list" and not argument:
+            return CommandUsageError(f"usage: /subagents {action} <run>")
+        return ChatCommand("subagents", action=action, argument=argument)
+    return None

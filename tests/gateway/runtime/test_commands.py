@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from gateway.runtime.commands import ChatCommand, CommandUsageError, parse_command
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/spawn research tides", ChatCommand("spawn", argument="research tides")),
+        ("  !spawn  research tides ", ChatCommand("spawn", argument="research tides")),
+        ("/stop", ChatCommand("stop")),
+        ("/STOP now", ChatCommand("stop")),
+        ("/help", ChatCommand("help")),
+        ("/subagents", ChatCommand("subagents", action="list")),
+        ("/subagents list", ChatCommand("subagents", action="list")),
+        ("/subagents info 1a2b", ChatCommand("subagents", action="info", argument="1a2b")),
+        ("/subagents log 1a2b", ChatCommand("subagents", action="log", argument="1a2b")),
+        ("/subagents stop 1a2b", ChatCommand("subagents", action="stop", argument="1a2b")),
+    ],
+)
+def test_commands_parse(text: str, expected: ChatCommand) -> None:
+    assert parse_command(text) == expected
+
+
+@pytest.mark.parametrize("text", ["hello", "", "   ", "/shrug", "what is /spawn?", "spawn x"])
+def test_ordinary_text_is_no_command(text: str) -> None:
+    assert parse_command(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("/spawn", "usage: /spawn <task>"),
+        ("/spawn    ", "usage: /spawn <task>"),
+        ("/subagents info", "usage: /subagents info <run>"),
+        ("/subagents stop", "usage: /subagents stop <run>"),
+        ("/subagents frobnicate", "usage: /subagents list|info|log|stop <run>"),
+    ],
+)
+def test_misused_commands_say_how(text: str, hint: str) -> None:
+    assert parse_command(text) == CommandUsageError(hint)
