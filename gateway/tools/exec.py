@@ -1,0 +1,174 @@
+"""``exec``: run a shell command in the agent's workspace (off unless a policy allows it).
+
+The command runs as ``/bin/sh -c <command>`` in its own process group, with stdin closed,
+stdout and stderr merged, and an environment scrubbed of Herald's and other secrets. When
+the timeout passes, or when the shell exits, the whole group is killed: background
+processes do not outlive the call. Output beyond the cap keeps its head and its tail (the
+tail is where errors usually are) with a note of what was left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pydantic import Field
+
+from gateway.settings import ExecConfig
+from gateway.tools._paths import ensure_workspace
+from gateway.tools.base import Tool, ToolContext, ToolOutput, ToolParams
+from gateway.tools.errors import ToolError
+
+logger = logging.getLogger(__name__)
+
+SHELL: Final = "/bin/sh"
+CHUNK_BYTES: Final = 64 * 1024
+#: After the group is killed the pipe closes at once, unless a process that left the group
+#: (setsid) still holds it; then stop reading rather than wait for it.
+DRAIN_GRACE_SECONDS: Final = 2.0
+_SECRET_SUFFIXES: Final = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS")
+_SECRET_PREFIXES: Final = ("HERALD_",)
+
+
+class ExecParams(ToolParams):
+    command: str = Field(min_length=1, description="Shell command, run with /bin/sh -c.")
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="Kill the command after this many seconds (capped by config)."
+    )
+
+
+def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without ``HERALD_*`` and ``*_TOKEN``/``*_KEY``/``*_SECRET``-like variables."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if not key.upper().startswith(_SECRET_PREFIXES)
+        and not key.upper().endswith(_SECRET_SUFFIXES)
+    }
+
+
+class _Capture:
+    """Keeps the first and last ``cap // 2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap - cap // 2
+        self.tail_cap = cap // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_cap:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.tail_cap)]
+
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        if not self.omitted:
+            return head + self.tail.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        return f"{head}\n[... {self.omitted} bytes of output omitted ...]\n{tail}"
+
+
+class ExecTool(Tool[ExecParams]):
+    name = "exec"
+    group = "runtime"
+    params = ExecParams
+    description = (
+        "Run a shell command (/bin/sh -c) in your workspace. stdout and stderr are merged; "
+        "the exit code is reported. Long output is shortened; the command is killed at the "
+        "timeout, and background processes do not survive it."
+    )
+
+    def __init__(self, config: ExecConfig) -> None:
+        self.config = config
+
+    async def run(self, params: ExecParams, ctx: ToolContext) -> ToolOutput:
+        cwd = await asyncio.to_thread(ensure_workspace, ctx.workspace)
+        timeout = min(
+            params.timeout_seconds or self.config.timeout_seconds, self.config.timeout_seconds
+        )
+        env = scrubbed_environment(os.environ)
+        env["PWD"] = str(cwd)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                SHELL,
+                "-c",
+                params.command,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start {SHELL}: {exc.strerror}") from None
+        capture = _Capture(self.config.max_output_bytes)
+        reader = asyncio.create_task(_drain(proc, capture))
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            # Kills what is left of the group: the command on timeout, stray background
+            # children otherwise (they would hold the pipe open). Also runs on cancel.
+            _kill_group(proc.pid)
+            await proc.wait()
+            try:
+                await asyncio.wait_for(reader, DRAIN_GRACE_SECONDS)
+            except TimeoutError:
+                logger.warning("exec: a detached process kept the output open; stopped reading")
+        return _output(proc.returncode, capture, timed_out, timeout)
+
+
+async def _drain(proc: asyncio.subprocess.Process, capture: _Capture) -> None:
+    stream = proc.stdout
+    if stream is None:  # pragma: no cover - stdout=PIPE always sets it
+        return
+    while chunk := await stream.read(CHUNK_BYTES):
+        capture.feed(chunk)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _output(code: int | None, capture: _Capture, timed_out: bool, timeout: float) -> ToolOutput:
+    text = capture.text()
+    if timed_out:
+        status = f"[timed out after {timeout:g}s; the command was killed]"
+    elif code is not None and code < 0:
+        status = f"[killed by signal {-code}]"
+    else:
+        status = f"[exit code {code}]"
+    notes = [status]
+    if capture.omitted:
+        notes.append(
+            f"[output was {capture.total} bytes; the middle {capture.omitted} were omitted]"
+        )
+    content = (text.rstrip("\n") + "\n" if text else "") + "\n".join(notes)
+    data: dict[str, Any] = {
+        "exitCode": None if timed_out else code,
+        "timedOut": timed_out,
+        "output": text,
+        "outputBytes": capture.total,
+        "truncated": bool(capture.omitted),
+    }
+    return ToolOutput(content=content, data=data, is_error=timed_out or code != 0)

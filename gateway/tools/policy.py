@@ -1,0 +1,220 @@
+"""Tool policy (DESIGN §5): which tools a session may see and call.
+
+Each policy layer (a ``ToolPolicyConfig``) is applied to the registry's names on its own:
+
+* ``allow`` unset (null): every name, minus ``deny``;
+* ``allow`` set: only the names it matches (allow-only), minus ``deny``.
+
+Patterns are a tool name, ``*`` (every name) or ``group:<name>`` (``sessions``, ``fs``,
+``web``, ``runtime``, plus any group a registered tool declares). Deny wins in every layer.
+The layers are intersected:
+
+* an agent's session: registry ∩ ``agent.tools`` ∩ ``routing.agents.<id>.tools``;
+* a sub-agent session: its target agent's set ∩ ``agent.subagents.tools`` ∩ the parent
+  agent's set, minus the session tools (``sessions_spawn``, ``sessions_list``,
+  ``sessions_history``, ``sessions_send``, ``agents_list``), so a sub-agent never gets a
+  tool its parent lacks (seed 001).
+
+``exec`` is off unless allowed: it is in an agent's set only when ``agent.tools.allow`` or
+the agent's own ``tools.allow`` names it, as ``exec`` or through a group holding it
+(``group:runtime``); ``*`` alone does not enable it, and every other rule (deny, allow-only
+layers) still applies. ``agent.subagents.tools`` can only narrow, never enable it.
+
+``submit_result`` and ``submit_error`` exist for sub-agent sessions only: never offered
+elsewhere, always offered there unless some layer denies them (deny still wins; an
+allow-only layer does not need to name them).
+
+Names in allow/deny that match nothing are ignored; :func:`policy_issues` lists them so
+``config check`` and ``doctor`` can warn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from gateway.errors import ConfigIssue
+from gateway.settings import HeraldSettings, ToolPolicyConfig
+from gateway.tools.errors import UnknownAgentError
+from gateway.tools.registry import ToolRegistry
+
+WILDCARD: Final = "*"
+GROUP_PREFIX: Final = "group:"
+
+SESSION_TOOLS: Final = frozenset(
+    {"sessions_spawn", "sessions_list", "sessions_history", "sessions_send", "agents_list"}
+)
+SUBAGENT_ONLY_TOOLS: Final = frozenset({"submit_result", "submit_error"})
+#: Tools that a layer's allow list must name (directly or by group) to be available at all.
+OPT_IN_TOOLS: Final = frozenset({"exec"})
+
+DEFAULT_GROUPS: Final[Mapping[str, frozenset[str]]] = {
+    "sessions": SESSION_TOOLS,
+    "fs": frozenset({"read", "write", "edit", "ls"}),
+    "web": frozenset({"web_fetch"}),
+    "runtime": frozenset({"exec"}),
+    "subagent": SUBAGENT_ONLY_TOOLS,
+}
+
+
+def expand(
+    patterns: Iterable[str], names: frozenset[str], groups: Mapping[str, Iterable[str]]
+) -> frozenset[str]:
+    """The members of ``names`` that ``patterns`` match (``*``, ``group:x``, exact names)."""
+    out: set[str] = set()
+    for pattern in patterns:
+        if pattern == WILDCARD:
+            return names
+        if pattern.startswith(GROUP_PREFIX):
+            out.update(groups.get(pattern.removeprefix(GROUP_PREFIX), ()))
+        else:
+            out.add(pattern)
+    return names & out
+
+
+def apply_layer(
+    names: frozenset[str], policy: ToolPolicyConfig, groups: Mapping[str, Iterable[str]]
+) -> frozenset[str]:
+    """The names one policy layer lets through: allow-only when ``allow`` is set; deny wins."""
+    allowed = names if policy.allow is None else expand(policy.allow, names, groups)
+    return allowed - expand(policy.deny, names, groups)
+
+
+def _names_explicitly(
+    name: str, policy: ToolPolicyConfig, groups: Mapping[str, Iterable[str]]
+) -> bool:
+    """Whether ``policy.allow`` names ``name`` itself or by group (``*`` does not count)."""
+    for pattern in policy.allow or ():
+        if pattern == name:
+            return True
+        if pattern.startswith(GROUP_PREFIX) and name in groups.get(
+            pattern.removeprefix(GROUP_PREFIX), ()
+        ):
+            return True
+    return False
+
+
+def effective_tools(
+    registry_names: Iterable[str],
+    global_policy: ToolPolicyConfig,
+    agent_policy: ToolPolicyConfig,
+    *,
+    subagent_policy: ToolPolicyConfig | None = None,
+    groups: Mapping[str, Iterable[str]] = DEFAULT_GROUPS,
+) -> frozenset[str]:
+    """The tool names a session may use (see the module doc for the rules).
+
+    Without ``subagent_policy``: an agent's own session. With it: a sub-agent session of
+    that agent (session tools removed, submit tools added). A sub-agent spawned under
+    another agent also needs the parent's set: use :func:`tools_for_subagent`.
+    """
+    names = frozenset(registry_names)
+    capability = names - SUBAGENT_ONLY_TOOLS
+    layers = [global_policy, agent_policy]
+    result = capability
+    for layer in layers:
+        result &= apply_layer(capability, layer, groups)
+    result = frozenset(
+        name
+        for name in result
+        if name not in OPT_IN_TOOLS or any(_names_explicitly(name, p, groups) for p in layers)
+    )
+    if subagent_policy is None:
+        return result
+    result = (result & apply_layer(capability, subagent_policy, groups)) - SESSION_TOOLS
+    submit = names & SUBAGENT_ONLY_TOOLS
+    for layer in (*layers, subagent_policy):
+        submit -= expand(layer.deny, names, groups)
+    return result | submit
+
+
+def policy_groups(registry: ToolRegistry) -> dict[str, frozenset[str]]:
+    """The built-in groups merged with the groups the registry's tools declare."""
+    merged = {group: frozenset(members) for group, members in DEFAULT_GROUPS.items()}
+    for group, members in registry.groups().items():
+        merged[group] = merged.get(group, frozenset()) | members
+    return merged
+
+
+def _agent_policy(settings: HeraldSettings, agent_id: str) -> ToolPolicyConfig:
+    agent = settings.routing.agents.get(agent_id)
+    if agent is None:
+        raise UnknownAgentError(agent_id)
+    return agent.tools
+
+
+def tools_for_agent(
+    settings: HeraldSettings, agent_id: str, registry: ToolRegistry
+) -> frozenset[str]:
+    """The tools of ``agent_id``'s own (non-sub-agent) sessions.
+
+    Raises :class:`UnknownAgentError` when ``agent_id`` is not in ``routing.agents``.
+    """
+    return effective_tools(
+        registry.names(),
+        settings.agent.tools,
+        _agent_policy(settings, agent_id),
+        groups=policy_groups(registry),
+    )
+
+
+def tools_for_subagent(
+    settings: HeraldSettings, parent_agent_id: str, target_agent_id: str, registry: ToolRegistry
+) -> frozenset[str]:
+    """The tools of a sub-agent run of ``target_agent_id`` spawned by ``parent_agent_id``.
+
+    registry ∩ global ∩ parent's own ∩ target's own ∩ ``agent.subagents.tools``, minus the
+    session tools, plus the submit tools: always a subset of the parent's set plus
+    ``submit_result``/``submit_error``. Raises :class:`UnknownAgentError`.
+    """
+    groups = policy_groups(registry)
+    parent_policy = _agent_policy(settings, parent_agent_id)
+    parent = effective_tools(registry.names(), settings.agent.tools, parent_policy, groups=groups)
+    target = effective_tools(
+        registry.names(),
+        settings.agent.tools,
+        _agent_policy(settings, target_agent_id),
+        subagent_policy=settings.agent.subagents.tools,
+        groups=groups,
+    )
+    # The parent's deny list reaches the submit tools too: deny wins in every layer.
+    parent_denied = expand(parent_policy.deny, registry.names(), groups)
+    return target & (parent | (SUBAGENT_ONLY_TOOLS - parent_denied))
+
+
+def unknown_policy_names(
+    policy: ToolPolicyConfig, known: Iterable[str], groups: Mapping[str, Iterable[str]]
+) -> list[str]:
+    """Patterns in ``policy`` that match no known tool or group, in their order."""
+    known_names = set(known)
+    out: list[str] = []
+    for pattern in [*(policy.allow or ()), *policy.deny]:
+        if pattern == WILDCARD:
+            continue
+        if pattern.startswith(GROUP_PREFIX):
+            if pattern.removeprefix(GROUP_PREFIX) not in groups:
+                out.append(pattern)
+        elif pattern not in known_names:
+            out.append(pattern)
+    return out
+
+
+def policy_issues(settings: HeraldSettings, registry: ToolRegistry) -> list[ConfigIssue]:
+    """One warning per unknown tool or group name in any tool policy of ``settings``.
+
+    Known names are the registry's plus every built-in group member (the session tools
+    count as known before they are registered).
+    """
+    groups = policy_groups(registry)
+    known = set(registry.names()).union(*groups.values())
+    layers: list[tuple[str, ToolPolicyConfig]] = [
+        ("agent.tools", settings.agent.tools),
+        ("agent.subagents.tools", settings.agent.subagents.tools),
+    ]
+    layers += [(f"routing.agents.{i}.tools", a.tools) for i, a in settings.routing.agents.items()]
+    issues: list[ConfigIssue] = []
+    for key, policy in layers:
+        for name in unknown_policy_names(policy, known, groups):
+            what = "group" if name.startswith(GROUP_PREFIX) else "tool"
+            issues.append(ConfigIssue(f"unknown {what} {name!r} (ignored)", key=key))
+    return issues
