@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from channels.config_base import ConfigModel
-from channels.discord import DiscordConfig
-from channels.slack import SlackConfig
-from channels.webchat import WebchatConfig
+from channels.discord.config import DiscordConfig
+from channels.slack.config import SlackConfig
+from channels.webchat.config import WebchatConfig
 from gateway.constants import DEFAULT_STATE_DIR, ID_PATTERN, LOOPBACK_HOSTS
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -225,6 +225,20 @@ class HeraldSettings(BaseSettings):
     models: ModelsConfig = ModelsConfig()
     channels: ChannelsConfig = ChannelsConfig()
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # BaseSettings would otherwise read any variable named like a section (``AGENT``,
+        # ``MODELS``...) from the environment. Constructing this class only validates what it
+        # is given; the file and ``HERALD_*`` sources are added by gateway.config_loader.
+        return (init_settings,)
+
     @model_validator(mode="after")
     def _cross_references(self) -> HeraldSettings:
         problems: list[tuple[str, str]] = []
@@ -238,7 +252,9 @@ class HeraldSettings(BaseSettings):
                 problems.append((key, problem))
         for name in ("slack", "discord", "webchat"):
             channel = getattr(self.channels, name)
-            if channel.agent not in self.routing.agents:
+            # A disabled channel keeps its default agent ("main") even where no agent has
+            # that id; only a channel that will run needs a real target.
+            if channel.enabled and channel.agent not in self.routing.agents:
                 problems.append(
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
