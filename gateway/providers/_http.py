@@ -1,0 +1,215 @@
+"""One JSON POST to a model API, with every failure turned into a typed ProviderError.
+
+Shared by the OpenAI and Anthropic providers: both put a human message at
+``error.message`` of their error bodies, both send Retry-After, both mark retryable answers
+with ``x-should-retry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from channels.config_base import secret_value
+from gateway.providers._retry import (
+    DEFAULT_RETRY_POLICY,
+    RetryPolicy,
+    parse_retry_after,
+    with_retries,
+)
+from gateway.providers.errors import (
+    ProviderConnectionError,
+    ProviderError,
+    ProviderResponseError,
+    ProviderTimeoutError,
+)
+from gateway.settings import ProviderConfig
+
+#: 408 request timeout and 409 lock conflict are transient too (both vendors retry them).
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+#: Enough of a non-JSON body to recognise it (an HTML error page, a proxy message).
+BODY_EXCERPT_CHARS = 200
+#: OpenAI answers 429 for an exhausted quota too; waiting does not refill it.
+NON_RETRYABLE_ERROR_TYPES = frozenset({"insufficient_quota"})
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` masked."""
+    if secret and secret in text:
+        return text.replace(secret, "***")
+    return text
+
+
+def _excerpt(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").strip()
+    if len(text) > BODY_EXCERPT_CHARS:
+        text = text[:BODY_EXCERPT_CHARS] + "…"
+    return text or "(empty body)"
+
+
+def _error_details(raw: bytes) -> tuple[str, str | None]:
+    """(message, error type) from an error body of either vendor, or an excerpt of it."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _excerpt(raw), None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        message = error.get("message")
+        kind = error.get("type") or error.get("code")
+        return (
+            str(message) if message else _excerpt(raw),
+            str(kind) if kind else None,
+        )
+    if isinstance(error, str) and error:
+        return error, None
+    return _excerpt(raw), None
+
+
+def http_error(
+    provider: str,
+    model: str,
+    status: int,
+    headers: Any,
+    raw: bytes,
+    secret: str | None,
+) -> ProviderError:
+    """The ProviderError for a non-2xx answer."""
+    message, kind = _error_details(raw)
+    retryable = status in RETRYABLE_STATUSES or status >= 500
+    if kind in NON_RETRYABLE_ERROR_TYPES:
+        retryable = False
+    should_retry = headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    return ProviderError(
+        provider,
+        model,
+        scrub(message, secret),
+        status,
+        retryable,
+        retry_after=parse_retry_after(headers),
+        error_type=kind,
+    )
+
+
+async def post_json(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    headers: dict[str, str],
+    body: bytes,
+    client_timeout: aiohttp.ClientTimeout,
+    provider: str,
+    model: str,
+    secret: str | None,
+) -> dict[str, Any]:
+    """POST ``body`` (already JSON) and return the decoded JSON object of a 2xx answer.
+
+    Raises :class:`ProviderTimeoutError` or :class:`ProviderConnectionError` (retryable),
+    :class:`ProviderError` with the status for non-2xx answers, and
+    :class:`ProviderResponseError` for a 2xx answer that is not a JSON object.
+    """
+    try:
+        async with session.post(
+            url, data=body, headers=headers, timeout=client_timeout
+        ) as response:
+            raw = await response.read()
+            status = response.status
+            if status >= 300:
+                raise http_error(provider, model, status, response.headers, raw, secret)
+    except TimeoutError:
+        raise ProviderTimeoutError(
+            provider, model, f"no answer within {client_timeout.total:g}s", retryable=True
+        ) from None
+    except aiohttp.InvalidURL as exc:
+        raise ProviderError(provider, model, f"invalid base URL: {exc}") from None
+    except aiohttp.ClientError as exc:
+        detail = scrub(str(exc) or type(exc).__name__, secret)
+        raise ProviderConnectionError(
+            provider, model, f"connection failed: {detail}", retryable=True
+        ) from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProviderResponseError(
+            provider, model, f"answer is not JSON: {scrub(_excerpt(raw), secret)}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ProviderResponseError(provider, model, "answer is not a JSON object")
+    return data
+
+
+class HttpProvider:
+    """What the HTTP providers share: the session, the key, the timeout and the retries.
+
+    With ``session`` given (the registry's shared one) the provider never closes it;
+    without, it opens its own on first use and closes it in :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        default_base_url: str,
+        session: aiohttp.ClientSession | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.name = name
+        self.base_url = (config.base_url or default_base_url).rstrip("/")
+        self._api_key = secret_value(config.api_key)
+        self._max_retries = config.max_retries
+        self._timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
+        self._retry = retry or DEFAULT_RETRY_POLICY
+        self._session = session
+        self._owns_session = session is None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<{type(self).__name__} {self.name} {self.base_url}{state}>"
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The HTTP session in use (the shared one, or this provider's own once opened)."""
+        return self._session
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def _post(
+        self, url: str, headers: dict[str, str], payload: dict[str, Any], model: str
+    ) -> dict[str, Any]:
+        """POST ``payload`` with retries; the decoded 2xx answer."""
+        if self._closed:
+            raise ProviderError(self.name, model, "provider is closed")
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        session = self._session
+        body = orjson.dumps(payload)
+
+        def attempt() -> Awaitable[dict[str, Any]]:
+            return post_json(
+                session,
+                url,
+                headers=headers,
+                body=body,
+                client_timeout=self._timeout,
+                provider=self.name,
+                model=model,
+                secret=self._api_key,
+            )
+
+        return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
+
+    async def close(self) -> None:
+        """Refuse new calls; close the session if this provider opened it. Idempotent."""
+        self._closed = True
+        if self._owns_session and self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

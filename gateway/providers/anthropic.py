@@ -1,0 +1,172 @@
+"""The ``anthropic-messages`` provider: Anthropic's Messages API over aiohttp.
+
+Wire rules this module keeps: the system prompt travels top-level; tool results go back as
+``tool_result`` blocks inside a *user* message, first in its content; consecutive messages
+of one role are merged into one (the API wants user and assistant to alternate); empty text
+blocks are never sent (the API refuses them). Usage: ``input_tokens`` excludes cache reads
+and writes, so the normalised input adds them back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+
+from gateway.llm import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from gateway.providers._http import HttpProvider
+from gateway.providers._retry import RetryPolicy
+from gateway.providers.errors import ProviderResponseError
+from gateway.settings import ProviderConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+
+Block = dict[str, Any]
+
+
+def _blocks(message: ChatMessage) -> tuple[str, list[Block]]:
+    """(wire role, content blocks) of one message."""
+    if message.role == "tool":
+        block: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        if message.content:
+            block["content"] = message.content
+        if message.is_error:
+            block["is_error"] = True
+        return "user", [block]
+    blocks: list[Block] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    if message.role == "assistant":
+        blocks.extend(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                # input must be an object; a malformed call's error result explains it.
+                "input": call.arguments if call.arguments_error is None else {},
+            }
+            for call in message.tool_calls
+        )
+    return message.role, blocks
+
+
+def wire_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
+    """Messages in the API's shape: merged per role, tool results first in their message."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        role, blocks = _blocks(message)
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    for entry in wire:
+        if entry["role"] == "user":
+            # Stable sort: tool results keep their order and come before any text.
+            entry["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return wire
+
+
+def build_payload(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API request body for ``request``."""
+    payload: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": wire_messages(request.messages),
+    }
+    if request.system:
+        payload["system"] = request.system
+    if request.tools:
+        payload["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    return payload
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def parse_usage(data: Any) -> Usage:
+    """Normalise Anthropic usage: input = input_tokens + cache reads + cache writes."""
+    if not isinstance(data, dict):
+        return Usage()
+    cache_read = _int(data.get("cache_read_input_tokens"))
+    cache_write = _int(data.get("cache_creation_input_tokens"))
+    return Usage(
+        input=_int(data.get("input_tokens")) + cache_read + cache_write,
+        output=_int(data.get("output_tokens")),
+        cache_read=cache_read,
+        cache_write=cache_write,
+    )
+
+
+def _tool_call(block: Block, index: int) -> ToolCall:
+    call_id = str(block.get("id") or f"toolu_{index}")
+    name = str(block.get("name") or "")
+    arguments = block.get("input")
+    if isinstance(arguments, dict):
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+    problem = f"input must be a JSON object, got {type(arguments).__name__}"
+    return ToolCall(id=call_id, name=name, raw_arguments=repr(arguments), arguments_error=problem)
+
+
+def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
+    """The ModelReply of a Messages API answer; garbage raises ProviderResponseError.
+
+    Text blocks are joined; block kinds Herald does not use (thinking…) are skipped. An
+    answer with no content is a valid, empty reply.
+    """
+    content = data.get("content")
+    if data.get("type") == "error" or not isinstance(content, list):
+        raise ProviderResponseError(provider, model, "answer has no content list")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            texts.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_use":
+            calls.append(_tool_call(block, len(calls)))
+    stop = data.get("stop_reason")
+    return ModelReply(
+        text="".join(texts),
+        tool_calls=tuple(calls),
+        usage=parse_usage(data.get("usage")),
+        model=str(data.get("model") or model),
+        stop_reason=str(stop) if stop is not None else None,
+    )
+
+
+class AnthropicProvider(HttpProvider):
+    """``POST {baseUrl}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            name, config, default_base_url=DEFAULT_BASE_URL, session=session, retry=retry
+        )
+        # Accept a baseUrl given with the version segment too ("…/v1").
+        root = self.base_url.removesuffix("/v1")
+        self._url = f"{root}/v1/messages"
+        self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
+        if self._api_key:
+            self._headers["x-api-key"] = self._api_key
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One model call; raises :class:`gateway.providers.ProviderError` on failure."""
+        data = await self._post(self._url, self._headers, build_payload(request), request.model)
+        return parse_reply(self.name, request.model, data)

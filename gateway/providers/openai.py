@@ -1,0 +1,186 @@
+"""The ``openai-completions`` provider: OpenAI's Chat Completions API over aiohttp.
+
+Also speaks to OpenAI-compatible servers (Ollama, vLLM, LM Studio, gateways): ``baseUrl``
+is the ``/v1`` root and the key is optional. The output limit is sent as
+``max_completion_tokens`` to api.openai.com (``max_tokens`` is deprecated there and refused
+by reasoning models) and as ``max_tokens`` elsewhere (most compatible servers only know it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from gateway.llm import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from gateway.providers._http import HttpProvider
+from gateway.providers._retry import RetryPolicy
+from gateway.providers.errors import ProviderResponseError
+from gateway.settings import ProviderConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OFFICIAL_HOST = "api.openai.com"
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            # null, not "", beside tool calls: what the API itself returns and documents.
+            "content": message.content or None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        # A malformed call is sent back as "{}": strict compatible servers
+                        # reject invalid JSON here; the tool's error result explains it.
+                        "arguments": "{}"
+                        if call.arguments_error is not None
+                        else orjson.dumps(call.arguments).decode(),
+                    },
+                }
+                for call in message.tool_calls
+            ],
+        }
+    return {"role": message.role, "content": message.content}
+
+
+def build_payload(request: ModelRequest, *, limit_key: str = "max_tokens") -> dict[str, Any]:
+    """The Chat Completions request body for ``request``."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(_wire_message(m) for m in request.messages)
+    payload: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        limit_key: request.max_tokens,
+    }
+    if request.tools:
+        # The API refuses an empty tools list, so the key is only sent with tools.
+        payload["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+    return payload
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def parse_usage(data: Any) -> Usage:
+    """Normalise OpenAI usage: ``prompt_tokens`` already includes the cached tokens."""
+    if not isinstance(data, dict):
+        return Usage()
+    details = data.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(
+        input=_int(data.get("prompt_tokens")),
+        output=_int(data.get("completion_tokens")),
+        cache_read=cached,
+    )
+
+
+def _parse_tool_call(raw: Any, index: int) -> ToolCall:
+    if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
+        return ToolCall(id=f"call_{index}", name="", arguments_error="tool call is not an object")
+    function = raw["function"]
+    call_id = str(raw.get("id") or f"call_{index}")
+    name = str(function.get("name") or "")
+    arguments = function.get("arguments")
+    if isinstance(arguments, dict):  # some compatible servers send the object itself
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+    text = arguments if isinstance(arguments, str) else ""
+    if not text.strip():
+        return ToolCall(id=call_id, name=name, raw_arguments=text)
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        problem = f"arguments are not valid JSON: {exc}"
+        return ToolCall(id=call_id, name=name, raw_arguments=text, arguments_error=problem)
+    if not isinstance(parsed, dict):
+        problem = f"arguments must be a JSON object, got {type(parsed).__name__}"
+        return ToolCall(id=call_id, name=name, raw_arguments=text, arguments_error=problem)
+    return ToolCall(id=call_id, name=name, arguments=parsed, raw_arguments=text)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts, as some compatible servers answer
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
+    """The ModelReply of a Chat Completions answer; garbage raises ProviderResponseError.
+
+    An answer with neither text nor tool calls is a valid, empty reply (the runtime decides
+    what an empty turn means).
+    """
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ProviderResponseError(provider, model, "answer has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise ProviderResponseError(provider, model, "answer's first choice has no message")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ProviderResponseError(provider, model, "answer's tool_calls is not a list")
+    finish = choices[0].get("finish_reason")
+    return ModelReply(
+        text=_text(message.get("content")),
+        tool_calls=tuple(_parse_tool_call(call, i) for i, call in enumerate(raw_calls)),
+        usage=parse_usage(data.get("usage")),
+        model=str(data.get("model") or model),
+        stop_reason=str(finish) if finish is not None else None,
+    )
+
+
+class OpenAIProvider(HttpProvider):
+    """``POST {baseUrl}/chat/completions`` with ``Authorization: Bearer <apiKey>``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            name, config, default_base_url=DEFAULT_BASE_URL, session=session, retry=retry
+        )
+        self._url = f"{self.base_url}/chat/completions"
+        official = urlsplit(self.base_url).hostname == OFFICIAL_HOST
+        self.limit_key = "max_completion_tokens" if official else "max_tokens"
+        self._headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            self._headers["Authorization"] = f"Bearer {self._api_key}"
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One model call; raises :class:`gateway.providers.ProviderError` on failure."""
+        payload = build_payload(request, limit_key=self.limit_key)
+        data = await self._post(self._url, self._headers, payload, request.model)
+        return parse_reply(self.name, request.model, data)

@@ -1,0 +1,276 @@
+"""A fake Anthropic Messages API server on loopback, speaking the real wire format.
+
+It checks ``x-api-key`` and ``anthropic-version`` and the request's shape the way the real
+API does (401/400 in Anthropic's ``{"type":"error","error":{…}}`` shape), plays a queue of
+scripted answers (text, tool_use, usage with cache reads and writes, errors with
+Retry-After, garbage, delays and hangs) and records every request::
+
+    async with anthropic_server(api_key="sk-ant-test") as fake:
+        fake.reply_text("hello", input_tokens=12, output_tokens=3)
+        ...  # point a provider at fake.base_url
+        assert fake.requests[0].body["system"] == "…"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.fakes.openai import RecordedRequest, Step, masked_headers
+
+#: (id, name, input): a dict is the tool_use input; anything else is sent as given.
+FakeToolUse = tuple[str, str, Any]
+
+
+def anthropic_error(status: int, kind: str, message: str) -> Step:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return Step(status=status, body=orjson.dumps(body))
+
+
+def _blocks(content: Any) -> list[dict[str, Any]] | None:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list) and all(isinstance(b, dict) for b in content):
+        return content
+    return None
+
+
+def _shape_problem(body: Any) -> str | None:
+    """What the real API would refuse in ``body`` with a 400, or None."""
+    if not isinstance(body, dict):
+        return "There was an issue with the format of your request: invalid JSON"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    if not isinstance(body.get("max_tokens"), int):
+        return "max_tokens: Field required"
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        return "system: Input should be a valid string or list"
+    for i, tool in enumerate(body.get("tools") or []):
+        if not isinstance(tool, dict) or not tool.get("name"):
+            return f"tools.{i}.name: Field required"
+        if not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{i}.input_schema: Field required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    open_calls: set[str] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ("user", "assistant"):
+            return f'messages.{i}.role: Input should be "user" or "assistant"'
+        blocks = _blocks(message.get("content"))
+        if not blocks:
+            return f"messages.{i}: all messages must have non-empty content"
+        results = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+        if open_calls and open_calls != results:
+            return (
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(sorted(open_calls - results))}"
+            )
+        if results - open_calls:
+            return (
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+                "blocks. Each `tool_result` block must have a corresponding `tool_use` "
+                "block in the previous message."
+            )
+        open_calls = set()
+        for j, block in enumerate(blocks):
+            if block.get("type") == "text" and not block.get("text"):
+                return f"messages.{i}.content.{j}: text content blocks must be non-empty"
+            if block.get("type") == "tool_use":
+                if role != "assistant" or not isinstance(block.get("input"), dict):
+                    return f"messages.{i}.content.{j}.tool_use: invalid block"
+                open_calls.add(str(block.get("id")))
+    if open_calls:
+        return "messages: the last message has `tool_use` blocks without results"
+    return None
+
+
+class FakeAnthropic:
+    """The fake server; start it with :func:`anthropic_server`."""
+
+    def __init__(
+        self, *, api_key: str | None = "sk-ant-fake-key", model: str = "claude-sonnet-4-5"
+    ) -> None:
+        self.api_key = api_key
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+        self.base_url = ""
+
+    @property
+    def pending(self) -> int:
+        """Scripted answers not yet played."""
+        return len(self._steps)
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def enqueue(self, step: Step) -> None:
+        self._steps.append(step)
+
+    def reply_json(self, body: Any, *, status: int = 200, delay: float = 0.0) -> None:
+        self.enqueue(Step(status=status, body=orjson.dumps(body), delay=delay))
+
+    def message(
+        self,
+        *,
+        text: str | None,
+        tool_uses: Sequence[FakeToolUse] = (),
+        input_tokens: int = 10,
+        output_tokens: int = 5,
+        cache_read: int = 0,
+        cache_write: int = 0,
+        stop_reason: str | None = None,
+        model: str | None = None,
+    ) -> dict[str, Any]:
+        """A Messages API ``message`` object as the real API returns it."""
+        content: list[dict[str, Any]] = []
+        if text is not None:
+            content.append({"type": "text", "text": text})
+        content += [
+            {"type": "tool_use", "id": use_id, "name": name, "input": tool_input}
+            for use_id, name, tool_input in tool_uses
+        ]
+        return {
+            "id": f"msg_fake{next(self._ids)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model or self.model,
+            "content": content,
+            "stop_reason": stop_reason or ("tool_use" if tool_uses else "end_turn"),
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": input_tokens,
+                "cache_creation_input_tokens": cache_write,
+                "cache_read_input_tokens": cache_read,
+                "output_tokens": output_tokens,
+            },
+        }
+
+    def reply_text(self, text: str | None, *, delay: float = 0.0, **usage: Any) -> None:
+        """Answer with a text block (``None`` = empty content); usage kwargs as in
+        :meth:`message`."""
+        self.reply_json(self.message(text=text, **usage), delay=delay)
+
+    def reply_tool_uses(
+        self,
+        uses: Sequence[FakeToolUse],
+        *,
+        text: str | None = None,
+        delay: float = 0.0,
+        **usage: Any,
+    ) -> None:
+        """Answer with tool_use blocks (after an optional text block)."""
+        self.reply_json(self.message(text=text, tool_uses=uses, **usage), delay=delay)
+
+    def reply_error(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "api_error",
+        retry_after: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Answer an HTTP error in Anthropic's shape, with ``retry-after`` when given."""
+        step = anthropic_error(status, kind, message)
+        extra = dict(headers or {})
+        if retry_after is not None:
+            extra["retry-after"] = retry_after
+        self.enqueue(Step(status=status, body=step.body, headers=extra, delay=delay))
+
+    def reply_raw(
+        self, body: bytes, *, status: int = 200, content_type: str = "application/json"
+    ) -> None:
+        """Answer ``body`` verbatim (garbage, HTML error pages, truncated JSON)."""
+        self.enqueue(Step(status=status, body=body, headers={"Content-Type": content_type}))
+
+    def hang(self, seconds: float = 30.0) -> None:
+        """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
+        self.reply_json(self.message(text="too late"), delay=seconds)
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        key = request.headers.get("x-api-key")
+        authorized = self.api_key is None or key == self.api_key
+        self.requests.append(
+            RecordedRequest(
+                request.method, request.path, masked_headers(request.headers), authorized, body, raw
+            )
+        )
+        step = self._check(request, authorized, body) or self._next_step()
+        if step.delay:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), step.delay)
+        headers = {"Content-Type": "application/json", "request-id": f"req_{len(self.requests)}"}
+        headers.update(step.headers)
+        return web.Response(status=step.status, body=step.body, headers=headers)
+
+    def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
+        if request.method != "POST" or request.path != "/v1/messages":
+            return anthropic_error(404, "not_found_error", "Not Found")
+        if not authorized:
+            return anthropic_error(401, "authentication_error", "invalid x-api-key")
+        if not request.headers.get("anthropic-version"):
+            return anthropic_error(
+                400, "invalid_request_error", "anthropic-version: header is required"
+            )
+        problem = _shape_problem(body)
+        if problem:
+            return anthropic_error(400, "invalid_request_error", problem)
+        return None
+
+    def _next_step(self) -> Step:
+        if not self._steps:
+            return anthropic_error(500, "api_error", "fake anthropic: script exhausted")
+        return self._steps.popleft()
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a client that gives up (timeout) ends the handler too.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+
+@asynccontextmanager
+async def anthropic_server(
+    *, api_key: str | None = "sk-ant-fake-key", model: str = "claude-sonnet-4-5"
+) -> AsyncIterator[FakeAnthropic]:
+    """A started :class:`FakeAnthropic`, closed on exit."""
+    fake = FakeAnthropic(api_key=api_key, model=model)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.close()

@@ -1,0 +1,319 @@
+"""A fake OpenAI Chat Completions server on loopback, speaking the real wire format.
+
+It checks the bearer key and the request's shape the way the real API does (401 and 400 in
+OpenAI's error shape), plays a queue of scripted answers (text, tool calls, usage with cached
+tokens, HTTP errors with Retry-After, garbage bodies, delays and hangs) and records every
+request so tests can assert what the provider really sent::
+
+    async with openai_server(api_key="sk-test") as fake:
+        fake.reply_text("hello", prompt_tokens=12, completion_tokens=3)
+        ...  # point a provider at fake.base_url
+        assert fake.requests[0].body["model"] == "gpt-4o-mini"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+#: (id, name, arguments): a dict is sent as its JSON string, a str is sent as given.
+FakeToolCall = tuple[str, str, dict[str, Any] | str]
+
+SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the fake saw it; secret header values are masked."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    authorized: bool
+    body: Any
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One scripted answer: sent after ``delay`` seconds (the server wakes early on close)."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers with secret values replaced: ``Bearer ***``, ``***``."""
+    shown: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.lower() in SECRET_HEADERS:
+            value = "Bearer ***" if value.startswith("Bearer ") else "***"
+        shown[name] = value
+    return shown
+
+
+def openai_error(status: int, message: str, kind: str, code: str | None = None) -> Step:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return Step(status=status, body=orjson.dumps(body))
+
+
+def _shape_problem(body: Any) -> str | None:
+    """What the real API would refuse in ``body`` with a 400, or None."""
+    if not isinstance(body, dict):
+        return "We could not parse the JSON body of your request."
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "you must provide a model parameter"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "[] is too short - 'messages'"
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            return "[] is too short - 'tools'"
+        for i, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if tool.get("type") != "function" or not isinstance(function, dict):
+                return f"Invalid value for 'tools[{i}]': expected a function tool."
+            if not function.get("name"):
+                return f"Missing required parameter: 'tools[{i}].function.name'."
+    pending: set[str] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            return f"Invalid value for 'messages[{i}].role'."
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                return (
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'."
+                )
+            pending.discard(message["tool_call_id"])
+            continue
+        if pending:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(sorted(pending))}"
+            )
+        for call in message.get("tool_calls") or []:
+            arguments = call.get("function", {}).get("arguments")
+            if not isinstance(arguments, str):
+                return f"Invalid type for 'messages[{i}].tool_calls.function.arguments'."
+            pending.add(call.get("id"))
+    return None
+
+
+class FakeOpenAI:
+    """The fake server; start it with :func:`openai_server`."""
+
+    def __init__(self, *, api_key: str | None = "sk-fake-openai-key", model: str = "gpt-4o-mini"):
+        self.api_key = api_key
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+        self.base_url = ""
+
+    @property
+    def pending(self) -> int:
+        """Scripted answers not yet played."""
+        return len(self._steps)
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def enqueue(self, step: Step) -> None:
+        self._steps.append(step)
+
+    def reply_json(self, body: Any, *, status: int = 200, delay: float = 0.0) -> None:
+        self.enqueue(Step(status=status, body=orjson.dumps(body), delay=delay))
+
+    def completion(
+        self,
+        *,
+        content: str | None,
+        tool_calls: Sequence[FakeToolCall] = (),
+        prompt_tokens: int = 10,
+        completion_tokens: int = 5,
+        cached_tokens: int = 0,
+        finish_reason: str | None = None,
+        model: str | None = None,
+    ) -> dict[str, Any]:
+        """A chat.completion object as the real API returns it."""
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
+                    },
+                }
+                for call_id, name, args in tool_calls
+            ]
+        return {
+            "id": f"chatcmpl-fake{next(self._ids)}",
+            "object": "chat.completion",
+            "created": 1_767_225_600,
+            "model": model or self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+            },
+        }
+
+    def reply_text(self, text: str | None, *, delay: float = 0.0, **usage: Any) -> None:
+        """Answer with assistant text (``None`` = null content); usage kwargs as in
+        :meth:`completion`."""
+        self.reply_json(self.completion(content=text, **usage), delay=delay)
+
+    def reply_tool_calls(
+        self,
+        calls: Sequence[FakeToolCall],
+        *,
+        text: str | None = None,
+        delay: float = 0.0,
+        **usage: Any,
+    ) -> None:
+        """Answer with tool calls (and optional text)."""
+        self.reply_json(self.completion(content=text, tool_calls=calls, **usage), delay=delay)
+
+    def reply_error(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "server_error",
+        code: str | None = None,
+        retry_after: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Answer an HTTP error in OpenAI's shape, with ``Retry-After`` when given."""
+        step = openai_error(status, message, kind, code)
+        extra = dict(headers or {})
+        if retry_after is not None:
+            extra["Retry-After"] = retry_after
+        self.enqueue(Step(status=status, body=step.body, headers=extra, delay=delay))
+
+    def reply_raw(
+        self, body: bytes, *, status: int = 200, content_type: str = "application/json"
+    ) -> None:
+        """Answer ``body`` verbatim (garbage, HTML error pages, truncated JSON)."""
+        self.enqueue(Step(status=status, body=body, headers={"Content-Type": content_type}))
+
+    def hang(self, seconds: float = 30.0) -> None:
+        """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
+        self.reply_json(self.completion(content="too late"), delay=seconds)
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        auth = request.headers.get("Authorization")
+        authorized = self.api_key is None or auth == f"Bearer {self.api_key}"
+        self.requests.append(
+            RecordedRequest(
+                request.method, request.path, masked_headers(request.headers), authorized, body, raw
+            )
+        )
+        step = self._check(request, auth, authorized, body) or self._next_step()
+        if step.delay:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), step.delay)
+        headers = {"Content-Type": "application/json", "x-request-id": f"req_{len(self.requests)}"}
+        headers.update(step.headers)
+        return web.Response(status=step.status, body=step.body, headers=headers)
+
+    def _check(
+        self, request: web.Request, auth: str | None, authorized: bool, body: Any
+    ) -> Step | None:
+        if request.method != "POST" or request.path != "/v1/chat/completions":
+            message = f"Invalid URL ({request.method} {request.path})"
+            return openai_error(404, message, "invalid_request_error")
+        if not authorized:
+            if not auth:
+                return openai_error(
+                    401,
+                    "You didn't provide an API key. You need to provide your API key in an "
+                    "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                    "invalid_request_error",
+                )
+            given = auth.removeprefix("Bearer ")
+            shown = f"{given[:3]}***{given[-2:]}" if len(given) > 8 else "***"
+            return openai_error(
+                401,
+                f"Incorrect API key provided: {shown}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        problem = _shape_problem(body)
+        if problem:
+            return openai_error(400, problem, "invalid_request_error")
+        return None
+
+    def _next_step(self) -> Step:
+        if not self._steps:
+            return openai_error(500, "fake openai: script exhausted", "server_error")
+        return self._steps.popleft()
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a client that gives up (timeout) ends the handler too.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+
+@asynccontextmanager
+async def openai_server(
+    *, api_key: str | None = "sk-fake-openai-key", model: str = "gpt-4o-mini"
+) -> AsyncIterator[FakeOpenAI]:
+    """A started :class:`FakeOpenAI`, closed on exit."""
+    fake = FakeOpenAI(api_key=api_key, model=model)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.close()
