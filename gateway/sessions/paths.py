@@ -1,0 +1,95 @@
+"""Where transcripts live (DESIGN §7) and how an archived one is named.
+
+``<stateDir>/agents/<agentId>/sessions/<sessionId>.jsonl``; archived:
+``<sessionId>.jsonl.deleted.<UTC ISO-8601 with ':' → '-'>``, e.g.
+``….jsonl.deleted.2026-01-31T14-55-37.123Z``. Only a validated agent id and a canonical
+uuid session id ever become path segments, and the joined path is checked to stay under
+the state directory (lexically: operators may symlink the state directory itself).
+Directories are created ``0700`` and transcript files ``0600``: they hold conversations.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Final
+
+from gateway.constants import AGENTS_DIR, ARCHIVE_MARKER, SESSIONS_DIR, TRANSCRIPT_SUFFIX
+from gateway.sessions.errors import InvalidIdError, UnsafePathError
+from gateway.sessions.keys import is_uuid, require_id
+
+DIR_MODE: Final = 0o700
+FILE_MODE: Final = 0o600
+_UUID_RE: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+#: What an archived transcript's file name looks like.
+ARCHIVED_NAME_RE: Final = re.compile(
+    rf"^(?P<session_id>{_UUID_RE})\.jsonl\.deleted\."
+    r"(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z)$"
+)
+
+
+def sessions_dir(state_dir: Path, agent_id: str) -> Path:
+    """``<stateDir>/agents/<agentId>/sessions`` for a validated agent id."""
+    require_id(agent_id, "agent id")
+    return _under(state_dir, Path(state_dir) / AGENTS_DIR / agent_id / SESSIONS_DIR)
+
+
+def transcript_path(state_dir: Path, agent_id: str, session_id: str) -> Path:
+    """The live transcript path of a session; raises on an unsafe agent or session id."""
+    if not is_uuid(session_id):
+        raise InvalidIdError(f"session id {session_id!r:.80} must be a lowercase uuid")
+    path = sessions_dir(state_dir, agent_id) / f"{session_id}{TRANSCRIPT_SUFFIX}"
+    return _under(state_dir, path)
+
+
+def archive_stamp(at: dt.datetime) -> str:
+    """``2026-01-31T14-55-37.123Z``: UTC ISO-8601 with milliseconds, ':' replaced by '-'."""
+    utc = at.astimezone(dt.UTC)
+    return utc.strftime("%Y-%m-%dT%H-%M-%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def archived_path(live: Path, at: dt.datetime) -> Path:
+    """The archive name of ``live`` in the same folder, stamped with ``at``."""
+    return live.with_name(f"{live.name}{ARCHIVE_MARKER}{archive_stamp(at)}")
+
+
+def find_archived(live: Path) -> Path | None:
+    """The newest archived sibling of ``live`` (``<name>.deleted.*``), if any.
+
+    Used when the database lost track of a rename (a crash between rename and commit).
+    """
+    try:
+        names = os.listdir(live.parent)
+    except FileNotFoundError:
+        return None
+    prefix = f"{live.name}{ARCHIVE_MARKER}"
+    found = sorted(n for n in names if n.startswith(prefix) and ARCHIVED_NAME_RE.match(n))
+    return live.parent / found[-1] if found else None
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` and any missing parents with mode 0700; existing ones are left alone."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        # mkdir's mode is filtered by the umask; the mode is a promise, so set it exactly.
+        os.chmod(directory, DIR_MODE)
+
+
+def _under(state_dir: Path, path: Path) -> Path:
+    root = os.path.normpath(os.path.abspath(state_dir))
+    candidate = os.path.normpath(os.path.abspath(path))
+    if os.path.commonpath([root, candidate]) != root:
+        raise UnsafePathError(f"{candidate!r} is not under the state directory {root!r}")
+    return Path(candidate)

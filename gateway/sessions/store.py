@@ -1,0 +1,427 @@
+"""Sessions: the state database's index and the transcript files, kept in step.
+
+:class:`SessionStore` is what the runtime, the tools and the API use. A session is created
+on first use (:meth:`SessionStore.ensure`): the transcript header is written first, then
+the row is inserted, so a crash in between leaves at most an orphan file, never a row
+without a transcript. Concurrent ``ensure`` calls for one key in this process share one
+creation.
+
+Appends go through the process's :class:`TranscriptWriter` and return once queued (see
+its module for the guarantees); readers here (:meth:`history`, :meth:`read`) first wait
+for lines already queued, so they see their own writes. The database's ``updated_at``
+moves with :meth:`add_usage`, :meth:`set_origin` and :meth:`touch`, not with every line.
+
+Archiving renames the transcript in its folder to
+``<sessionId>.jsonl.deleted.<UTC timestamp>`` and records the time and path; the session
+leaves listings and its row, usage and transcript stay readable. Archiving twice is a
+no-op; a transcript already gone is recorded (path None, or the archived file found
+beside it after a crash between rename and commit), not raised. Appending to an archived
+session raises :class:`SessionArchivedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from gateway.llm import ChatMessage, Usage
+from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
+from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
+from gateway.sessions.paths import archived_path, find_archived, transcript_path
+from gateway.sessions.transcript import (
+    TranscriptContents,
+    aread_transcript,
+    chat_messages_from_records,
+    event_record,
+    header_record,
+    iso_timestamp,
+    message_record,
+)
+from gateway.sessions.writer import TranscriptWriter
+from gateway.state import Origin, SessionRecord, StateDB
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HISTORY_LIMIT: Final = 50
+MAX_HISTORY_LIMIT: Final = 1000
+
+
+class SessionStore:
+    """Sessions of one state directory: index rows in ``db`` and transcripts on disk.
+
+    ``writer`` defaults to a new :class:`TranscriptWriter` that :meth:`aclose` closes; a
+    writer passed in belongs to the caller. ``clock`` returns epoch seconds.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        db: StateDB,
+        *,
+        writer: TranscriptWriter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.db = db
+        self.writer = writer if writer is not None else TranscriptWriter()
+        self._owns_writer = writer is None
+        self._clock = clock
+        self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
+        self._archived: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def ensure(
+        self,
+        key: str | SessionKey,
+        *,
+        agent_id: str | None = None,
+        kind: SessionKind | None = None,
+        parent_key: str | None = None,
+        label: str | None = None,
+        model: str | None = None,
+        origin: Origin | None = None,
+    ) -> SessionRecord:
+        """The session for ``key``, created (row and transcript header) on first use.
+
+        ``agent_id`` and ``kind`` are taken from the key; when given they must agree with
+        it. The other arguments only apply when the session is created. Raises
+        :class:`SessionKeyError` for a malformed key.
+        """
+        parsed = key if isinstance(key, SessionKey) else SessionKey.parse(key)
+        if agent_id is not None and agent_id != parsed.agent_id:
+            raise InvalidIdError(f"agent id {agent_id!r} does not match key {parsed}")
+        if kind is not None and kind != parsed.session_kind:
+            raise InvalidIdError(f"kind {kind!r} does not match key {parsed}")
+        if parent_key is not None:
+            SessionKey.parse(parent_key)
+        text = str(parsed)
+        task = self._creating.get(text)
+        if task is None:
+            record = await self.db.sessions.get(text)
+            if record is not None:
+                return record
+            task = self._creating.get(text)  # another caller may have started meanwhile
+        if task is None:
+            task = asyncio.create_task(
+                self._create(parsed, parent_key=parent_key, label=label, model=model, origin=origin)
+            )
+            self._creating[text] = task
+            task.add_done_callback(lambda t: self._creation_done(text, t))
+        return await asyncio.shield(task)
+
+    def _creation_done(self, key: str, task: asyncio.Task[SessionRecord]) -> None:
+        self._creating.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here, so a failure nobody awaited is not logged twice
+
+    async def _create(
+        self,
+        key: SessionKey,
+        *,
+        parent_key: str | None,
+        label: str | None,
+        model: str | None,
+        origin: Origin | None,
+    ) -> SessionRecord:
+        session_id = new_session_id()
+        now = self._clock()
+        path = transcript_path(self.state_dir, key.agent_id, session_id)
+        header = header_record(
+            session_id=session_id,
+            key=str(key),
+            agent_id=key.agent_id,
+            parent_key=parent_key,
+            at=now,
+        )
+        await self.writer.append(path, header, wait=True)
+        record = SessionRecord(
+            key=str(key),
+            session_id=session_id,
+            agent_id=key.agent_id,
+            kind=key.session_kind,
+            created_at=now,
+            updated_at=now,
+            parent_key=parent_key,
+            label=label,
+            model=model,
+            origin=origin,
+        )
+        stored, created = await self.db.sessions.create(record)
+        if created:
+            log.info("session %s created (%s)", stored.key, stored.session_id)
+        else:  # another process created it first; our header file is an orphan
+            log.warning("session %s existed already; transcript %s unused", stored.key, path)
+        return stored
+
+    async def get(self, key: str) -> SessionRecord | None:
+        """The session with ``key`` (archived ones included), or None."""
+        return await self.db.sessions.get(key)
+
+    async def require(self, key: str) -> SessionRecord:
+        """The session with ``key``, or :class:`SessionNotFoundError`."""
+        record = await self.db.sessions.get(key)
+        if record is None:
+            raise SessionNotFoundError(key)
+        return record
+
+    async def get_by_id(self, session_id: str) -> SessionRecord | None:
+        """The session with ``session_id`` (archived ones included), or None."""
+        return await self.db.sessions.get_by_id(session_id)
+
+    async def list(
+        self,
+        *,
+        include_subagents: bool = False,
+        include_archived: bool = False,
+        agent_id: str | None = None,
+        parent_key: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[SessionRecord]:
+        """Sessions, most recently updated first; sub-agent and archived ones only if asked."""
+        return await self.db.sessions.list(
+            include_subagents=include_subagents,
+            include_archived=include_archived,
+            agent_id=agent_id,
+            parent_key=parent_key,
+            limit=limit,
+        )
+
+    async def add_usage(
+        self, key: str, usage: Usage, cost_usd: float | None = None
+    ) -> SessionRecord:
+        """Add a model call's usage (and cost, when priced) to the session's totals."""
+        return await self.db.sessions.add_usage(key, usage, cost_usd, at=self._clock())
+
+    async def set_origin(self, key: str, origin: Origin | None) -> SessionRecord:
+        """Record the chat, channel and thread the session's replies go to."""
+        return await self.db.sessions.set_origin(key, origin, at=self._clock())
+
+    async def touch(self, key: str) -> SessionRecord:
+        """Mark the session active now."""
+        return await self.db.sessions.touch(key, at=self._clock())
+
+    # -- transcripts ------------------------------------------------------------------------
+
+    def transcript_path(self, record: SessionRecord) -> Path:
+        """The live transcript path of ``record`` (where it is until archived)."""
+        return transcript_path(self.state_dir, record.agent_id, record.session_id)
+
+    def current_path(self, record: SessionRecord) -> Path | None:
+        """Where the transcript is now: the archived file, the live one, or None if gone."""
+        return current_transcript_path(self.state_dir, record)
+
+    async def append_message(
+        self,
+        session: SessionRecord,
+        message: ChatMessage,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        wait: bool = False,
+    ) -> str:
+        """Append a message line; returns its line id. ``model``/``usage`` annotate a reply.
+
+        Usage totals are not touched here: call :meth:`add_usage` once per model call.
+        """
+        record = message_record(message, model=model, usage=usage, at=self._clock())
+        await self._append(session, record, wait)
+        return str(record["id"])
+
+    async def append_event(
+        self,
+        session: SessionRecord,
+        name: str,
+        data: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = False,
+    ) -> str:
+        """Append an event line (``spawned``, ``announce``, ``status``, …); returns its id."""
+        record = event_record(name, data, at=self._clock())
+        await self._append(session, record, wait)
+        return str(record["id"])
+
+    async def _append(self, session: SessionRecord, record: dict[str, Any], wait: bool) -> None:
+        if session.archived or session.key in self._archived:
+            raise SessionArchivedError(session.key)
+        await self.writer.append(self.transcript_path(session), record, wait=wait)
+
+    async def flush(self) -> None:
+        """Wait for every queued line; raise :class:`TranscriptWriteError` for failed ones."""
+        await self.writer.flush()
+
+    async def read(self, key: str) -> TranscriptContents:
+        """The whole transcript of ``key`` (archived or live). A missing file reads empty."""
+        record = await self.require(key)
+        path = self.current_path(record)
+        await self.writer.flush(report=False)
+        if path is None:
+            return TranscriptContents([])
+        try:
+            return await aread_transcript(path)
+        except FileNotFoundError:
+            return TranscriptContents([])
+
+    async def history(
+        self, key: str, *, limit: int = DEFAULT_HISTORY_LIMIT, include_tools: bool = False
+    ) -> builtins.list[dict[str, Any]]:
+        """The last ``limit`` messages of a session, oldest first, as JSON objects.
+
+        Each is ``{"id","timestamp","role","content",…}`` with the message's optional keys.
+        Without ``include_tools``, tool results are left out, tool calls are stripped from
+        assistant messages, and assistant messages that only called tools are dropped.
+        """
+        if not 1 <= limit <= MAX_HISTORY_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_HISTORY_LIMIT}")
+        contents = await self.read(key)
+        out: builtins.list[dict[str, Any]] = []
+        for line in contents.messages:
+            body = line.get("message")
+            if not isinstance(body, dict):
+                continue
+            item = {"id": line.get("id"), "timestamp": line.get("timestamp"), **body}
+            if not include_tools:
+                if item.get("role") == "tool":
+                    continue
+                if item.pop("toolCalls", None) and not item.get("content"):
+                    continue
+            out.append(item)
+        return out[-limit:]
+
+    async def chat_messages(self, key: str) -> builtins.list[ChatMessage]:
+        """The session's conversation for the model (dangling tool calls closed)."""
+        return chat_messages_from_records((await self.read(key)).records)
+
+    # -- archive ----------------------------------------------------------------------------
+
+    async def archive(self, key: str) -> Path | None:
+        """Archive one session; return the archived path (None if the file was gone).
+
+        Safe to call twice. Raises :class:`SessionNotFoundError` for an unknown key and the
+        ``OSError`` of a rename that failed for another reason than a missing file.
+        """
+        record = await self.require(key)
+        if record.archived:
+            return Path(record.archived_path) if record.archived_path else None
+        results, errors = await self._archive_records([record])
+        if key in errors:
+            raise errors[key]
+        return results[key]
+
+    async def archive_many(self, keys: Iterable[str]) -> dict[str, Path | None]:
+        """Archive many sessions in one pass (one rename sweep, one transaction).
+
+        Returns the archived path (or None) of every key now archived; unknown keys and
+        failed renames are logged and left out.
+        """
+        wanted = builtins.list(dict.fromkeys(keys))
+        found = await self.db.sessions.get_many(wanted)
+        for key in wanted:
+            if key not in found:
+                log.warning("archive: no session %s", key)
+        done = {
+            r.key: (Path(r.archived_path) if r.archived_path else None)
+            for r in found.values()
+            if r.archived
+        }
+        results, _ = await self._archive_records([r for r in found.values() if not r.archived])
+        return done | results
+
+    async def _archive_records(
+        self, records: Sequence[SessionRecord]
+    ) -> tuple[dict[str, Path | None], dict[str, OSError]]:
+        if not records:
+            return {}, {}
+        # From here on appends to these sessions fail, so no line can follow the rename.
+        self._archived.update(r.key for r in records)
+        lives = [self.transcript_path(r) for r in records]
+        await self.writer.release(lives)
+        at = self._clock()
+        outcomes = await asyncio.to_thread(_rename_all, lives, at)
+        results: dict[str, Path | None] = {}
+        errors: dict[str, OSError] = {}
+        entries: builtins.list[tuple[str, float, str | None]] = []
+        for record, outcome in zip(records, outcomes, strict=True):
+            if isinstance(outcome, OSError):
+                log.error("archive %s: %s", record.key, outcome)
+                self._archived.discard(record.key)
+                errors[record.key] = outcome
+                continue
+            results[record.key] = outcome
+            entries.append((record.key, at, os.fspath(outcome) if outcome else None))
+        await self.db.sessions.mark_archived(entries)
+        log.info("archived %d session(s)", len(entries))
+        return results, errors
+
+    # -- views ------------------------------------------------------------------------------
+
+    def describe(self, record: SessionRecord) -> dict[str, Any]:
+        """The JSON shape of a session for the API, the CLI and the session tools."""
+        path = self.current_path(record)
+        return describe_session(record, path)
+
+    async def aclose(self) -> None:
+        """Write everything queued; close the writer if this store made it. Idempotent."""
+        if self._owns_writer:
+            await self.writer.aclose()
+
+
+def describe_session(record: SessionRecord, path: Path | None) -> dict[str, Any]:
+    """A session as JSON: camelCase keys, ISO-8601 times, ``transcriptPath`` where it is now."""
+    return {
+        "key": record.key,
+        "sessionId": record.session_id,
+        "agentId": record.agent_id,
+        "kind": record.kind,
+        "parentKey": record.parent_key,
+        "label": record.label,
+        "model": record.model,
+        "origin": record.origin.to_json() if record.origin else None,
+        "createdAt": iso_timestamp(record.created_at),
+        "updatedAt": iso_timestamp(record.updated_at),
+        "usage": record.usage.to_json(),
+        "costUsd": record.cost_usd,
+        "archiveDueAt": _iso(record.archive_due_at),
+        "archived": record.archived,
+        "archivedAt": _iso(record.archived_at),
+        "transcriptPath": os.fspath(path) if path else None,
+    }
+
+
+def current_transcript_path(state_dir: Path, record: SessionRecord) -> Path | None:
+    """Where ``record``'s transcript is now: archived file, live file, or None if gone."""
+    if record.archived:
+        return Path(record.archived_path) if record.archived_path else None
+    return transcript_path(state_dir, record.agent_id, record.session_id)
+
+
+def _iso(at: float | None) -> str | None:
+    return iso_timestamp(at) if at is not None else None
+
+
+def _rename_all(lives: Sequence[Path], at: float) -> builtins.list[Path | OSError | None]:
+    """Rename each live transcript to its archive name (blocking; run in a thread)."""
+    stamp_time = dt.datetime.fromtimestamp(at, dt.UTC)
+    out: builtins.list[Path | OSError | None] = []
+    for live in lives:
+        target = archived_path(live, stamp_time)
+        try:
+            os.rename(live, target)
+        except FileNotFoundError:
+            # Gone already: perhaps renamed by a run that crashed before recording it.
+            out.append(find_archived(live))
+        except OSError as exc:
+            out.append(exc)
+        else:
+            out.append(target)
+    return out

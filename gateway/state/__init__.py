@@ -1,0 +1,53 @@
+"""The state database (SQLite, WAL): sessions index, sub-agent runs, announce outbox."""
+
+from gateway.state.db import StateDB
+from gateway.state.errors import (
+    InvalidUpdateError,
+    ReadOnlyStateError,
+    RecordConflictError,
+    RecordNotFoundError,
+    SchemaError,
+    StateClosedError,
+    StateError,
+    StateMissingError,
+)
+from gateway.state.outbox import OutboxTable
+from gateway.state.rows import (
+    FINISHED_STATUSES,
+    RUN_STATUSES,
+    Cleanup,
+    Origin,
+    OutboxRecord,
+    OutboxState,
+    RunRecord,
+    RunStatus,
+    SessionKind,
+    SessionRecord,
+)
+from gateway.state.runs import RunsTable
+from gateway.state.sessions import SessionsTable
+
+__all__ = [
+    "FINISHED_STATUSES",
+    "RUN_STATUSES",
+    "Cleanup",
+    "InvalidUpdateError",
+    "Origin",
+    "OutboxRecord",
+    "OutboxState",
+    "OutboxTable",
+    "ReadOnlyStateError",
+    "RecordConflictError",
+    "RecordNotFoundError",
+    "RunRecord",
+    "RunStatus",
+    "RunsTable",
+    "SchemaError",
+    "SessionKind",
+    "SessionRecord",
+    "SessionsTable",
+    "StateClosedError",
+    "StateDB",
+    "StateError",
+    "StateMissingError",
+]

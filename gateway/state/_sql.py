@@ -1,0 +1,64 @@
+"""Small SQL helpers shared by the table modules (internal)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+from gateway.state.errors import InvalidUpdateError, RecordConflictError
+from gateway.state.rows import to_column_value
+
+T = TypeVar("T")
+
+
+class Database(Protocol):
+    """What a table needs of :class:`gateway.state.db.StateDB`."""
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
+
+
+def column_list(columns: Iterable[str]) -> str:
+    return ", ".join(columns)
+
+
+def insert_sql(table: str, columns: Iterable[str]) -> str:
+    names = list(columns)
+    marks = ", ".join("?" for _ in names)
+    return f"INSERT INTO {table} ({column_list(names)}) VALUES ({marks})"
+
+
+def update_assignments(
+    table: str, changes: Mapping[str, Any], allowed: frozenset[str]
+) -> tuple[str, list[Any]]:
+    """``"a = ?, b = ?"`` and the values for ``changes``; unknown columns are refused.
+
+    Column names come from the caller, so they are checked against the table's known
+    columns before they reach SQL text.
+    """
+    if not changes:
+        raise InvalidUpdateError(f"{table}: nothing to update")
+    unknown = sorted(set(changes) - allowed)
+    if unknown:
+        raise InvalidUpdateError(f"{table}: cannot update {', '.join(unknown)}")
+    names = list(changes)
+    sql = ", ".join(f"{name} = ?" for name in names)
+    return sql, [to_column_value(changes[name]) for name in names]
+
+
+def integrity_error(
+    table: str, exc: sqlite3.IntegrityError
+) -> RecordConflictError | InvalidUpdateError:
+    """A duplicate key is a :class:`RecordConflictError`; a CHECK, NOT NULL or foreign key
+    violation is the caller's bad value, an :class:`InvalidUpdateError`."""
+    text = str(exc)
+    if text.startswith("UNIQUE constraint failed"):
+        return RecordConflictError(table, text)
+    return InvalidUpdateError(f"{table}: {text}")
+
+
+def in_clause(values: Iterable[str]) -> tuple[str, list[str]]:
+    items = list(values)
+    return "(" + ", ".join("?" for _ in items) + ")", items

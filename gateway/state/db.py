@@ -1,0 +1,265 @@
+"""The state database: SQLite at ``<stateDir>/herald.db``, the source of truth after a restart.
+
+One dedicated writer thread owns the read-write connection: every write runs there, one at
+a time, in its own ``BEGIN IMMEDIATE`` transaction, so there is exactly one writer and the
+event loop never blocks on SQLite. Reads run on a second thread with its own read-only
+connection; WAL lets them proceed while a write is in progress, and a read issued after a
+write's awaitable resolved sees that write. ``herald`` CLI commands open the same file
+read-only while the daemon runs.
+
+Settings: ``journal_mode=WAL`` (readers never block the writer), ``synchronous=NORMAL``
+(with WAL a crash cannot corrupt the file; a power cut may lose the last commits),
+``busy_timeout`` (another process — a CLI reader, a second daemon by mistake — waits
+instead of failing at once), ``foreign_keys=ON``. At open, migrations from
+:mod:`gateway.state.schema` are applied in order. The file is created ``0600``.
+
+Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs` and
+:attr:`StateDB.outbox`; anything else can use :meth:`StateDB.read`/:meth:`StateDB.write`
+with a function of a :class:`sqlite3.Connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final, TypeVar
+from urllib.parse import quote
+
+from gateway.state.errors import (
+    ReadOnlyStateError,
+    SchemaError,
+    StateClosedError,
+    StateError,
+    StateMissingError,
+)
+from gateway.state.outbox import OutboxTable
+from gateway.state.runs import RunsTable
+from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.sessions import SessionsTable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Milliseconds another connection may hold a lock before an operation fails.
+BUSY_TIMEOUT_MS: Final = 5000
+DB_FILE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+
+
+class StateDB:
+    """The state database. Open with :meth:`open`; close with :meth:`close` (idempotent)."""
+
+    def __init__(self, path: Path, *, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.schema_version = 0
+        self._closed = False
+        self._writer = (
+            None
+            if readonly
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-writer")
+        )
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-reader")
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self.sessions = SessionsTable(self)
+        self.runs = RunsTable(self)
+        self.outbox = OutboxTable(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("read-only" if self.readonly else "open")
+        return f"<StateDB {self.path} {state} version={self.schema_version}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @classmethod
+    async def open(cls, path: Path, *, readonly: bool = False) -> StateDB:
+        """Open (creating and migrating unless ``readonly``) the database at ``path``.
+
+        Read-only opens raise :class:`StateMissingError` when there is no file, and
+        :class:`SchemaError` when its schema is not the one this code knows.
+        """
+        db = cls(Path(path), readonly=readonly)
+        try:
+            if not readonly:
+                db._wconn = await db._run(db._writer, db._open_writer)
+            db._rconn = await db._run(db._reader, db._open_reader)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the reader thread (a read-only connection)."""
+        self._check_open()
+        conn = self._rconn
+        if conn is None:
+            raise StateClosedError("the state database is not open")
+        return await self._run(self._reader, lambda: fn(conn))
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the writer thread inside one transaction.
+
+        Commits when ``fn`` returns, rolls back and re-raises when it raises.
+        """
+        self._check_open()
+        if self.readonly or self._wconn is None:
+            raise ReadOnlyStateError(f"{self.path} is open read-only")
+        conn = self._wconn
+        return await self._run(self._writer, lambda: _in_transaction(conn, fn))
+
+    async def close(self) -> None:
+        """Finish queued operations, close both connections, stop the threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        for executor, attr in ((self._writer, "_wconn"), (self._reader, "_rconn")):
+            if executor is None:
+                continue
+            conn = getattr(self, attr)
+            if conn is not None:
+                setattr(self, attr, None)
+                await loop.run_in_executor(executor, conn.close)
+            await asyncio.to_thread(executor.shutdown, True)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateClosedError(f"the state database {self.path} is closed")
+
+    async def _run(self, executor: ThreadPoolExecutor | None, fn: Callable[[], T]) -> T:
+        if executor is None:
+            raise ReadOnlyStateError(f"{self.path} is open read-only")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn)
+        except RuntimeError as exc:
+            # The executor refuses work after shutdown: report it as the typed error.
+            if self._closed and "shutdown" in str(exc):
+                raise StateClosedError(f"the state database {self.path} is closed") from None
+            raise
+
+    def _open_writer(self) -> sqlite3.Connection:
+        _ensure_parent(self.path)
+        if not self.path.exists():
+            # SQLite creates files 0644; the journal and WAL files copy the main file's mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, DB_FILE_MODE))
+        conn = _connect(str(self.path), uri=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                log.warning("state database %s: journal mode is %s, not wal", self.path, mode)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self.schema_version = _migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        if not self.path.exists():
+            raise StateMissingError(f"no state database at {self.path}")
+        conn = _connect(f"file:{quote(str(self.path))}?mode=ro", uri=True)
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            if self.readonly:
+                version = _current_version(conn)
+                if version != LATEST_VERSION:
+                    raise SchemaError(
+                        f"{self.path} has schema version {version}; this Herald reads "
+                        f"version {LATEST_VERSION} (start the daemon once to migrate)"
+                    )
+                self.schema_version = version
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StateError(f"cannot read {self.path}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in _in_transaction).
+    conn = sqlite3.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,  # created on one thread, used only on its executor's thread
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+def _in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+def _current_version(conn: sqlite3.Connection) -> int:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> int:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version "
+        "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    current = _current_version(conn)
+    if current > LATEST_VERSION:
+        raise SchemaError(
+            f"{path} has schema version {current}, newer than this Herald ({LATEST_VERSION})"
+        )
+    for version in range(current + 1, LATEST_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                (version, time.time()),
+            )
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise SchemaError(f"{path}: migration to version {version} failed: {exc}") from exc
+        conn.execute("COMMIT")
+        log.info("state database %s: migrated to schema version %d", path, version)
+    return LATEST_VERSION
+
+
+def _ensure_parent(path: Path) -> None:
+    parent = path.parent
+    if parent.exists():
+        return
+    missing = [parent, *(p for p in parent.parents if not p.exists())]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)

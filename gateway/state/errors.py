@@ -1,0 +1,46 @@
+"""Typed errors of the state database."""
+
+from __future__ import annotations
+
+from gateway.errors import HeraldError
+
+
+class StateError(HeraldError):
+    """Base class of state database errors."""
+
+
+class StateClosedError(StateError):
+    """The state database was closed; no more operations."""
+
+
+class StateMissingError(StateError):
+    """There is no state database at the path (read-only opens never create one)."""
+
+
+class SchemaError(StateError):
+    """The database schema cannot be used: a migration failed, or the file is newer/older."""
+
+
+class ReadOnlyStateError(StateError):
+    """A write was asked of a database opened read-only."""
+
+
+class RecordNotFoundError(StateError, LookupError):
+    """No row has this key in ``table``."""
+
+    def __init__(self, table: str, key: object) -> None:
+        self.table = table
+        self.key = key
+        super().__init__(f"no {table} row {key!r}")
+
+
+class RecordConflictError(StateError):
+    """A row with this unique key already exists in ``table``."""
+
+    def __init__(self, table: str, detail: str) -> None:
+        self.table = table
+        super().__init__(f"{table}: {detail}")
+
+
+class InvalidUpdateError(StateError, ValueError):
+    """An update names a column that does not exist or may not change."""

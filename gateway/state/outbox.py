@@ -1,0 +1,117 @@
+"""The ``outbox`` table: messages (announces) waiting for delivery, at most one per run.
+
+Rows are :class:`gateway.state.rows.OutboxRecord`; the delivery loop and its retry policy
+live in the sub-agent layer. ``update`` takes column names as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.state._sql import (
+    Database,
+    column_list,
+    in_clause,
+    insert_sql,
+    integrity_error,
+    update_assignments,
+)
+from gateway.state.errors import RecordNotFoundError
+from gateway.state.rows import OUTBOX_COLUMNS, OutboxRecord, outbox_from_row, to_column_value
+
+_SELECT = f"SELECT {column_list(OUTBOX_COLUMNS)} FROM outbox"
+_INSERT_COLUMNS = tuple(c for c in OUTBOX_COLUMNS if c != "id")
+_UPDATABLE = frozenset(_INSERT_COLUMNS)
+
+
+class OutboxTable:
+    """Data access for ``outbox``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def insert(self, item: OutboxRecord) -> OutboxRecord:
+        """Insert ``item`` (its ``id`` is ignored); returns it with the new id. A second
+        item for the same ``run_id`` raises :class:`RecordConflictError`."""
+        sql = insert_sql("outbox", _INSERT_COLUMNS)
+        values = [to_column_value(getattr(item, name)) for name in _INSERT_COLUMNS]
+
+        def run(conn: sqlite3.Connection) -> OutboxRecord:
+            try:
+                cursor = conn.execute(sql, values)
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("outbox", exc) from exc
+            return _get(conn, "id", cursor.lastrowid)
+
+        return await self._db.write(run)
+
+    async def get(self, item_id: int) -> OutboxRecord | None:
+        """The item with ``item_id``, or None."""
+        return await self._db.read(lambda conn: _find(conn, "id", item_id))
+
+    async def get_by_run(self, run_id: str) -> OutboxRecord | None:
+        """The item for ``run_id``, or None."""
+        return await self._db.read(lambda conn: _find(conn, "run_id", run_id))
+
+    async def update(self, item_id: int, /, **changes: Any) -> OutboxRecord:
+        """Set columns of one item; return the updated row (or raise RecordNotFoundError)."""
+        assignments, values = update_assignments("outbox", changes, _UPDATABLE)
+        sql = f"UPDATE outbox SET {assignments} WHERE id = ?"
+
+        def run(conn: sqlite3.Connection) -> OutboxRecord:
+            try:
+                changed = conn.execute(sql, [*values, item_id]).rowcount
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("outbox", exc) from exc
+            if changed != 1:
+                raise RecordNotFoundError("outbox", item_id)
+            return _get(conn, "id", item_id)
+
+        return await self._db.write(run)
+
+    async def due(self, now: float, *, limit: int = 100) -> builtins.list[OutboxRecord]:
+        """Pending items whose next attempt is due (or unset), oldest first."""
+        sql = (
+            f"{_SELECT} WHERE state = 'pending'"
+            " AND (next_attempt_at IS NULL OR next_attempt_at <= ?) ORDER BY id LIMIT ?"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
+            return [outbox_from_row(row) for row in conn.execute(sql, (now, limit))]
+
+        return await self._db.read(run)
+
+    async def list(
+        self, *, states: Iterable[str] | None = None, limit: int | None = None
+    ) -> builtins.list[OutboxRecord]:
+        """Items in the given states (all when None), oldest first."""
+        params: builtins.list[Any] = []
+        sql = _SELECT
+        if states is not None:
+            clause, items = in_clause(states)
+            sql += f" WHERE state IN {clause}"
+            params.extend(items)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+
+        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
+            return [outbox_from_row(row) for row in conn.execute(sql, params)]
+
+        return await self._db.read(run)
+
+
+def _find(conn: sqlite3.Connection, column: str, value: object) -> OutboxRecord | None:
+    row = conn.execute(f"{_SELECT} WHERE {column} = ?", (value,)).fetchone()
+    return outbox_from_row(row) if row is not None else None
+
+
+def _get(conn: sqlite3.Connection, column: str, value: object) -> OutboxRecord:
+    record = _find(conn, column, value)
+    if record is None:
+        raise RecordNotFoundError("outbox", value)
+    return record

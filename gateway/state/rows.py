@@ -1,0 +1,295 @@
+"""Typed rows of the state database: frozen dataclasses and their column mapping.
+
+Sessions are shaped for callers (``origin`` and ``usage`` are objects); runs and outbox
+items mirror their columns one to one (field name = column name) so that generic
+``update(id, **changes)`` helpers stay simple, with ``origin``/``usage`` views beside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, get_args
+
+import orjson
+
+from gateway.llm import Usage
+
+SessionKind = Literal["main", "chat", "subagent"]
+RunStatus = Literal[
+    "queued", "running", "announcing", "done", "error", "timeout", "cancelled", "interrupted"
+]
+RUN_STATUSES: Final[tuple[RunStatus, ...]] = get_args(RunStatus)
+#: A run in one of these states has finished; the rest are still live.
+FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
+    {"done", "error", "timeout", "cancelled", "interrupted"}
+)
+Cleanup = Literal["delete", "keep"]
+OutboxState = Literal["pending", "delivered", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a conversation lives on a chat surface: replies and announces go here.
+
+    ``thread_id`` is the raw provider value (a Slack ts keeps its ``.``), never normalised.
+    """
+
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None = None
+    chat_type: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "channel": self.channel,
+            "account": self.account,
+            "chatId": self.chat_id,
+            "threadId": self.thread_id,
+            "chatType": self.chat_type,
+        }
+
+
+def origin_from_columns(row: sqlite3.Row | dict[str, Any]) -> Origin | None:
+    """The origin stored in ``origin_*`` columns, or None when there is none."""
+    if row["origin_channel"] is None:
+        return None
+    return Origin(
+        channel=row["origin_channel"],
+        account=row["origin_account"] or "",
+        chat_id=row["origin_chat_id"] or "",
+        thread_id=row["origin_thread_id"],
+        chat_type=row["origin_chat_type"],
+    )
+
+
+def origin_columns(origin: Origin | None) -> dict[str, str | None]:
+    """``origin_*`` column values for ``origin`` (all NULL for None)."""
+    if origin is None:
+        return dict.fromkeys(ORIGIN_COLUMNS)
+    return {
+        "origin_channel": origin.channel,
+        "origin_account": origin.account,
+        "origin_chat_id": origin.chat_id,
+        "origin_thread_id": origin.thread_id,
+        "origin_chat_type": origin.chat_type,
+    }
+
+
+ORIGIN_COLUMNS: Final = (
+    "origin_channel",
+    "origin_account",
+    "origin_chat_id",
+    "origin_thread_id",
+    "origin_chat_type",
+)
+USAGE_COLUMNS: Final = ("usage_input", "usage_output", "usage_cache_read", "usage_cache_write")
+
+
+def usage_from_columns(row: sqlite3.Row | dict[str, Any]) -> Usage:
+    return Usage(
+        input=row["usage_input"],
+        output=row["usage_output"],
+        cache_read=row["usage_cache_read"],
+        cache_write=row["usage_cache_write"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One session of the index. ``archived_path`` is None until archived (or if the
+    transcript was already gone when it was archived)."""
+
+    key: str
+    session_id: str
+    agent_id: str
+    kind: SessionKind
+    created_at: float
+    updated_at: float
+    parent_key: str | None = None
+    label: str | None = None
+    model: str | None = None
+    origin: Origin | None = None
+    usage: Usage = field(default_factory=Usage)
+    #: None until some usage had a known price.
+    cost_usd: float | None = None
+    archive_due_at: float | None = None
+    archived_at: float | None = None
+    archived_path: str | None = None
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
+
+    @property
+    def is_subagent(self) -> bool:
+        return self.kind == "subagent"
+
+
+SESSION_COLUMNS: Final = (
+    "key",
+    "session_id",
+    "agent_id",
+    "kind",
+    "parent_key",
+    "label",
+    "model",
+    *ORIGIN_COLUMNS,
+    "created_at",
+    "updated_at",
+    *USAGE_COLUMNS,
+    "cost_usd",
+    "archive_due_at",
+    "archived_at",
+    "archived_path",
+)
+
+
+def session_from_row(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        key=row["key"],
+        session_id=row["session_id"],
+        agent_id=row["agent_id"],
+        kind=row["kind"],
+        parent_key=row["parent_key"],
+        label=row["label"],
+        model=row["model"],
+        origin=origin_from_columns(row),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        usage=usage_from_columns(row),
+        cost_usd=row["cost_usd"],
+        archive_due_at=row["archive_due_at"],
+        archived_at=row["archived_at"],
+        archived_path=row["archived_path"],
+    )
+
+
+def session_to_columns(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "key": record.key,
+        "session_id": record.session_id,
+        "agent_id": record.agent_id,
+        "kind": record.kind,
+        "parent_key": record.parent_key,
+        "label": record.label,
+        "model": record.model,
+        **origin_columns(record.origin),
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "usage_input": record.usage.input,
+        "usage_output": record.usage.output,
+        "usage_cache_read": record.usage.cache_read,
+        "usage_cache_write": record.usage.cache_write,
+        "cost_usd": record.cost_usd,
+        "archive_due_at": record.archive_due_at,
+        "archived_at": record.archived_at,
+        "archived_path": record.archived_path,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A sub-agent run; fields are the ``runs`` columns."""
+
+    run_id: str
+    child_session_key: str
+    child_session_id: str
+    requester_agent_id: str
+    agent_id: str
+    task: str
+    created_at: float
+    status: RunStatus = "queued"
+    parent_session_key: str | None = None
+    label: str | None = None
+    model: str | None = None
+    model_applied: bool = True
+    cleanup: Cleanup = "keep"
+    run_timeout_seconds: float = 0
+    origin_channel: str | None = None
+    origin_account: str | None = None
+    origin_chat_id: str | None = None
+    origin_thread_id: str | None = None
+    origin_chat_type: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    usage_input: int = 0
+    usage_output: int = 0
+    usage_cache_read: int = 0
+    usage_cache_write: int = 0
+    cost_usd: float | None = None
+    result_text: str | None = None
+    error: str | None = None
+    announce_state: str | None = None
+    announce_error: str | None = None
+    transcript_path: str | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(
+            self.usage_input, self.usage_output, self.usage_cache_read, self.usage_cache_write
+        )
+
+    @property
+    def origin(self) -> Origin | None:
+        return origin_from_columns(dataclasses.asdict(self))
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """An announce (or other message) waiting for delivery; fields are ``outbox`` columns.
+
+    ``id`` is None until inserted.
+    """
+
+    channel: str
+    account: str
+    chat_id: str
+    text: str
+    created_at: float
+    id: int | None = None
+    run_id: str | None = None
+    thread_id: str | None = None
+    kind: str = "announce"
+    state: OutboxState = "pending"
+    attempts: int = 0
+    next_attempt_at: float | None = None
+    last_error: str | None = None
+    delivered_at: float | None = None
+    message_ids: tuple[str, ...] = ()
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+RUN_COLUMNS: Final = field_names(RunRecord)
+OUTBOX_COLUMNS: Final = field_names(OutboxRecord)
+
+
+def run_from_row(row: sqlite3.Row) -> RunRecord:
+    values = {name: row[name] for name in RUN_COLUMNS}
+    values["model_applied"] = bool(values["model_applied"])
+    return RunRecord(**values)
+
+
+def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
+    values = {name: row[name] for name in OUTBOX_COLUMNS}
+    ids = values["message_ids"]
+    values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
+    return OutboxRecord(**values)
+
+
+def to_column_value(value: Any) -> Any:
+    """A Python value as SQLite stores it (bools as 0/1, tuples/lists as JSON text)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (tuple, list)):
+        return orjson.dumps(list(value)).decode()
+    return value

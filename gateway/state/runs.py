@@ -1,0 +1,135 @@
+"""The ``runs`` table: sub-agent runs. Small generic helpers; the sub-agent layer owns meaning.
+
+Rows are :class:`gateway.state.rows.RunRecord`; ``update`` takes column names as keyword
+arguments (checked against the table), e.g. ``update(run_id, status="running",
+started_at=now)``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.llm import Usage
+from gateway.state._sql import (
+    Database,
+    column_list,
+    in_clause,
+    insert_sql,
+    integrity_error,
+    update_assignments,
+)
+from gateway.state.errors import RecordNotFoundError
+from gateway.state.rows import RUN_COLUMNS, RunRecord, run_from_row, to_column_value
+
+_SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
+_UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+
+
+class RunsTable:
+    """Data access for ``runs``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def insert(self, run: RunRecord) -> RunRecord:
+        """Insert a new run; a duplicate ``run_id`` raises :class:`RecordConflictError`, an
+        unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`."""
+        sql = insert_sql("runs", RUN_COLUMNS)
+        values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
+
+        def run_insert(conn: sqlite3.Connection) -> RunRecord:
+            try:
+                conn.execute(sql, values)
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("runs", exc) from exc
+            return _get(conn, run.run_id)
+
+        return await self._db.write(run_insert)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The run with ``run_id``, or None."""
+
+        def run(conn: sqlite3.Connection) -> RunRecord | None:
+            row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+            return run_from_row(row) if row is not None else None
+
+        return await self._db.read(run)
+
+    async def update(self, run_id: str, /, **changes: Any) -> RunRecord:
+        """Set columns of one run; return the updated row (or raise RecordNotFoundError)."""
+        assignments, values = update_assignments("runs", changes, _UPDATABLE)
+        sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
+
+        def run(conn: sqlite3.Connection) -> RunRecord:
+            try:
+                changed = conn.execute(sql, [*values, run_id]).rowcount
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("runs", exc) from exc
+            if changed != 1:
+                raise RecordNotFoundError("runs", run_id)
+            return _get(conn, run_id)
+
+        return await self._db.write(run)
+
+    async def add_usage(
+        self, run_id: str, usage: Usage, cost_usd: float | None = None
+    ) -> RunRecord:
+        """Add ``usage`` (and ``cost_usd`` when known) to the run's totals."""
+        sql = (
+            "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
+            " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
+            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
+            " WHERE run_id = ?"
+        )
+        params = (usage.input, usage.output, usage.cache_read, usage.cache_write)
+
+        def run(conn: sqlite3.Connection) -> RunRecord:
+            if conn.execute(sql, (*params, cost_usd, cost_usd, run_id)).rowcount != 1:
+                raise RecordNotFoundError("runs", run_id)
+            return _get(conn, run_id)
+
+        return await self._db.write(run)
+
+    async def list(
+        self,
+        *,
+        statuses: Iterable[str] | None = None,
+        parent_session_key: str | None = None,
+        child_session_key: str | None = None,
+        limit: int | None = None,
+        oldest_first: bool = False,
+    ) -> builtins.list[RunRecord]:
+        """Runs matching every given filter, newest first unless ``oldest_first``."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if statuses is not None:
+            clause, items = in_clause(statuses)
+            where.append(f"status IN {clause}")
+            params.extend(items)
+        if parent_session_key is not None:
+            where.append("parent_session_key = ?")
+            params.append(parent_session_key)
+        if child_session_key is not None:
+            where.append("child_session_key = ?")
+            params.append(child_session_key)
+        sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "")
+        order = "ASC" if oldest_first else "DESC"
+        sql += f" ORDER BY created_at {order}, run_id {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, params)]
+
+        return await self._db.read(run)
+
+
+def _get(conn: sqlite3.Connection, run_id: str) -> RunRecord:
+    row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise RecordNotFoundError("runs", run_id)
+    return run_from_row(row)

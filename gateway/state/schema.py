@@ -1,0 +1,116 @@
+"""Schema migrations of the state database, in order; version N is ``MIGRATIONS[N - 1]``.
+
+Each migration is a tuple of single SQL statements, applied with its ``schema_version`` row
+in one transaction (SQLite DDL is transactional), so a failed migration leaves the previous
+version intact. Never edit a released migration: append a new one.
+
+Timestamps are epoch seconds (REAL). ``sessions`` is the index of every session; a session
+is archived when ``archived_at`` is set and keeps its row (usage stays queryable).
+``runs`` records sub-agent runs; ``outbox`` holds announce deliveries (at most one per
+run). ``message_ids`` is a JSON list of the provider's message ids.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+RUN_STATUS_SQL: Final = (
+    "'queued', 'running', 'announcing', 'done', 'error', 'timeout', 'cancelled', 'interrupted'"
+)
+
+_V1: Final = (
+    """
+    CREATE TABLE sessions (
+        key TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE,
+        agent_id TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('main', 'chat', 'subagent')),
+        parent_key TEXT,
+        label TEXT,
+        model TEXT,
+        origin_channel TEXT,
+        origin_account TEXT,
+        origin_chat_id TEXT,
+        origin_thread_id TEXT,
+        origin_chat_type TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        usage_input INTEGER NOT NULL DEFAULT 0,
+        usage_output INTEGER NOT NULL DEFAULT 0,
+        usage_cache_read INTEGER NOT NULL DEFAULT 0,
+        usage_cache_write INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL,
+        archive_due_at REAL,
+        archived_at REAL,
+        archived_path TEXT
+    )
+    """,
+    "CREATE INDEX sessions_listing ON sessions (archived_at, kind, updated_at)",
+    "CREATE INDEX sessions_parent ON sessions (parent_key)",
+    """
+    CREATE INDEX sessions_archive_due ON sessions (archive_due_at)
+    WHERE archived_at IS NULL AND archive_due_at IS NOT NULL
+    """,
+    f"""
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        child_session_key TEXT NOT NULL REFERENCES sessions (key),
+        child_session_id TEXT NOT NULL,
+        parent_session_key TEXT,
+        requester_agent_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        label TEXT,
+        task TEXT NOT NULL,
+        model TEXT,
+        model_applied INTEGER NOT NULL DEFAULT 1,
+        cleanup TEXT NOT NULL DEFAULT 'keep' CHECK (cleanup IN ('delete', 'keep')),
+        run_timeout_seconds REAL NOT NULL DEFAULT 0,
+        status TEXT NOT NULL CHECK (status IN ({RUN_STATUS_SQL})),
+        origin_channel TEXT,
+        origin_account TEXT,
+        origin_chat_id TEXT,
+        origin_thread_id TEXT,
+        origin_chat_type TEXT,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        usage_input INTEGER NOT NULL DEFAULT 0,
+        usage_output INTEGER NOT NULL DEFAULT 0,
+        usage_cache_read INTEGER NOT NULL DEFAULT 0,
+        usage_cache_write INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL,
+        result_text TEXT,
+        error TEXT,
+        announce_state TEXT,
+        announce_error TEXT,
+        transcript_path TEXT
+    )
+    """,
+    "CREATE INDEX runs_status ON runs (status)",
+    "CREATE INDEX runs_parent ON runs (parent_session_key, created_at)",
+    "CREATE INDEX runs_child ON runs (child_session_key)",
+    """
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT UNIQUE REFERENCES runs (run_id),
+        channel TEXT NOT NULL,
+        account TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        thread_id TEXT,
+        text TEXT NOT NULL,
+        kind TEXT NOT NULL DEFAULT 'announce',
+        state TEXT NOT NULL DEFAULT 'pending'
+            CHECK (state IN ('pending', 'delivered', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL,
+        last_error TEXT,
+        created_at REAL NOT NULL,
+        delivered_at REAL,
+        message_ids TEXT
+    )
+    """,
+    "CREATE INDEX outbox_due ON outbox (state, next_attempt_at)",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1,)
+LATEST_VERSION: Final = len(MIGRATIONS)

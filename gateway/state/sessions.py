@@ -1,0 +1,215 @@
+"""The ``sessions`` table: the index of every session, its usage totals and archive state.
+
+Listings leave out archived sessions and (unless asked) sub-agent sessions; ``get`` and
+``get_by_id`` find every session, archived ones included, so usage stays queryable.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.llm import Usage
+from gateway.state._sql import Database, column_list, insert_sql, integrity_error
+from gateway.state.errors import RecordNotFoundError
+from gateway.state.rows import (
+    SESSION_COLUMNS,
+    Origin,
+    SessionRecord,
+    origin_columns,
+    session_from_row,
+    session_to_columns,
+)
+
+_SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
+#: Keys per ``IN (…)`` query: well under SQLite's bound-parameter limit.
+_CHUNK = 500
+
+
+class SessionsTable:
+    """Data access for ``sessions``; every method is a coroutine run on the DB threads."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Insert ``record`` unless its key exists; return the stored row and whether it is new.
+
+        A different session with the same ``session_id`` raises :class:`RecordConflictError`.
+        """
+        values = session_to_columns(record)
+        sql = insert_sql("sessions", values) + " ON CONFLICT (key) DO NOTHING"
+
+        def run(conn: sqlite3.Connection) -> tuple[SessionRecord, bool]:
+            try:
+                created = conn.execute(sql, list(values.values())).rowcount == 1
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("sessions", exc) from exc
+            row = conn.execute(f"{_SELECT} WHERE key = ?", (record.key,)).fetchone()
+            return session_from_row(row), created
+
+        return await self._db.write(run)
+
+    async def get(self, key: str) -> SessionRecord | None:
+        """The session with ``key`` (archived or not), or None."""
+        return await self._db.read(lambda conn: _one(conn, "key", key))
+
+    async def get_by_id(self, session_id: str) -> SessionRecord | None:
+        """The session with ``session_id`` (archived or not), or None."""
+        return await self._db.read(lambda conn: _one(conn, "session_id", session_id))
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, SessionRecord]:
+        """The sessions among ``keys`` that exist, by key (one read, in chunks)."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, SessionRecord]:
+            found: dict[str, SessionRecord] = {}
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                for row in conn.execute(f"{_SELECT} WHERE key IN ({marks})", chunk):
+                    record = session_from_row(row)
+                    found[record.key] = record
+            return found
+
+        return await self._db.read(run)
+
+    async def list(
+        self,
+        *,
+        include_subagents: bool = False,
+        include_archived: bool = False,
+        agent_id: str | None = None,
+        parent_key: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[SessionRecord]:
+        """Sessions, most recently updated first, filtered as asked."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if not include_subagents:
+            where.append("kind != 'subagent'")
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        if agent_id is not None:
+            where.append("agent_id = ?")
+            params.append(agent_id)
+        if parent_key is not None:
+            where.append("parent_key = ?")
+            params.append(parent_key)
+        sql = _SELECT
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, key"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+
+        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+            return [session_from_row(row) for row in conn.execute(sql, params)]
+
+        return await self._db.read(run)
+
+    async def add_usage(
+        self, key: str, usage: Usage, cost_usd: float | None = None, *, at: float | None = None
+    ) -> SessionRecord:
+        """Add ``usage`` (and ``cost_usd`` when known) to the session's totals; touch it."""
+        now = time.time() if at is None else at
+        sql = (
+            "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
+            " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
+            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END,"
+            " updated_at = MAX(updated_at, ?) WHERE key = ?"
+        )
+        params = (
+            usage.input,
+            usage.output,
+            usage.cache_read,
+            usage.cache_write,
+            cost_usd,
+            cost_usd,
+            now,
+            key,
+        )
+        return await self._update_returning(key, sql, params)
+
+    async def set_origin(
+        self, key: str, origin: Origin | None, *, at: float | None = None
+    ) -> SessionRecord:
+        """Record where the session's chat is (the last inbound message's origin)."""
+        columns = origin_columns(origin)
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        sql = f"UPDATE sessions SET {assignments}, updated_at = MAX(updated_at, ?) WHERE key = ?"
+        now = time.time() if at is None else at
+        return await self._update_returning(key, sql, (*columns.values(), now, key))
+
+    async def set_model(self, key: str, model: str | None) -> SessionRecord:
+        """Record the model the session uses."""
+        return await self._update_returning(
+            key, "UPDATE sessions SET model = ? WHERE key = ?", (model, key)
+        )
+
+    async def set_label(self, key: str, label: str | None) -> SessionRecord:
+        """Record the session's label."""
+        return await self._update_returning(
+            key, "UPDATE sessions SET label = ? WHERE key = ?", (label, key)
+        )
+
+    async def touch(self, key: str, *, at: float | None = None) -> SessionRecord:
+        """Move ``updated_at`` forward to ``at`` (default now)."""
+        now = time.time() if at is None else at
+        return await self._update_returning(
+            key, "UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE key = ?", (now, key)
+        )
+
+    async def set_archive_due(self, key: str, due_at: float | None) -> SessionRecord:
+        """Set (or with None clear) the time the session is to be archived."""
+        return await self._update_returning(
+            key, "UPDATE sessions SET archive_due_at = ? WHERE key = ?", (due_at, key)
+        )
+
+    async def mark_archived(self, entries: Sequence[tuple[str, float, str | None]]) -> int:
+        """Record sessions as archived: (key, archived_at, archived_path) each, in one
+        transaction. Sessions already archived keep their first record. Returns rows changed.
+        """
+        if not entries:
+            return 0
+        sql = (
+            "UPDATE sessions SET archived_at = ?, archived_path = ?, archive_due_at = NULL"
+            " WHERE key = ? AND archived_at IS NULL"
+        )
+        params = [(at, path, key) for key, at, path in entries]
+
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.executemany(sql, params).rowcount
+
+        return await self._db.write(run)
+
+    async def archive_schedule(self) -> builtins.list[tuple[str, float]]:
+        """(key, due time) of every unarchived session with a due time, soonest first."""
+        sql = (
+            "SELECT key, archive_due_at FROM sessions"
+            " WHERE archived_at IS NULL AND archive_due_at IS NOT NULL ORDER BY archive_due_at"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[tuple[str, float]]:
+            return [(row[0], row[1]) for row in conn.execute(sql)]
+
+        return await self._db.read(run)
+
+    async def _update_returning(self, key: str, sql: str, params: Sequence[Any]) -> SessionRecord:
+        def run(conn: sqlite3.Connection) -> SessionRecord:
+            if conn.execute(sql, params).rowcount != 1:
+                raise RecordNotFoundError("sessions", key)
+            record = _one(conn, "key", key)
+            if record is None:  # pragma: no cover - the row was just updated
+                raise RecordNotFoundError("sessions", key)
+            return record
+
+        return await self._db.write(run)
+
+
+def _one(conn: sqlite3.Connection, column: str, value: str) -> SessionRecord | None:
+    row = conn.execute(f"{_SELECT} WHERE {column} = ?", (value,)).fetchone()
+    return session_from_row(row) if row is not None else None

@@ -1,0 +1,242 @@
+"""The session store: records and transcripts in step, history, usage, archive by rename."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.llm import ChatMessage, ToolCall, Usage
+from gateway.sessions import (
+    InvalidIdError,
+    SessionArchivedError,
+    SessionKey,
+    SessionKeyError,
+    SessionNotFoundError,
+    SessionStore,
+)
+from gateway.state import Origin
+from tests.gateway.sessions.support import opened_store
+
+ARCHIVED_NAME = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"\.jsonl\.deleted\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z$"
+)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
+    async with opened_store(tmp_path / "state") as opened:
+        yield opened
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_ensure_creates_the_row_and_the_header(store: SessionStore, tmp_path: Path) -> None:
+    record = await store.ensure("agent:main:main", label="home", model="demo/scripted")
+    assert (record.kind, record.agent_id, record.label, record.model) == (
+        "main",
+        "main",
+        "home",
+        "demo/scripted",
+    )
+    path = store.transcript_path(record)
+    assert path == (
+        tmp_path / "state" / "agents" / "main" / "sessions" / f"{record.session_id}.jsonl"
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    (header,) = _lines(path)
+    assert header["type"] == "session"
+    assert header["version"] == 1
+    assert (header["id"], header["key"], header["agentId"], header["parentSessionKey"]) == (
+        record.session_id,
+        "agent:main:main",
+        "main",
+        None,
+    )
+    assert await store.ensure("agent:main:main") == record
+
+
+async def test_concurrent_ensures_create_one_session(store: SessionStore) -> None:
+    key = SessionKey.subagent("main")
+    records = await asyncio.gather(
+        *(store.ensure(key, parent_key="agent:main:main") for _ in range(10))
+    )
+    assert len({r.session_id for r in records}) == 1
+    files = list(store.transcript_path(records[0]).parent.iterdir())
+    assert len(files) == 1
+    assert len(_lines(files[0])) == 1
+    assert _lines(files[0])[0]["parentSessionKey"] == "agent:main:main"
+    assert records[0].kind == "subagent"
+
+
+async def test_ensure_checks_its_arguments(store: SessionStore) -> None:
+    with pytest.raises(SessionKeyError):
+        await store.ensure("agent:main:../../x")
+    with pytest.raises(InvalidIdError):
+        await store.ensure("agent:main:main", agent_id="ops")
+    with pytest.raises(InvalidIdError):
+        await store.ensure("agent:main:main", kind="subagent")
+    with pytest.raises(SessionKeyError):
+        await store.ensure(str(SessionKey.subagent("main")), parent_key="not a key")
+    assert await store.list(include_subagents=True, include_archived=True) == []
+
+
+async def test_messages_and_events_reach_the_transcript_and_history(
+    store: SessionStore,
+) -> None:
+    record = await store.ensure("agent:main:webchat:tab1")
+    call = ToolCall(id="c1", name="read", arguments={"path": "a"})
+    await store.append_message(record, ChatMessage(role="user", content="read a"))
+    await store.append_message(
+        record,
+        ChatMessage(role="assistant", content="", tool_calls=(call,)),
+        model="demo/scripted",
+        usage=Usage(10, 2),
+    )
+    await store.append_message(
+        record, ChatMessage(role="tool", content="hello", tool_call_id="c1", tool_name="read")
+    )
+    await store.append_event(record, "status", {"state": "running"})
+    await store.append_message(record, ChatMessage(role="assistant", content="It says hello."))
+
+    plain = await store.history(record.key)
+    assert [(m["role"], m["content"]) for m in plain] == [
+        ("user", "read a"),
+        ("assistant", "It says hello."),
+    ]
+    full = await store.history(record.key, include_tools=True)
+    assert [m["role"] for m in full] == ["user", "assistant", "tool", "assistant"]
+    assert full[1]["toolCalls"] == [{"id": "c1", "name": "read", "arguments": {"path": "a"}}]
+    assert full[1]["model"] == "demo/scripted"
+    assert full[1]["usage"]["total"] == 12
+    assert all({"id", "timestamp"} <= m.keys() for m in full)
+    assert [m["role"] for m in await store.history(record.key, limit=2, include_tools=True)] == [
+        "tool",
+        "assistant",
+    ]
+    assert [m.role for m in await store.chat_messages(record.key)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    contents = await store.read(record.key)
+    assert [r["type"] for r in contents.records] == [
+        "session",
+        "message",
+        "message",
+        "message",
+        "event",
+        "message",
+    ]
+
+
+async def test_history_limits_and_unknown_keys(store: SessionStore) -> None:
+    await store.ensure("agent:main:main")
+    for bad in (0, 1001):
+        with pytest.raises(ValueError, match="limit"):
+            await store.history("agent:main:main", limit=bad)
+    with pytest.raises(SessionNotFoundError):
+        await store.history("agent:main:webchat:nobody")
+
+
+async def test_usage_origin_and_listing(store: SessionStore) -> None:
+    main = await store.ensure("agent:main:main")
+    child = await store.ensure(SessionKey.subagent("main"), parent_key=main.key)
+    await store.add_usage(main.key, Usage(100, 10), 0.002)
+    totals = await store.add_usage(main.key, Usage(50, 5, cache_read=40), 0.001)
+    assert totals.usage == Usage(150, 15, 40, 0)
+    assert totals.cost_usd == pytest.approx(0.003)
+    origin = Origin("slack", "T1", "C1", "1712345678.123456", "channel")
+    assert (await store.set_origin(main.key, origin)).origin == origin
+    assert [r.key for r in await store.list()] == [main.key]
+    listed = await store.list(include_subagents=True)
+    assert {r.key for r in listed} == {main.key, child.key}
+    info = store.describe(totals)
+    assert info["usage"] == {
+        "input": 150,
+        "output": 15,
+        "cacheRead": 40,
+        "cacheWrite": 0,
+        "total": 165,
+    }
+    assert info["transcriptPath"] == os.fspath(store.transcript_path(totals))
+    assert info["archived"] is False
+
+
+async def test_archive_renames_in_place_and_keeps_the_record(store: SessionStore) -> None:
+    child = await store.ensure(SessionKey.subagent("main"), parent_key="agent:main:main")
+    await store.append_message(child, ChatMessage(role="user", content="task"))
+    await store.add_usage(child.key, Usage(7, 3), 0.5)
+    live = store.transcript_path(child)
+
+    archived = await store.archive(child.key)
+
+    assert archived is not None
+    assert archived.parent == live.parent
+    assert ARCHIVED_NAME.match(archived.name), archived.name
+    assert archived.name.startswith(f"{child.session_id}.jsonl.deleted.")
+    assert not live.exists()
+    assert len(_lines(archived)) == 2  # the queued line was written before the rename
+    assert await store.list(include_subagents=True) == []
+    record = await store.require(child.key)
+    assert record.archived
+    assert record.archived_path == os.fspath(archived)
+    assert record.usage == Usage(7, 3)
+    assert record.cost_usd == pytest.approx(0.5)
+    assert [m["content"] for m in await store.history(child.key)] == ["task"]
+    assert store.describe(record)["transcriptPath"] == os.fspath(archived)
+    assert await store.archive(child.key) == archived  # twice is fine
+    with pytest.raises(SessionArchivedError):
+        await store.append_message(child, ChatMessage(role="user", content="late"))
+    with pytest.raises(SessionArchivedError):
+        await store.append_event(record, "status")
+
+
+async def test_archive_of_a_missing_file_is_recorded(store: SessionStore) -> None:
+    record = await store.ensure(SessionKey.subagent("main"))
+    store.transcript_path(record).unlink()
+    assert await store.archive(record.key) is None
+    again = await store.require(record.key)
+    assert again.archived
+    assert again.archived_path is None
+    assert (await store.read(record.key)).records == []
+
+
+async def test_archive_finds_a_rename_the_database_missed(store: SessionStore) -> None:
+    record = await store.ensure(SessionKey.subagent("main"))
+    live = store.transcript_path(record)
+    earlier = live.with_name(f"{live.name}.deleted.2026-01-31T14-55-37.123Z")
+    os.rename(live, earlier)  # as if the process died between rename and commit
+    assert await store.archive(record.key) == earlier
+
+
+async def test_archive_many_skips_unknown_keys(store: SessionStore) -> None:
+    a = await store.ensure(SessionKey.subagent("main"))
+    b = await store.ensure(SessionKey.subagent("main"))
+    await store.archive(b.key)
+    results = await store.archive_many([a.key, b.key, "agent:main:webchat:ghost"])
+    assert set(results) == {a.key, b.key}
+    assert all(path is not None and ARCHIVED_NAME.match(path.name) for path in results.values())
+    with pytest.raises(SessionNotFoundError):
+        await store.archive("agent:main:webchat:ghost")
+
+
+async def test_sessions_survive_a_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with opened_store(state) as first:
+        record = await first.ensure("agent:main:main")
+        await first.append_message(record, ChatMessage(role="user", content="remember me"))
+    async with opened_store(state) as second:
+        assert await second.ensure("agent:main:main") == record
+        assert [m.content for m in await second.chat_messages(record.key)] == ["remember me"]
