@@ -1,0 +1,328 @@
+"""The Slack channel: slack-bolt's ``AsyncApp`` inside the gateway's event loop.
+
+``mode: "socket"`` connects through ``AsyncSocketModeHandler.connect_async()``; ``mode:
+"http"`` serves ``POST /slack/events`` on the gateway's own aiohttp app, where bolt verifies
+Slack's signature (bad or stale: 401) and answers ``url_verification``. Listeners run before
+the ack (``process_before_response``) but only filter and hand the message to a task of
+their own, so Slack gets its ack at once and :meth:`stop` can see every call in flight.
+Events Slack sends again (``X-Slack-Retry-Num``/``retry_attempt``, same ``event_id``) are
+acked and dropped, and so is the ``app_mention`` twin of a ``message`` event.
+Which events count and how they become :class:`InboundMessage`: :mod:`channels.slack.events`.
+Sending and the retry policy: :mod:`channels.slack.delivery`.
+
+The gateway's side: in HTTP mode call :meth:`SlackChannel.add_routes` before the app starts
+and leave ``/slack/events`` out of bearer-token auth (Slack signs instead); the inbound
+handler may take its time (each message gets its own task) but should only enqueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.config_base import secret_value
+from channels.errors import ChannelSendError, ChannelStartError
+from channels.slack.config import SlackConfig
+from channels.slack.constants import (
+    ACTIVE_THREADS_CAPACITY,
+    API_TIMEOUT,
+    COMMANDS,
+    CONNECT_TIMEOUT,
+    DEDUPE_CAPACITY,
+    DEFAULT_API_BASE_URL,
+    EVENTS_PATH,
+    MAX_PENDING_INBOUND,
+    STOP_GRACE,
+    WORKING_REACTION,
+)
+from channels.slack.delivery import Poster, send_error
+from channels.slack.events import (
+    EventContext,
+    RecentKeys,
+    inbound_from_command,
+    inbound_from_event,
+)
+
+log = logging.getLogger(__name__)
+_sdk_log = logging.getLogger(f"{__name__}.sdk")
+
+
+class SlackChannel(Channel):
+    """Slack through slack-bolt, in Socket Mode or HTTP mode (``channels.slack.mode``)."""
+
+    def __init__(self, config: SlackConfig, *, name: str = "slack") -> None:
+        self.name = name
+        self._config = config
+        self._routes_added = False
+        self._handler: InboundHandler | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._client: AsyncWebClient | None = None
+        self._app: AsyncApp | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._poster: Poster | None = None
+        self._context: EventContext | None = None
+        self._team_id: str | None = None
+        self._seen = RecentKeys(DEDUPE_CAPACITY)
+        self._threads = RecentKeys(ACTIVE_THREADS_CAPACITY)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"<SlackChannel {self.name} mode={self._config.mode} connected={self.connected} "
+            f"pending={len(self._tasks)}>"
+        )
+
+    @property
+    def account(self) -> str:
+        """The workspace (team id from ``auth.test``), or ``"default"`` before start."""
+        return self._team_id or "default"
+
+    @property
+    def connected(self) -> bool:
+        if self._app is None:
+            return False
+        if self._socket is None:
+            return self._config.mode == "http" and self._routes_added
+        client = self._socket.client
+        session = client.current_session
+        return not client.closed and session is not None and not session.closed
+
+    @property
+    def pending(self) -> int:
+        """Inbound handler calls in flight."""
+        return len(self._tasks)
+
+    def add_routes(self, app: web.Application) -> None:
+        """In HTTP mode, add ``POST /slack/events``; requests before :meth:`start` get 503."""
+        if self._config.mode != "http" or self._routes_added:
+            return
+        app.router.add_post(EVENTS_PATH, self._handle_http)
+        self._routes_added = True
+
+    async def start(self, handler: InboundHandler) -> None:
+        """Check the bot token with ``auth.test``, then connect (socket) or accept requests."""
+        if self._app is not None:
+            raise ChannelStartError(f"{self.name}: already started")
+        cfg = self._config
+        bot_token = _required(cfg.bot_token, "botToken")
+        app_token = _required(cfg.app_token, "appToken") if cfg.mode == "socket" else None
+        secret = _required(cfg.signing_secret, "signingSecret") if cfg.mode == "http" else ""
+        if cfg.mode == "http" and not self._routes_added:
+            raise ChannelStartError("channels.slack: HTTP mode needs add_routes(app) before start")
+        if os.environ.get("SLACK_CLIENT_ID") and os.environ.get("SLACK_CLIENT_SECRET"):
+            # slack-bolt would switch to its OAuth flow and drop the bot token.
+            raise ChannelStartError(
+                "channels.slack: unset SLACK_CLIENT_ID/SLACK_CLIENT_SECRET; Herald uses botToken"
+            )
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=API_TIMEOUT))
+        try:
+            client = AsyncWebClient(
+                token=bot_token,
+                base_url=cfg.api_base_url or DEFAULT_API_BASE_URL,
+                session=self._session,
+                logger=_sdk_log,
+                retry_handlers=[],  # retries live in the outbox: see channels.slack.delivery
+            )
+            auth = await _call_or_fail("auth.test", client.auth_test())
+            self._team_id = str(auth.get("team_id") or "") or None
+            bot_user_id = str(auth.get("user_id") or "")
+            self._context = EventContext(
+                channel=self.name,
+                account=self.account,
+                bot_user_id=bot_user_id,
+                require_mention=cfg.require_mention,
+                reply_in_thread=cfg.reply_in_thread,
+                is_active_thread=lambda chat, ts: f"{chat}:{ts}" in self._threads,
+            )
+            app = AsyncApp(
+                name="herald",
+                client=client,
+                signing_secret=secret,
+                process_before_response=True,
+                logger=_sdk_log,
+            )
+            self._register(app)
+            self._client, self._poster, self._handler = client, Poster(client), handler
+            if app_token is not None:
+                await self._connect(app, app_token)
+            self._app = app
+        except BaseException:
+            self._handler = None
+            await self._release()
+            raise
+        log.info(
+            "slack: %s mode ready as %s in team %s", cfg.mode, bot_user_id or "?", self.account
+        )
+
+    async def _connect(self, app: AsyncApp, app_token: str) -> None:
+        socket = AsyncSocketModeHandler(app, app_token=app_token, logger=_sdk_log)
+        self._socket = socket
+        # Ask for the URL first: the client's own connect loop retries bad tokens forever.
+        socket.client.wss_uri = await _call_or_fail(
+            "apps.connections.open", socket.client.issue_new_wss_url()
+        )
+        try:
+            await asyncio.wait_for(socket.connect_async(), CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
+        except TimeoutError as exc:
+            raise ChannelStartError("slack: Socket Mode websocket did not connect") from exc
+
+    def _register(self, app: AsyncApp) -> None:
+        app.event("message")(self._on_message)
+        app.event("app_mention")(self._on_message)
+        for command in COMMANDS:
+            app.command(f"/{command}")(self._on_command)
+        # Every other event is acked and dropped (bolt would answer 404 and Slack retry).
+        app.event(re.compile(r".*"))(self._on_other_event)
+
+    async def stop(self) -> None:
+        """Disconnect, let in-flight handler calls finish briefly, release everything."""
+        if self._session is None:
+            return
+        self._handler = None
+        await self._release()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        log.info("slack: stopped")
+
+    async def _release(self) -> None:
+        self._app = None
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            client = socket.client
+            try:
+                await socket.close_async()  # type: ignore[no-untyped-call]
+            except Exception:
+                log.exception("slack: closing the Socket Mode client failed")
+            # close() cancels the client's tasks without waiting; reap them here.
+            futures = [
+                client.message_processor,
+                client.current_session_monitor,
+                client.message_receiver,
+            ]
+            await asyncio.gather(*(f for f in futures if f is not None), return_exceptions=True)
+        session, self._session = self._session, None
+        self._client = self._poster = None
+        if session is not None:
+            await session.close()
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        """Post ``message`` (mrkdwn, chunked) to its chat and thread."""
+        poster = self._poster
+        if poster is None:
+            raise ChannelSendError(f"{self.name}: not started", retryable=True)
+        sent = await poster.post(message)
+        # A thread the bot posts in is one it takes part in: replies there need no mention.
+        if message.thread_id is not None:
+            self._threads.add(f"{message.chat_id}:{message.thread_id}")
+        for ts in sent.message_ids:
+            self._threads.add(f"{message.chat_id}:{ts}")
+        return sent
+
+    @asynccontextmanager
+    async def working(self, message: InboundMessage) -> AsyncIterator[None]:
+        """Show a reaction on ``message`` while the agent works; failures are only logged."""
+        client = self._client
+        if client is None or message.message_id is None or message.channel != self.name:
+            yield
+            return
+        added = await self._react("reactions.add", client.reactions_add, message)
+        try:
+            yield
+        finally:
+            if added:
+                await self._react("reactions.remove", client.reactions_remove, message)
+
+    async def _react(
+        self, method: str, call: Callable[..., Awaitable[Any]], message: InboundMessage
+    ) -> bool:
+        try:
+            await call(channel=message.chat_id, timestamp=message.message_id, name=WORKING_REACTION)
+        except Exception as exc:
+            log.warning("%s (progress reaction; ignored)", send_error(method, exc))
+            return False
+        return True
+
+    # -- inbound -----------------------------------------------------------------------------
+
+    async def _on_message(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        if not self._first_delivery(body) or self._context is None:
+            return
+        message = inbound_from_event(event, self._context)
+        if message is None or not self._seen.add(f"msg:{message.chat_id}:{message.message_id}"):
+            return
+        if message.chat_type == "channel" and message.thread_id is not None:
+            self._threads.add(f"{message.chat_id}:{message.thread_id}")
+        self._dispatch(message)
+
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        await ack()
+        if self._context is not None and (message := inbound_from_command(command, self._context)):
+            self._dispatch(message)
+
+    async def _on_other_event(self, event: dict[str, Any]) -> None:
+        log.debug("slack: ignored %s event", event.get("type"))
+
+    def _first_delivery(self, body: dict[str, Any]) -> bool:
+        event_id = body.get("event_id")
+        if isinstance(event_id, str) and not self._seen.add(f"event:{event_id}"):
+            log.debug("slack: dropped a repeat of event %s", event_id)
+            return False
+        return True
+
+    def _dispatch(self, message: InboundMessage) -> None:
+        handler = self._handler
+        if handler is None:
+            return
+        if len(self._tasks) >= MAX_PENDING_INBOUND:
+            log.error(
+                "slack: %d messages in flight; dropped one in %s", len(self._tasks), message.chat_id
+            )
+            return
+        task = asyncio.create_task(_deliver(handler, message), name=f"slack-in-{message.chat_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle_http(self, request: web.Request) -> web.StreamResponse:
+        app = self._app
+        if app is None:
+            return web.json_response({"error": "slack channel is not running"}, status=503)
+        response = await app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+
+async def _deliver(handler: InboundHandler, message: InboundMessage) -> None:
+    try:
+        await handler(message)
+    except Exception:
+        log.exception("slack: inbound handler failed for a message in %s", message.chat_id)
+
+
+def _required(secret: Any, key: str) -> str:
+    value = secret_value(secret)
+    if value is None:
+        raise ChannelStartError(f"channels.slack.{key} is not set")
+    return value
+
+
+async def _call_or_fail(method: str, call: Awaitable[Any]) -> Any:
+    """Await a start-up API call; any failure becomes :class:`ChannelStartError`."""
+    try:
+        return await call
+    except Exception as exc:
+        raise ChannelStartError(str(send_error(method, exc))) from exc

@@ -1,0 +1,70 @@
+"""Named values of the Slack channel. Each non-obvious number says why."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: slack_sdk's default Web API root; ``apiBaseUrl`` replaces it (trailing slash kept).
+DEFAULT_API_BASE_URL: Final = "https://slack.com/api/"
+
+#: HTTP mode's Events API request URL on the gateway's own app (DESIGN §9).
+EVENTS_PATH: Final = "/slack/events"
+
+#: Longest chunk one reply message gets. Slack truncates ``text`` beyond 40,000 characters
+#: and asks clients to keep messages under 4,000; long posts collapse behind "Show more" and
+#: stop producing notifications around 3,000, so chunks stay at that.
+CHUNK_LIMIT: Final = 3_000
+
+#: Inbound text beyond this is cut: Slack's own ``text`` limit, so nothing real is lost.
+MAX_INBOUND_CHARS: Final = 40_000
+
+#: Event ids (and channel:ts message keys) remembered to drop Slack's retries and the
+#: message/app_mention pair of one post. Slack retries within minutes; 10k ids is ~1 MB.
+DEDUPE_CAPACITY: Final = 10_000
+
+#: Threads the bot takes part in; replies there need no mention. Bounded like the ids.
+ACTIVE_THREADS_CAPACITY: Final = 10_000
+
+#: Messages whose send failed part-way: the next try resumes after the chunks that landed.
+PARTIAL_SENDS_CAPACITY: Final = 256
+
+#: A reply waits out a 429 in place once if Slack asks for at most this many seconds;
+#: longer waits, and announces, go back to the outbox with ``retry_after``.
+INLINE_RETRY_AFTER_MAX: Final = 10.0
+
+#: Inbound handler calls in flight at once; beyond this messages are dropped and logged
+#: (the gateway's handler only enqueues, so reaching it means the gateway is stuck).
+MAX_PENDING_INBOUND: Final = 1_000
+
+#: Seconds ``start()`` waits for the Socket Mode websocket before giving up.
+CONNECT_TIMEOUT: Final = 30.0
+
+#: Seconds ``stop()`` lets in-flight inbound handler calls finish before cancelling them.
+STOP_GRACE: Final = 5.0
+
+#: Web API request timeout in seconds (slack_sdk's own default).
+API_TIMEOUT: Final = 30.0
+
+#: Reaction shown on the person's message while the agent works on it.
+WORKING_REACTION: Final = "hourglass_flowing_sand"
+
+#: Chat commands of DESIGN §10, registered as Slack slash commands and accepted as text
+#: (``/spawn …`` after a mention, or ``!spawn …`` since Slack's composer eats a leading "/").
+COMMANDS: Final = ("spawn", "subagents", "stop")
+
+#: Message subtypes that carry a person's words; every other subtype (edits, deletions,
+#: joins, topic changes, bot posts) is ignored.
+ACCEPTED_SUBTYPES: Final = frozenset({"file_share", "thread_broadcast", "me_message"})
+
+#: Slack ``error`` codes worth trying again; any other ``ok: false`` is permanent.
+TRANSIENT_ERRORS: Final = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)

@@ -1,0 +1,444 @@
+"""A wire-level fake Slack on loopback: the Web API methods Herald calls and Socket Mode.
+
+Web API: ``POST /api/<method>`` with the bot token (the app token for
+``apps.connections.open``) in ``Authorization: Bearer …``; arguments as slack_sdk sends them
+(query string, form or JSON body). Every call is recorded; failures can be scripted per
+method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``).
+
+Socket Mode: ``apps.connections.open`` hands out a ``ws://`` URL on the same server; the
+websocket sends ``hello``, then the envelopes a test pushes, and records the client's acks
+(``{"envelope_id": …}``). HTTP mode requests are signed with :meth:`FakeSlack.sign` exactly
+as Slack signs them (``v0:<timestamp>:<body>``, HMAC-SHA256 with the signing secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_TOKEN = "xoxb-fake-bot-token"
+APP_TOKEN = "xapp-fake-app-token"
+SIGNING_SECRET = "fake-signing-secret"
+TEAM_ID = "T0FAKE"
+APP_ID = "A0FAKE"
+BOT_USER_ID = "U0HERALD"
+BOT_ID = "B0HERALD"
+#: Seconds any wait on the fake gives up after: generous, never reached when things work.
+WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One Web API request as the fake received it."""
+
+    method: str
+    args: Mapping[str, Any]
+    token: str | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A scripted answer: ``ok: false`` with ``error``, or an HTTP ``status`` (5xx, 429)."""
+
+    error: str | None = None
+    status: int = 200
+    retry_after: int | None = None
+
+
+@dataclass
+class Post:
+    """A message posted with ``chat.postMessage``."""
+
+    channel: str
+    text: str
+    ts: str
+    thread_ts: str | None
+
+
+@dataclass
+class _Socket:
+    ws: web.WebSocketResponse
+    acks: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+
+
+class FakeSlack:
+    """The fake server. ``await start()``, point the client at :attr:`api_base_url`."""
+
+    def __init__(self, *, channels: set[str] | None = None) -> None:
+        #: Conversations that exist: posting anywhere else answers ``channel_not_found``.
+        self.channels: set[str] = channels if channels is not None else {"C1", "C2", "D1"}
+        self.calls: list[ApiCall] = []
+        self.posts: list[Post] = []
+        self.reactions: set[tuple[str, str, str]] = set()
+        #: Every ack received, by envelope id.
+        self.acks: dict[str, dict[str, Any]] = {}
+        self.connections = 0
+        # Per method: [successes still to let through, then this failure].
+        self._failures: dict[str, deque[list[Any]]] = {}
+        self._sockets: list[web.WebSocketResponse] = []
+        self._ack_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._changed = asyncio.Condition()
+        self._connected = asyncio.Event()
+        self._ts = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    def __repr__(self) -> str:
+        return f"<FakeSlack port={self._port} calls={len(self.calls)} sockets={len(self._sockets)}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/socket", self._socket)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def close(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        for waiter in self._ack_waiters.values():
+            waiter.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def api_base_url(self) -> str:
+        """The Web API root, with the trailing slash slack_sdk needs."""
+        return f"http://127.0.0.1:{self._port}/api/"
+
+    # -- scripting and inspection ------------------------------------------------------------
+
+    def fail(
+        self,
+        method: str,
+        *,
+        error: str | None = None,
+        status: int = 200,
+        retry_after: int | None = None,
+        times: int = 1,
+        after: int = 0,
+    ) -> None:
+        """The next ``times`` calls of ``method`` fail this way, once ``after`` more succeeded."""
+        entries: list[list[Any]] = [[0, Failure(error, status, retry_after)] for _ in range(times)]
+        entries[0][0] = after
+        self._failures.setdefault(method, deque()).extend(entries)
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [call for call in self.calls if call.method == method]
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds (checked after every API call and ack)."""
+        async with asyncio.timeout(WAIT), self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def wait_posts(self, count: int) -> list[Post]:
+        await self.wait_for(lambda: len(self.posts) >= count)
+        return self.posts
+
+    def next_ts(self) -> str:
+        """A fresh message ts, increasing like Slack's."""
+        n = next(self._ts)
+        return f"{1_700_000_000 + n}.{n:06d}"
+
+    # -- Socket Mode -------------------------------------------------------------------------
+
+    async def wait_connected(self) -> None:
+        async with asyncio.timeout(WAIT):
+            await self._connected.wait()
+
+    async def push(self, envelope: dict[str, Any]) -> str:
+        """Send an envelope on the newest websocket; its ack can be awaited by envelope id."""
+        live = [ws for ws in self._sockets if not ws.closed]
+        if not live:
+            raise ConnectionError("no Socket Mode client is connected")
+        envelope_id = str(envelope["envelope_id"])
+        self._ack_waiters[envelope_id] = asyncio.get_running_loop().create_future()
+        await live[-1].send_str(json.dumps(envelope))
+        return envelope_id
+
+    async def push_event(
+        self,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+    ) -> str:
+        """Push an ``events_api`` envelope around ``event``; returns the envelope id."""
+        return await self.push(
+            {
+                "envelope_id": str(uuid.uuid4()),
+                "type": "events_api",
+                "payload": self.event_callback(event, event_id=event_id),
+                "accepts_response_payload": False,
+                "retry_attempt": retry_attempt,
+                "retry_reason": retry_reason,
+            }
+        )
+
+    async def push_command(
+        self, command: str, text: str, *, channel_id: str = "C1", user_id: str = "U1"
+    ) -> str:
+        """Push a ``slash_commands`` envelope; returns the envelope id."""
+        return await self.push(
+            {
+                "envelope_id": str(uuid.uuid4()),
+                "type": "slash_commands",
+                "payload": self.command_payload(
+                    command, text, channel_id=channel_id, user_id=user_id
+                ),
+                "accepts_response_payload": True,
+            }
+        )
+
+    async def wait_ack(self, envelope_id: str) -> dict[str, Any]:
+        async with asyncio.timeout(WAIT):
+            return await self._ack_waiters[envelope_id]
+
+    async def disconnect(self, reason: str = "refresh_requested") -> None:
+        """Ask the client to reconnect, as Slack does every few hours."""
+        for ws in self._sockets:
+            if not ws.closed:
+                await ws.send_str(json.dumps({"type": "disconnect", "reason": reason}))
+
+    # -- payload builders --------------------------------------------------------------------
+
+    def message(
+        self,
+        text: str,
+        *,
+        channel: str = "C1",
+        user: str = "U1",
+        channel_type: str | None = None,
+        thread_ts: str | None = None,
+        ts: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A ``message`` event as Slack sends it."""
+        event: dict[str, Any] = {
+            "type": "message",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts or self.next_ts(),
+            "channel_type": channel_type or ("im" if channel.startswith("D") else "channel"),
+            "team": TEAM_ID,
+        }
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+        event.update(extra)
+        return event
+
+    def event_callback(
+        self, event: dict[str, Any], *, event_id: str | None = None
+    ) -> dict[str, Any]:
+        """The Events API body (``event_callback``) around ``event``."""
+        return {
+            "token": "legacy-verification-token",
+            "team_id": TEAM_ID,
+            "api_app_id": APP_ID,
+            "event": {**event, "event_ts": event.get("ts", self.next_ts())},
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{uuid.uuid4().hex[:10].upper()}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "team_id": TEAM_ID,
+                    "user_id": BOT_USER_ID,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+        }
+
+    def command_payload(
+        self, command: str, text: str, *, channel_id: str = "C1", user_id: str = "U1"
+    ) -> dict[str, Any]:
+        """A slash command payload (what Slack form-encodes in HTTP mode)."""
+        return {
+            "token": "legacy-verification-token",
+            "team_id": TEAM_ID,
+            "team_domain": "fake",
+            "channel_id": channel_id,
+            "channel_name": "directmessage" if channel_id.startswith("D") else "general",
+            "user_id": user_id,
+            "user_name": "someone",
+            "command": command,
+            "text": text,
+            "api_app_id": APP_ID,
+            "is_enterprise_install": "false",
+            "response_url": f"http://127.0.0.1:{self._port}/response",
+            "trigger_id": "1.2.3",
+        }
+
+    @staticmethod
+    def sign(
+        body: bytes, *, timestamp: int | None = None, secret: str = SIGNING_SECRET
+    ) -> dict[str, str]:
+        """Slack's request signing headers for ``body``."""
+        stamp = str(int(time.time()) if timestamp is None else timestamp)
+        base = b"v0:" + stamp.encode() + b":" + body
+        digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+        return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={digest}"}
+
+    # -- server side -------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        elif request.can_read_body:
+            args.update((await request.post()).items())
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        async with self._changed:
+            self.calls.append(ApiCall(method, args, token))
+            response = self._answer(method, args, token)
+            self._changed.notify_all()
+        return response
+
+    def _answer(self, method: str, args: dict[str, Any], token: str | None) -> web.Response:
+        queue = self._failures.get(method)
+        if queue and queue[0][0] > 0:
+            queue[0][0] -= 1
+        elif queue:
+            failure: Failure = queue.popleft()[1]
+            if failure.status >= 500:
+                return web.Response(
+                    status=failure.status,
+                    text="<html>upstream error</html>",
+                    content_type="text/html",
+                )
+            headers = {}
+            if failure.retry_after is not None:
+                headers["Retry-After"] = str(failure.retry_after)
+            error = failure.error or ("ratelimited" if failure.status == 429 else "fatal_error")
+            return web.json_response(
+                {"ok": False, "error": error}, status=failure.status, headers=headers
+            )
+        expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
+        if token is None:
+            return _error("not_authed")
+        if token != expected:
+            return _error("invalid_auth")
+        handler = getattr(self, "_m_" + method.replace(".", "_"), None)
+        if handler is None:
+            return _error("unknown_method")
+        result: web.Response = handler(args)
+        return result
+
+    def _m_auth_test(self, args: dict[str, Any]) -> web.Response:
+        return web.json_response(
+            {
+                "ok": True,
+                "url": "https://fake.slack.com/",
+                "team": "Fake",
+                "user": "herald",
+                "team_id": TEAM_ID,
+                "user_id": BOT_USER_ID,
+                "bot_id": BOT_ID,
+                "is_enterprise_install": False,
+            }
+        )
+
+    def _m_apps_connections_open(self, args: dict[str, Any]) -> web.Response:
+        ticket = uuid.uuid4().hex
+        return web.json_response(
+            {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket?ticket={ticket}"}
+        )
+
+    def _m_chat_postMessage(self, args: dict[str, Any]) -> web.Response:  # noqa: N802
+        channel = str(args.get("channel") or "")
+        text = str(args.get("text") or "")
+        if channel not in self.channels:
+            return _error("channel_not_found")
+        if not text:
+            return _error("no_text")
+        ts = self.next_ts()
+        thread_ts = args.get("thread_ts")
+        self.posts.append(Post(channel, text, ts, str(thread_ts) if thread_ts else None))
+        message = {"type": "message", "text": text, "user": BOT_USER_ID, "bot_id": BOT_ID, "ts": ts}
+        if thread_ts:
+            message["thread_ts"] = thread_ts
+        return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    def _m_chat_update(self, args: dict[str, Any]) -> web.Response:
+        channel = str(args.get("channel") or "")
+        if channel not in self.channels:
+            return _error("channel_not_found")
+        return web.json_response(
+            {"ok": True, "channel": channel, "ts": args.get("ts"), "text": args.get("text")}
+        )
+
+    def _m_reactions_add(self, args: dict[str, Any]) -> web.Response:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        if key[0] not in self.channels:
+            return _error("channel_not_found")
+        if key in self.reactions:
+            return _error("already_reacted")
+        self.reactions.add(key)
+        return web.json_response({"ok": True})
+
+    def _m_reactions_remove(self, args: dict[str, Any]) -> web.Response:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        if key not in self.reactions:
+            return _error("no_reaction")
+        self.reactions.discard(key)
+        return web.json_response({"ok": True})
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async with self._changed:
+            self._sockets.append(ws)
+            self.connections += 1
+            self._changed.notify_all()
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "num_connections": 1,
+                    "debug_info": {"host": "fake-applink", "approximate_connection_time": 18060},
+                    "connection_info": {"app_id": APP_ID},
+                }
+            )
+        )
+        self._connected.set()
+        try:
+            async for frame in ws:
+                if frame.type == WSMsgType.TEXT:
+                    await self._on_ack(json.loads(frame.data))
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _on_ack(self, ack: dict[str, Any]) -> None:
+        envelope_id = str(ack.get("envelope_id"))
+        async with self._changed:
+            self.acks[envelope_id] = ack
+            waiter = self._ack_waiters.get(envelope_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(ack)
+            self._changed.notify_all()
+
+
+def _error(code: str) -> web.Response:
+    return web.json_response({"ok": False, "error": code})
