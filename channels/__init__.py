@@ -7,6 +7,7 @@ from channels.base import (
     InboundMessage,
     OutboundKind,
     OutboundMessage,
+    RunUpdate,
     SentMessage,
 )
 from channels.errors import ChannelError, ChannelSendError, ChannelStartError
@@ -21,5 +22,6 @@ __all__ = [
     "InboundMessage",
     "OutboundKind",
     "OutboundMessage",
+    "RunUpdate",
     "SentMessage",
 ]

@@ -57,6 +57,20 @@ class SentMessage:
     message_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """A sub-agent run changed status (queued, running, announcing, done, …).
+
+    Sent to the channel of the run's origin chat, for surfaces that show live run status.
+    """
+
+    run_id: str
+    name: str
+    status: str
+    chat_id: str
+    thread_id: str | None = None
+
+
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
 
 
@@ -86,6 +100,10 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     def connected(self) -> bool:
         """True while the channel can receive and send."""
+
+    async def run_update(self, update: RunUpdate) -> None:
+        """Show a run's new status. Default: nothing (chat surfaces get the announce only)."""
+        return None
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

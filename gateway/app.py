@@ -16,12 +16,14 @@ from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.health import health_routes
 from gateway.reload import SettingsHolder
+from gateway.services import Services
 from gateway.settings import HeraldSettings
 
 logger = logging.getLogger(__name__)
 
 SETTINGS = web.AppKey("settings", SettingsHolder)
 CHANNELS = web.AppKey("channels", dict[str, Channel])
+SERVICES_KEY = web.AppKey("services", Services)
 
 #: A resource: an async generator that sets up before ``yield`` and tears down after.
 Resource = Callable[[web.Application], AsyncIterator[None]]

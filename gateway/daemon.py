@@ -7,11 +7,14 @@ import contextlib
 import logging
 import signal
 import time
+from pathlib import Path
 
 from aiohttp import web
 
+from channels import ChannelStartError
 from gateway.app import build_app
-from gateway.components import resources_for
+from gateway.components import prepare_app, resources_for
+from gateway.constants import EXIT_CONFIG
 from gateway.reload import SettingsHolder
 from gateway.sdnotify import Notifier
 
@@ -21,12 +24,18 @@ logger = logging.getLogger(__name__)
 EXIT_UNAVAILABLE = 69
 
 
-async def serve(holder: SettingsHolder, *, notifier: Notifier | None = None) -> int:
+async def serve(
+    holder: SettingsHolder,
+    *,
+    config_dir: Path | None = None,
+    notifier: Notifier | None = None,
+) -> int:
     """Run the gateway until SIGTERM or SIGINT; returns the process exit status."""
     started = time.monotonic()
     notifier = notifier or Notifier.from_env()
     settings = holder.current
-    app = build_app(holder, resources=resources_for(holder))
+    app = build_app(holder, resources=resources_for(holder, config_dir))
+    prepare_app(app, holder)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -49,7 +58,12 @@ async def serve(holder: SettingsHolder, *, notifier: Notifier | None = None) -> 
     loop.add_signal_handler(signal.SIGHUP, request_reload)
     watchdog: asyncio.Task[None] | None = None
     try:
-        await runner.setup()
+        try:
+            await runner.setup()
+        except ChannelStartError as exc:
+            # A bad token will not fix itself: exit 78 so systemd does not restart in a loop.
+            logger.error("a channel cannot start", extra={"error": str(exc)})
+            return EXIT_CONFIG
         site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
         try:
             await site.start()

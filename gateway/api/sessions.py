@@ -15,6 +15,8 @@ one shape: a bad query value → 400 ``invalid_parameter`` naming the field, a m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from gateway.api.errors import json_error
@@ -65,10 +67,15 @@ def _bad(exc: _BadParameterError) -> web.Response:
     return json_error(400, "invalid_parameter", str(exc), field=exc.name)
 
 
-def session_routes(store: SessionStore) -> list[web.RouteDef]:
-    """The session routes, reading through ``store``."""
+def session_routes(source: SessionStore | Callable[[], SessionStore]) -> list[web.RouteDef]:
+    """The session routes, reading through ``source``: a store, or a getter of the store
+    for an app whose store opens only when it starts."""
+
+    def get_store() -> SessionStore:
+        return source if isinstance(source, SessionStore) else source()
 
     async def list_sessions(request: web.Request) -> web.Response:
+        store = get_store()
         try:
             include_subagents = _flag(request, "includeSubagents")
             include_archived = _flag(request, "includeArchived")
@@ -80,6 +87,7 @@ def session_routes(store: SessionStore) -> list[web.RouteDef]:
         return web.json_response({"sessions": [store.describe(r) for r in records]})
 
     async def history(request: web.Request) -> web.Response:
+        store = get_store()
         raw_key = request.match_info["sessionKey"]
         try:
             key = str(SessionKey.parse(raw_key))

@@ -41,4 +41,4 @@ def run(args: argparse.Namespace) -> int:
         path=str(loaded.path) if loaded.path else None,
         overrides=overrides,
     )
-    return asyncio.run(serve(holder))
+    return asyncio.run(serve(holder, config_dir=loaded.config_dir))

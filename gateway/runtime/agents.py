@@ -6,17 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.constants import WORKSPACES_DIR
-from gateway.errors import HeraldError
 from gateway.settings import HeraldSettings
-
-
-class UnknownAgentError(HeraldError):
-    """An agent id that ``routing.agents`` does not define."""
-
-    def __init__(self, agent_id: str, known: list[str]) -> None:
-        self.agent_id = agent_id
-        self.known = known
-        super().__init__(f"unknown agent {agent_id!r} (configured: {', '.join(known)})")
+from gateway.tools import UnknownAgentError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +27,7 @@ def resolve_agent(settings: HeraldSettings, agent_id: str) -> AgentProfile:
     """The profile of ``agent_id``; raises :class:`UnknownAgentError`."""
     agent = settings.routing.agents.get(agent_id)
     if agent is None:
-        raise UnknownAgentError(agent_id, settings.agent_ids())
+        raise UnknownAgentError(agent_id)
     defaults = settings.agent
     state_dir = settings.gateway.resolved_state_dir()
     workspace = (

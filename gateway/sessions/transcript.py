@@ -28,6 +28,7 @@ starts on a fresh line; the writer runs it when it first opens a file.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -37,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import aiofiles
 import orjson
 
 from gateway.llm import ChatMessage, ToolCall, Usage
@@ -215,12 +215,12 @@ def read_transcript(path: Path) -> TranscriptContents:
 
 
 async def aread_transcript(path: Path) -> TranscriptContents:
-    """Read and parse a transcript file without blocking the event loop (aiofiles)."""
-    async with aiofiles.open(path, "rb") as file:
-        data = await file.read()
-    contents = parse_transcript(data)
-    _report(path, contents)
-    return contents
+    """Read and parse a transcript file without blocking the event loop.
+
+    A worker thread runs :func:`read_transcript` whole: cancelling the caller cannot strand
+    an open file there (aiofiles leaks the file object when its ``open`` is cancelled).
+    """
+    return await asyncio.to_thread(read_transcript, path)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

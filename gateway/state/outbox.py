@@ -20,11 +20,18 @@ from gateway.state._sql import (
     update_assignments,
 )
 from gateway.state.errors import RecordNotFoundError
-from gateway.state.rows import OUTBOX_COLUMNS, OutboxRecord, outbox_from_row, to_column_value
+from gateway.state.rows import (
+    OUTBOX_COLUMNS,
+    RUN_COLUMNS,
+    OutboxRecord,
+    outbox_from_row,
+    to_column_value,
+)
 
 _SELECT = f"SELECT {column_list(OUTBOX_COLUMNS)} FROM outbox"
 _INSERT_COLUMNS = tuple(c for c in OUTBOX_COLUMNS if c != "id")
 _UPDATABLE = frozenset(_INSERT_COLUMNS)
+_RUN_UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
 
 
 class OutboxTable:
@@ -47,6 +54,52 @@ class OutboxTable:
             return _get(conn, "id", cursor.lastrowid)
 
         return await self._db.write(run)
+
+    async def insert_for_run(self, item: OutboxRecord, run_changes: dict[str, Any]) -> OutboxRecord:
+        """Insert ``item`` for ``item.run_id`` and update that run, in one transaction.
+
+        The announce is queued and the run's final status applied together, so a crash never
+        leaves a finished run without its announce or an announce for an unfinished run.
+        """
+        if item.run_id is None:
+            raise ValueError("insert_for_run needs an item with a run_id")
+        sql = insert_sql("outbox", _INSERT_COLUMNS)
+        values = [to_column_value(getattr(item, name)) for name in _INSERT_COLUMNS]
+        assignments, run_values = update_assignments("runs", run_changes, _RUN_UPDATABLE)
+        run_sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
+
+        def run(conn: sqlite3.Connection) -> OutboxRecord:
+            try:
+                cursor = conn.execute(sql, values)
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("outbox", exc) from exc
+            if conn.execute(run_sql, [*run_values, item.run_id]).rowcount != 1:
+                raise RecordNotFoundError("runs", item.run_id)
+            return _get(conn, "id", cursor.lastrowid)
+
+        return await self._db.write(run)
+
+    async def mark_interrupted_sends(self, message: str) -> int:
+        """Items left ``sending`` by a crash: record them failed, never send them again."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE outbox SET state = 'failed', last_error = ? WHERE state = 'sending'",
+                (message,),
+            ).rowcount
+
+        return await self._db.write(run)
+
+    async def next_due_at(self) -> float | None:
+        """When the earliest pending item is next due (None: nothing pending)."""
+
+        def run(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT MIN(COALESCE(next_attempt_at, 0)) FROM outbox WHERE state = 'pending'"
+            ).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self._db.read(run)
 
     async def get(self, item_id: int) -> OutboxRecord | None:
         """The item with ``item_id``, or None."""

@@ -26,7 +26,9 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
     {"done", "error", "timeout", "cancelled", "interrupted"}
 )
 Cleanup = Literal["delete", "keep"]
-OutboxState = Literal["pending", "delivered", "failed"]
+#: ``sending`` is written before a send and left behind only by a crash mid-send; such an
+#: item is never sent again (at most once) but recorded as uncertain.
+OutboxState = Literal["pending", "sending", "delivered", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +227,10 @@ class RunRecord:
     announce_state: str | None = None
     announce_error: str | None = None
     transcript_path: str | None = None
+    #: The final status, decided when the run ends and applied once its announce is queued.
+    outcome: RunStatus | None = None
+    #: The announce message as composed (reply + stats line), whether or not it was posted.
+    announce_text: str | None = None
 
     @property
     def usage(self) -> Usage:

@@ -83,7 +83,9 @@ _V1: Final = (
         error TEXT,
         announce_state TEXT,
         announce_error TEXT,
-        transcript_path TEXT
+        transcript_path TEXT,
+        outcome TEXT CHECK (outcome IS NULL OR outcome IN ({RUN_STATUS_SQL})),
+        announce_text TEXT
     )
     """,
     "CREATE INDEX runs_status ON runs (status)",
@@ -100,7 +102,7 @@ _V1: Final = (
         text TEXT NOT NULL,
         kind TEXT NOT NULL DEFAULT 'announce',
         state TEXT NOT NULL DEFAULT 'pending'
-            CHECK (state IN ('pending', 'delivered', 'failed')),
+            CHECK (state IN ('pending', 'sending', 'delivered', 'failed')),
         attempts INTEGER NOT NULL DEFAULT 0,
         next_attempt_at REAL,
         last_error TEXT,

@@ -1,0 +1,155 @@
+"""One agent turn: model call → tool calls → model call … until a reply or ``maxIterations``.
+
+Stages are small functions: build the request, call the model, persist, run the tools.
+Every message goes to the transcript (through a :class:`TranscriptSink`) as it happens, so a
+crash leaves a transcript a later run can resume from. Provider errors propagate to the
+caller, which knows whether the turn belongs to a chat or a sub-agent run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from gateway.constants import MAX_SPAWNS_PER_TURN
+from gateway.llm import ChatMessage, ModelReply, ModelRequest, Provider, ToolCall, Usage
+from gateway.tools import ToolContext, ToolOutput, ToolRegistry
+
+logger = logging.getLogger(__name__)
+
+EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations"]
+SPAWN_TOOL = "sessions_spawn"
+
+
+class TranscriptSink(Protocol):
+    """Where a turn records what happens, as it happens."""
+
+    async def message(
+        self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
+    ) -> None: ...
+
+    async def event(self, name: str, data: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSetup:
+    """What a turn runs with: resolved once, when the run starts."""
+
+    provider: Provider
+    model_id: str
+    max_tokens: int
+    system: str
+    tools: frozenset[str]
+    max_iterations: int
+    tool_context: ToolContext
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    text: str
+    ended_by: EndedBy
+    usage: Usage = field(default_factory=Usage)
+    iterations: int = 0
+    #: The data of ``submit_result``/``submit_error`` when the run ended through one.
+    submitted: dict[str, Any] | None = None
+
+
+def build_request(
+    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage]
+) -> ModelRequest:
+    """The model request for the conversation so far."""
+    return ModelRequest(
+        model=setup.model_id,
+        system=setup.system,
+        messages=tuple(history),
+        tools=tuple(registry.specs(sorted(setup.tools))),
+        max_tokens=setup.max_tokens,
+    )
+
+
+async def run_tools(
+    calls: tuple[ToolCall, ...],
+    setup: TurnSetup,
+    registry: ToolRegistry,
+    history: list[ChatMessage],
+    sink: TranscriptSink,
+) -> ToolOutput | None:
+    """Run a reply's tool calls in order; returns the output that ends the run, if any.
+
+    Seed 000: spawns beyond :data:`MAX_SPAWNS_PER_TURN` in one model turn get an error
+    result instead of running.
+    """
+    spawns = 0
+    ending: ToolOutput | None = None
+    for call in calls:
+        if call.name == SPAWN_TOOL:
+            spawns += 1
+        if call.name == SPAWN_TOOL and spawns > MAX_SPAWNS_PER_TURN:
+            output = ToolOutput.error(
+                f"{SPAWN_TOOL}: at most {MAX_SPAWNS_PER_TURN} calls are honoured per model "
+                "turn; this one was not run"
+            )
+        elif ending is not None:
+            output = ToolOutput.error(f"{call.name}: not run, the run already ended")
+        else:
+            output = await registry.invoke(call, setup.tool_context, setup.tools)
+        result = ChatMessage(
+            role="tool",
+            content=output.content,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            is_error=output.is_error,
+        )
+        history.append(result)
+        await sink.message(result)
+        if output.ends_run and ending is None:
+            ending = output
+    return ending
+
+
+async def call_model(
+    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage], sink: TranscriptSink
+) -> ModelReply:
+    """One model call; the assistant message is recorded before any tool runs."""
+    reply = await setup.provider.complete(build_request(setup, registry, history))
+    message = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+    history.append(message)
+    await sink.message(message, model=reply.model, usage=reply.usage)
+    return reply
+
+
+async def run_turn(
+    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage], sink: TranscriptSink
+) -> TurnOutcome:
+    """Loop model and tools on ``history`` (which ends with the new input) until done.
+
+    ``history`` is extended in place with every assistant and tool message.
+    """
+    outcome = TurnOutcome(text="", ended_by="max_iterations")
+    last_text = ""
+    for _ in range(setup.max_iterations):
+        reply = await call_model(setup, registry, history, sink)
+        outcome.iterations += 1
+        outcome.usage = outcome.usage + reply.usage
+        if reply.text.strip():
+            last_text = reply.text
+        if not reply.tool_calls:
+            if not reply.text.strip():
+                await sink.event("empty_reply", {"model": reply.model})
+            outcome.text = reply.text
+            outcome.ended_by = "reply"
+            return outcome
+        ending = await run_tools(reply.tool_calls, setup, registry, history, sink)
+        if ending is not None:
+            outcome.submitted = ending.data
+            if ending.data is not None and "error" in ending.data:
+                outcome.ended_by = "submit_error"
+                outcome.text = str(ending.data["error"])
+            else:
+                outcome.ended_by = "submit_result"
+                outcome.text = str((ending.data or {}).get("result", ending.content))
+            return outcome
+    outcome.text = last_text
+    await sink.event("max_iterations", {"maxIterations": setup.max_iterations})
+    return outcome

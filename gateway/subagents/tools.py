@@ -1,0 +1,181 @@
+"""The session tools (DESIGN §4): ``sessions_spawn``, ``agents_list``, ``sessions_list``,
+``sessions_history`` and ``sessions_send``. The policy keeps them from sub-agents by default;
+``sessions_spawn`` also refuses in a sub-agent session itself (no nested fan-out).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gateway.services import SERVICES, Services
+from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError
+from gateway.subagents.manager import SPAWN_FORBIDDEN_NESTED, SpawnRequest, SubagentManager
+from gateway.tools import Tool, ToolContext, ToolError, ToolOutput, ToolParams, ToolRegistry
+
+#: Bounds that keep a single spawn from flooding a transcript or a prompt.
+MAX_TASK_CHARS = 50_000
+MAX_LABEL_CHARS = 200
+MAX_SEND_CHARS = 50_000
+
+
+def _services(ctx: ToolContext) -> Services:
+    return ctx.service(SERVICES)
+
+
+def _manager(ctx: ToolContext) -> SubagentManager:
+    manager = _services(ctx).subagents
+    if manager is None:
+        raise ToolError("sub-agents are not available in this gateway")
+    return manager
+
+
+class SpawnParams(ToolParams):
+    task: str = Field(
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        pattern=r"\S",
+        description="What the sub-agent should do; it sees only this text",
+    )
+    label: str | None = Field(
+        default=None, max_length=MAX_LABEL_CHARS, description="A short name for the run"
+    )
+    agent_id: str | None = Field(
+        default=None, description="Run under another agent id (see agents_list)"
+    )
+    model: str | None = Field(default=None, description="Model override, '<provider>/<model id>'")
+    run_timeout_seconds: float | None = Field(
+        default=None, ge=0, description="Abort the run after this many seconds; 0 = none"
+    )
+    cleanup: Literal["delete", "keep"] = Field(
+        default="keep", description="'delete' archives the sub-agent session after its announce"
+    )
+
+
+class SessionsSpawnTool(Tool[SpawnParams]):
+    name = "sessions_spawn"
+    group = "sessions"
+    params = SpawnParams
+    description = (
+        "Start a background sub-agent on a task. Returns at once with status 'accepted'; "
+        "when the sub-agent finishes, its result is posted to this chat automatically. "
+        "Use it for long or slow work."
+    )
+
+    async def run(self, params: SpawnParams, ctx: ToolContext) -> ToolOutput:
+        if ctx.is_subagent:
+            return ToolOutput.json(
+                {"status": "forbidden", "error": SPAWN_FORBIDDEN_NESTED}, is_error=True
+            )
+        request = SpawnRequest(
+            task=params.task,
+            label=params.label,
+            agent_id=params.agent_id,
+            model=params.model,
+            run_timeout_seconds=params.run_timeout_seconds,
+            cleanup=params.cleanup,
+        )
+        result = await _manager(ctx).spawn(ctx, request)
+        return ToolOutput.json(result, is_error=result["status"] != "accepted")
+
+
+class NoParams(ToolParams):
+    pass
+
+
+class AgentsListTool(Tool[NoParams]):
+    name = "agents_list"
+    group = "sessions"
+    params = NoParams
+    description = "List the agent ids this agent may target with sessions_spawn."
+
+    async def run(self, params: NoParams, ctx: ToolContext) -> ToolOutput:
+        settings = _services(ctx).settings
+        allowed = _manager(ctx).allowed_targets(ctx.agent_id)
+        agents = [
+            {"id": agent_id, "name": settings.routing.agents[agent_id].name or agent_id}
+            for agent_id in sorted(allowed)
+        ]
+        return ToolOutput.json({"agents": agents})
+
+
+class SessionsListParams(ToolParams):
+    include_subagents: bool = Field(default=False, description="Include sub-agent sessions")
+    limit: int = Field(default=50, ge=1, le=500)
+
+
+class SessionsListTool(Tool[SessionsListParams]):
+    name = "sessions_list"
+    group = "sessions"
+    params = SessionsListParams
+    description = "List sessions (conversations), most recent first."
+
+    async def run(self, params: SessionsListParams, ctx: ToolContext) -> ToolOutput:
+        store = _services(ctx).store
+        records = await store.list(include_subagents=params.include_subagents, limit=params.limit)
+        return ToolOutput.json({"sessions": [store.describe(record) for record in records]})
+
+
+class SessionsHistoryParams(ToolParams):
+    session_key: str = Field(min_length=1, max_length=512)
+    limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT)
+    include_tools: bool = False
+
+
+class SessionsHistoryTool(Tool[SessionsHistoryParams]):
+    name = "sessions_history"
+    group = "sessions"
+    params = SessionsHistoryParams
+    description = "Read a session's recent messages (a sub-agent's, say, from its announce)."
+
+    async def run(self, params: SessionsHistoryParams, ctx: ToolContext) -> ToolOutput:
+        try:
+            messages = await _services(ctx).store.history(
+                params.session_key, limit=params.limit, include_tools=params.include_tools
+            )
+        except SessionError as exc:
+            raise ToolError(str(exc)) from exc
+        return ToolOutput.json({"sessionKey": params.session_key, "messages": messages})
+
+
+class SessionsSendParams(ToolParams):
+    session_key: str = Field(min_length=1, max_length=512)
+    message: str = Field(min_length=1, max_length=MAX_SEND_CHARS)
+
+
+class SessionsSendTool(Tool[SessionsSendParams]):
+    name = "sessions_send"
+    group = "sessions"
+    params = SessionsSendParams
+    description = (
+        "Queue a message into another session, as if its person had sent it; that session's "
+        "reply goes to its own chat."
+    )
+
+    async def run(self, params: SessionsSendParams, ctx: ToolContext) -> ToolOutput:
+        services = _services(ctx)
+        if params.session_key == ctx.session_key:
+            raise ToolError("a session cannot send to itself (it would wait on its own turn)")
+        if services.chat is None:
+            raise ToolError("chat turns are not available in this gateway")
+        try:
+            session = await services.store.require(params.session_key)
+        except SessionError as exc:
+            raise ToolError(str(exc)) from exc
+        if session.is_subagent or session.archived:
+            raise ToolError(f"session {session.key} does not take messages")
+        services.chat.submit_turn(session, params.message)
+        return ToolOutput.json({"status": "queued", "sessionKey": session.key})
+
+
+def register_session_tools(registry: ToolRegistry) -> None:
+    """Add the session tools to ``registry`` (after :func:`gateway.tools.default_registry`)."""
+    for tool in (
+        SessionsSpawnTool(),
+        AgentsListTool(),
+        SessionsListTool(),
+        SessionsHistoryTool(),
+        SessionsSendTool(),
+    ):
+        registry.register(tool)
