@@ -1,0 +1,200 @@
+"""Controls of sub-agent runs: abort, /stop, chat commands, forbidden spawns, overrides."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from channels import ChannelSendError
+from gateway.subagents.manager import RunFinishedError, RunNotFoundError, SpawnRequest
+from tests.gateway.harness import running_gateway
+
+
+async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
+    tmp_path: Path,
+) -> None:
+    async with running_gateway(tmp_path) as gw:
+        gate = asyncio.Event()
+        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        await gw.say("bg task: never")
+        run_id = (await gw.reply()).text.split()[-1]
+        await gw.manager.abort(run_id)
+        run = await gw.finished(run_id)
+        assert run.status == "cancelled" and run.started_at is None
+        (announce,) = await gw.announce()
+        assert announce.text.startswith('Sub-agent "bg" was cancelled')
+        gate.set()
+        await blocker
+        child = await gw.services.store.read(run.child_session_key)
+        assert not any(r["type"] == "message" for r in child.records)
+
+
+async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        ctx = await gw.context("agent:main:memory:channel:c1")
+        result = await gw.manager.spawn(ctx, SpawnRequest(task="task-slow: x", label="slow"))
+        run_id = result["runId"]
+        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        await gw.manager.abort(run_id)
+        run = await gw.finished(run_id)
+        assert run.status == "cancelled" and run.started_at is not None
+
+
+async def test_abort_errors(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        with pytest.raises(RunNotFoundError):
+            await gw.manager.abort("no-such-run")
+        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+        await gw.finished(result["runId"])
+        with pytest.raises(RunFinishedError):
+            await gw.manager.abort(result["runId"])
+
+
+async def test_spawn_from_a_subagent_session_is_forbidden(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+        run = await gw.finished(result["runId"])
+        child_ctx = await gw.context(run.child_session_key)
+        assert child_ctx.is_subagent
+        nested = await gw.manager.spawn(child_ctx, SpawnRequest(task="task: y"))
+        assert nested == {
+            "status": "forbidden",
+            "error": "sessions_spawn is not allowed from sub-agent sessions",
+        }
+
+
+async def test_target_agents_are_checked(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        ctx = await gw.context()
+        forbidden = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="other"))
+        assert forbidden["status"] == "forbidden"
+        assert "helper" in forbidden["error"] and "main" in forbidden["error"]
+        unknown = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="nobody"))
+        assert unknown["status"] == "error" and "nobody" in unknown["error"]
+        allowed = await gw.manager.spawn(ctx, SpawnRequest(task="task: h", agent_id="helper"))
+        assert allowed["status"] == "accepted"
+        assert allowed["childSessionKey"].startswith("agent:helper:subagent:")
+        assert (await gw.finished(allowed["runId"])).agent_id == "helper"
+        assert await gw.services.db.runs.list(statuses=["queued"]) == []
+
+
+async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        ctx = await gw.context()
+        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="nope/zzz"))
+        assert result["status"] == "accepted" and result["modelApplied"] is False
+        assert "nope" in result["warning"]
+        assert (await gw.finished(result["runId"])).model == "test/m1"
+        applied = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="test/m2"))
+        assert applied["modelApplied"] is True and "warning" not in applied
+        run = await gw.finished(applied["runId"])
+        assert run.model == "test/m2"
+        child = await gw.services.store.read(run.child_session_key)
+        models = {
+            r["message"].get("model") for r in child.messages if r["message"]["role"] == "assistant"
+        }
+        assert models == {"m2"}
+        assert run.cost_usd is None and run.announce_text is not None
+        assert "est $" not in run.announce_text  # m2 has no price
+
+
+async def test_chat_commands(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        notices = lambda n: gw.wait_sent(lambda m: m.kind == "notice", n)  # noqa: E731
+        await gw.say("/spawn task: via command")
+        (started,) = await notices(1)
+        match = re.fullmatch(r"Started sub-agent run ([0-9a-f]{8}); .*", started.text)
+        assert match, started.text
+        runs = await gw.services.db.runs.list()
+        run = await gw.finished(runs[0].run_id)
+        await gw.say("/subagents list")
+        listing = (await notices(2))[-1]
+        assert match.group(1) in listing.text and "done" in listing.text
+        await gw.say(f"/subagents info {match.group(1)}")
+        info = (await notices(3))[-1]
+        assert run.run_id in info.text and "model test/m1" in info.text
+        await gw.say(f"/subagents log {match.group(1)}")
+        log = (await notices(4))[-1]
+        assert "user: task: via command" in log.text
+        await gw.say("/subagents stop zzz")
+        assert "matches" in (await notices(5))[-1].text
+        await gw.say("/spawn")
+        assert (await notices(6))[-1].text == "usage: /spawn <task>"
+
+
+async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        gate = asyncio.Event()
+        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        await gw.say("bg task: a")
+        await gw.reply()
+        await gw.say("bg task: b")
+        await gw.reply(count=2)
+        await gw.say("/stop")
+        (notice,) = await gw.wait_sent(lambda m: m.kind == "notice")
+        assert notice.text.endswith("and 2 sub-agent run(s).")
+        for run in await gw.services.db.runs.list():
+            assert (await gw.finished(run.run_id)).status == "cancelled"
+        gate.set()
+        await blocker
+
+
+async def test_transient_delivery_failures_are_retried_and_delivered_once(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        gate = asyncio.Event()
+        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        await gw.say("bg task: retry")
+        run_id = (await gw.reply()).text.split()[-1]
+        gw.channel.fail_next(
+            [
+                ChannelSendError("HTTP 500", retryable=True),
+                ChannelSendError("rate limited", retryable=True, retry_after=0.01),
+            ]
+        )
+        gate.set()
+        await blocker
+        delivered = await gw.delivery(run_id)
+        assert delivered.state == "delivered" and delivered.attempts == 3
+        assert len([m for m in gw.channel.sent if m.kind == "announce"]) == 1
+
+
+async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        await gw.say("bg task: gone", chat_id="doomed")
+        run_id = (await gw.reply("doomed")).text.split()[-1]
+        gw.channel.vanished.add("doomed")
+        item = await gw.delivery(run_id)
+        assert item.state == "failed" and item.attempts == 1
+        run = await gw.services.db.runs.get(run_id)
+        assert run is not None and run.announce_state == "failed"
+        assert run.announce_error == "chat doomed not found" and run.status == "done"
+
+
+async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        result = await gw.manager.spawn(
+            await gw.context(), SpawnRequest(task="task: x", cleanup="delete")
+        )
+        run = await gw.finished(result["runId"])
+        child = await gw.services.store.require(run.child_session_key)
+        assert child.archived and child.archived_path is not None
+        assert re.search(
+            r"\.jsonl\.deleted\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z$", child.archived_path
+        )
+        assert Path(child.archived_path).exists()
+        assert not Path(run.transcript_path or "").exists()
+        listed = await gw.services.store.list(include_subagents=True)
+        assert child.key not in {s.key for s in listed}
+
+
+async def test_without_cleanup_the_child_is_scheduled_for_archive(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+        run = await gw.finished(result["runId"])
+        child = await gw.services.store.require(run.child_session_key)
+        assert child.archive_due_at == pytest.approx(run.created_at + 3600)
+        assert gw.services.archive.is_scheduled(child.key)

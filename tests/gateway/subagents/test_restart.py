@@ -1,0 +1,116 @@
+"""What a restart does with runs and announces another process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+from gateway.llm import ChatMessage, ToolCall
+from gateway.sessions.transcript import INTERRUPTED_TOOL_RESULT
+from gateway.state import OutboxRecord
+from gateway.subagents.manager import SpawnRequest
+from gateway.subagents.outbox import UNCERTAIN
+from tests.gateway.harness import TEST_SCRIPT, running_gateway
+
+
+def fast_slow_script() -> dict[str, Any]:
+    """The test script with ``task-slow`` answering at once (the 'new version' after restart)."""
+    script = copy.deepcopy(TEST_SCRIPT)
+    for rule in script["rules"]:
+        if rule["match"].startswith("^task-slow"):
+            rule.pop("delaySeconds")
+    return script
+
+
+async def test_a_queued_run_runs_after_a_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # never released
+        await gw.say("bg task: later")
+        run_id = (await gw.reply()).text.split()[-1]
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        run = await gw.finished(run_id)
+        assert run.status == "done"
+        assert (await gw.delivery(run_id)).state == "delivered"
+        (announce,) = await gw.announce()
+        assert announce.text.startswith("ANNOUNCE: done: later")
+
+
+async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        await gw.say("bg task-slow: resumable")
+        run_id = (await gw.reply()).text.split()[-1]
+        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        run = await gw.services.db.runs.get(run_id)
+        assert run is not None
+        child = await gw.services.store.require(run.child_session_key)
+        # As if the process died in the middle of a tool call.
+        call = ToolCall(id="call-1", name="ls", arguments={"path": "."})
+        await gw.services.store.append_message(
+            child, ChatMessage(role="assistant", content="", tool_calls=(call,))
+        )
+    async with running_gateway(tmp_path, state_dir=state, script=fast_slow_script()) as gw:
+        run = await gw.finished(run_id)
+        assert run.status == "done"
+        contents = await gw.services.store.read(run.child_session_key)
+        tool_results = [r["message"] for r in contents.messages if r["message"]["role"] == "tool"]
+        assert [t["content"] for t in tool_results] == [INTERRUPTED_TOOL_RESULT]
+        assert any(r.get("event") == "resumed" for r in contents.records if r["type"] == "event")
+        (announce,) = await gw.announce()
+        assert announce.run_id == run_id
+
+
+async def test_on_restart_fail_announces_running_runs_as_interrupted(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        await gw.say("bg task-slow: doomed")
+        run_id = (await gw.reply()).text.split()[-1]
+        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+    config = {"agent": {"subagents": {"onRestart": "fail"}}}
+    async with running_gateway(tmp_path, state_dir=state, config=config) as gw:
+        run = await gw.finished(run_id)
+        assert run.status == "interrupted"
+        (announce,) = await gw.announce()
+        assert announce.text.startswith('Sub-agent "bg" was interrupted by a gateway restart')
+
+
+async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeated(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        ctx = await gw.context("agent:main:memory:channel:c1")
+        ids = []
+        for _ in range(2):
+            result = await gw.manager.spawn(ctx, SpawnRequest(task="task-slow: x"))
+            ids.append(result["runId"])
+        db = gw.services.db
+        # Simulate what a crash leaves: one announce queued, one cut off mid-send.
+        for run_id, state_name in zip(ids, ("pending", "sending"), strict=True):
+            await db.outbox.insert_for_run(
+                OutboxRecord(
+                    channel="memory",
+                    account="default",
+                    chat_id="c1",
+                    text=f"text {run_id}",
+                    created_at=0.0,
+                    run_id=run_id,
+                    state=state_name,  # type: ignore[arg-type]
+                ),
+                {"status": "announcing", "outcome": "done", "announce_state": "queued"},
+            )
+        await gw.services.outbox.close()  # this process never delivers them
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        delivered = await gw.delivery(ids[0])
+        assert delivered.state == "delivered"
+        uncertain = await gw.services.db.outbox.get_by_run(ids[1])
+        assert uncertain is not None and uncertain.state == "failed"
+        assert uncertain.last_error == UNCERTAIN
+        assert [m.text for m in gw.channel.sent if m.kind == "announce"] == [f"text {ids[0]}"]
+        for run_id in ids:
+            assert (await gw.finished(run_id)).status == "done"
