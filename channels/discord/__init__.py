@@ -1,5 +1,31 @@
-"""Discord channel (discord.py)."""
+"""Discord channel (discord.py).
+
+``DiscordChannel`` is loaded on first use: discord.py takes a noticeable moment to import,
+and loading or checking the configuration needs only ``DiscordConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from channels.discord.config import DiscordConfig
+from channels.discord.format import DISCORD_MESSAGE_LIMIT, chunk_message
 
-__all__ = ["DiscordConfig"]
+if TYPE_CHECKING:
+    from channels.discord.channel import DiscordChannel, discord_intents
+
+__all__ = [
+    "DISCORD_MESSAGE_LIMIT",
+    "DiscordChannel",
+    "DiscordConfig",
+    "chunk_message",
+    "discord_intents",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DiscordChannel", "discord_intents"):
+        from channels.discord import channel
+
+        return getattr(channel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

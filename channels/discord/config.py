@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 
 from channels.config_base import ConfigModel
 
@@ -12,10 +12,31 @@ class DiscordConfig(ConfigModel):
     token: SecretStr | None = None
     agent: str = "main"
     require_mention: bool = True
-    #: Versioned REST root, e.g. ``https://discord.com/api/v10``.
+    #: Versioned REST root, e.g. ``https://discord.com/api/v10`` (no trailing slash needed).
     api_base_url: str | None = None
     #: Gateway websocket, e.g. ``wss://gateway.discord.gg/``.
     gateway_url: str | None = None
 
+    @field_validator("api_base_url")
+    @classmethod
+    def _http_root(cls, value: str | None) -> str | None:
+        # discord.py appends "/users/@me" and the like to this root, so a trailing slash
+        # would double up. An empty value (``${VAR:-}``) means the default.
+        if not value:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL like https://discord.com/api/v10")
+        return value.rstrip("/")
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _websocket_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("ws://", "wss://")):
+            raise ValueError("must be a ws:// or wss:// URL like wss://gateway.discord.gg/")
+        return value
+
     def required_secrets(self) -> tuple[str, ...]:
+        """The secret keys this configuration needs to start."""
         return ("token",) if self.enabled else ()

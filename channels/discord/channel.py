@@ -1,0 +1,349 @@
+"""The Discord channel: a discord.py ``Client`` run as a task of the gateway's event loop.
+
+``start()`` logs in (``GET /users/@me``), connects to the gateway and returns once the
+client is READY; the client then keeps running in a background task and reconnects (with
+RESUME) by itself. Inbound messages are handed to the gateway's handler one at a time, in
+the order Discord sent them. ``send()`` posts over REST, split to Discord's 2,000-character
+limit, with mentions that can never ping ``@everyone``, roles or users; rate limits are left
+to discord.py, which sleeps ``retry_after`` on a 429 and tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.config_base import secret_value
+from channels.discord._sdk import discord
+from channels.discord.config import DiscordConfig
+from channels.discord.endpoints import Endpoints, claim_endpoints, release_endpoints
+from channels.discord.errors import send_error, start_error
+from channels.discord.events import to_inbound
+from channels.discord.format import chunk_message
+from channels.errors import ChannelSendError, ChannelStartError
+
+log = logging.getLogger(__name__)
+
+#: Seconds ``start()`` waits for READY; discord.py's own handshake timeout is 60 s.
+START_TIMEOUT = 30.0
+#: Seconds ``stop()`` gives ``Client.close()`` (it closes the websocket and HTTP session).
+STOP_TIMEOUT = 10.0
+#: Seconds the closed client's task gets to return before it is cancelled: enough to leave
+#: its read loop, not to sit out a reconnect backoff sleep.
+STOP_GRACE = 1.0
+#: Seconds after READY to wait for the burst of GUILD_CREATE events (discord.py's default).
+GUILD_READY_TIMEOUT = 2.0
+#: Discord shows "typing…" for about 10 s after each POST, so refresh a little sooner.
+TYPING_INTERVAL = 8.0
+#: Inbound messages waiting for the handler; beyond this discord.py's event tasks wait.
+INBOUND_QUEUE_SIZE = 256
+#: A 429 asking for a longer wait than this is handed to the outbox (with ``retry_after``)
+#: instead of blocking the send; 30 s is the least discord.py accepts.
+MAX_RATELIMIT_WAIT = 30.0
+#: Partly delivered multi-part replies remembered so that a retry skips the parts sent.
+PARTIAL_SENDS_KEPT = 128
+
+#: Replies never notify anyone: no @everyone/@here, no roles, no users, no reply pings.
+NO_PINGS = discord.AllowedMentions.none()
+
+
+def discord_intents() -> discord.Intents:
+    """Guilds, guild messages, DMs and message content (a privileged intent)."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+class _Client(discord.Client):
+    """A ``Client`` whose events go to its :class:`DiscordChannel`."""
+
+    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
+        super().__init__(**options)
+        self._owner = owner
+
+    async def setup_hook(self) -> None:
+        # discord.py calls this at the end of login, before it dials the gateway.
+        self._owner._logged_in = True
+
+    async def on_ready(self) -> None:
+        self._owner._set_connected(True, "ready")
+
+    async def on_resumed(self) -> None:
+        self._owner._set_connected(True, "resumed")
+
+    async def on_disconnect(self) -> None:
+        self._owner._set_connected(False, "disconnected")
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._owner._on_message(message)
+
+
+class DiscordChannel(Channel):
+    """Herald's Discord surface. See the module docstring and :mod:`.events` for the rules."""
+
+    def __init__(
+        self,
+        config: DiscordConfig,
+        *,
+        name: str = "discord",
+        start_timeout: float = START_TIMEOUT,
+        guild_ready_timeout: float = GUILD_READY_TIMEOUT,
+    ) -> None:
+        self.name = name
+        self._config = config
+        self._start_timeout = start_timeout
+        self._guild_ready_timeout = guild_ready_timeout
+        self._client: _Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._consumer: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._connected = False
+        self._stopping = False
+        self._failure: Exception | None = None
+        self._logged_in = False
+        self._me: int | None = None
+        self._inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(INBOUND_QUEUE_SIZE)
+        self._event_tasks: set[asyncio.Task[Any]] = set()
+        self._partial: OrderedDict[OutboundMessage, list[str]] = OrderedDict()
+        self._claimed = False
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "running" if self._task else "stopped"
+        return (
+            f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inbound.qsize()}>"
+        )
+
+    @property
+    def connected(self) -> bool:
+        """True from READY (or RESUMED) until the gateway connection drops or stops."""
+        return self._connected and self._client is not None and not self._client.is_closed()
+
+    @property
+    def bot_user_id(self) -> str | None:
+        """The bot's user id once logged in: the ``account`` of every inbound message."""
+        return None if self._me is None else str(self._me)
+
+    async def start(self, handler: InboundHandler) -> None:
+        """Log in and connect; return once READY, else raise ``ChannelStartError``.
+
+        Raises within ``start_timeout`` seconds: a bad token (401 on login or gateway close
+        4004), a refused Message Content intent (4014), another fatal close code, an
+        unreachable API, or no READY in time. The error never contains the token. After a
+        failure everything opened is closed again, so the gateway can simply exit.
+        """
+        if self._task is not None:
+            raise ChannelStartError(f"the {self.name} channel is already started")
+        token = secret_value(self._config.token)
+        if token is None:
+            raise ChannelStartError("channels.discord.token is not set")
+        claim_endpoints(Endpoints(self._config.api_base_url, self._config.gateway_url))
+        self._claimed = True
+        self._stopping = False
+        self._failure = None
+        self._logged_in = False
+        self._ready = asyncio.Event()
+        self._client = _Client(
+            self,
+            intents=discord_intents(),
+            allowed_mentions=NO_PINGS,
+            max_messages=None,
+            chunk_guilds_at_startup=False,
+            guild_ready_timeout=self._guild_ready_timeout,
+            max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
+        )
+        self._consumer = asyncio.create_task(self._deliver(handler), name=f"{self.name}-inbound")
+        self._task = asyncio.create_task(self._run(self._client, token), name=f"{self.name}-client")
+        ready = asyncio.create_task(self._ready.wait())
+        try:
+            await asyncio.wait(
+                {ready, self._task},
+                timeout=self._start_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            await self.stop()  # the gateway gave up on us: leave nothing running
+            raise
+        finally:
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
+        if self._ready.is_set() and not self._task.done():
+            log.info("%s channel connected as user %s", self.name, self._me)
+            return
+        failure = self._failure if self._task.done() else None
+        await self.stop()
+        if failure is not None:
+            raise start_error(failure, self._talking_to()) from failure
+        raise ChannelStartError(
+            f"Discord did not become ready within {self._start_timeout:g} s: "
+            f"no READY from {self._talking_to()}"
+        )
+
+    async def stop(self) -> None:
+        """Close the client, stop handing on messages, restore discord.py's URLs. Idempotent."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping = True
+        self._connected = False
+        client = self._client
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), STOP_TIMEOUT)
+        await asyncio.wait({task}, timeout=STOP_GRACE)
+        pending = [t for t in (task, self._consumer, *self._event_tasks) if t and not t.done()]
+        for leftover in pending:
+            leftover.cancel()
+        await asyncio.gather(*pending, task, return_exceptions=True)
+        self._consumer = None
+        self._event_tasks.clear()
+        if self._claimed:
+            release_endpoints()
+            self._claimed = False
+        dropped = self._inbound.qsize()
+        if dropped:
+            log.warning("%s channel stopped with %d inbound messages unhandled", self.name, dropped)
+        self._inbound = asyncio.Queue(INBOUND_QUEUE_SIZE)
+        log.info("%s channel stopped", self.name)
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        """Post ``message`` to its chat (a channel, thread or DM id), in as many parts as needed.
+
+        Raises ``ChannelSendError``: ``retryable=False`` for an unknown or deleted channel,
+        missing permissions or a rejected body; ``retryable=True`` for server errors,
+        connection errors, a stopped client, or a rate limit longer than discord.py waits
+        (with ``retry_after``). If a later part fails, a retry of the same message resumes
+        after the parts already delivered instead of posting them twice.
+        """
+        client = self._client
+        if client is None or client.is_closed() or self._task is None:
+            raise ChannelSendError(f"the {self.name} channel is not running", retryable=True)
+        if not message.chat_id.isdigit():
+            raise ChannelSendError(
+                f"{message.chat_id!r} is not a Discord channel id", retryable=False
+            )
+        parts = chunk_message(message.text)
+        if not parts:
+            log.debug("nothing to send to Discord channel %s: empty text", message.chat_id)
+            return SentMessage(chat_id=message.chat_id, message_ids=())
+        target = client.get_partial_messageable(int(message.chat_id))
+        sent = self._partial.pop(message, [])
+        for part in parts[len(sent) :]:
+            try:
+                posted = await target.send(part, allowed_mentions=NO_PINGS)
+            except Exception as exc:
+                error = send_error(exc)
+                if error is None:
+                    raise
+                if error.retryable and sent:
+                    self._remember_partial(message, sent)
+                raise error from exc
+            sent.append(str(posted.id))
+        return SentMessage(chat_id=message.chat_id, message_ids=tuple(sent))
+
+    @contextlib.asynccontextmanager
+    async def working(self, message: InboundMessage) -> AsyncIterator[None]:
+        """Show "typing…" in the message's chat while the agent works on it.
+
+        Typing is decoration: its failures are logged at debug level and never raised.
+        """
+        client = self._client
+        typing: asyncio.Task[None] | None = None
+        if client is not None and not client.is_closed() and message.chat_id.isdigit():
+            typing = asyncio.create_task(self._keep_typing(client, int(message.chat_id)))
+        try:
+            yield
+        finally:
+            if typing is not None:
+                typing.cancel()
+                await asyncio.gather(typing, return_exceptions=True)
+
+    # internals: the client task and its events
+
+    async def _run(self, client: _Client, token: str) -> None:
+        # Failures are kept, not raised: start() reports one that comes before READY, and
+        # one after READY is logged here, as nobody awaits this task until stop().
+        try:
+            await client.start(token)
+        except Exception as exc:
+            self._failure = exc
+            if self._ready.is_set() and not self._stopping:
+                log.error("%s channel is down: %s", self.name, start_error(exc, self._talking_to()))
+        finally:
+            self._connected = False
+            await client.close()
+
+    def _talking_to(self) -> str:
+        """What the client was talking to last: the REST API until logged in, then the gateway."""
+        if self._logged_in:
+            return (
+                f"the Discord gateway at {self._config.gateway_url or 'wss://gateway.discord.gg/'}"
+            )
+        return f"the Discord API at {self._config.api_base_url or 'https://discord.com/api/v10'}"
+
+    def _set_connected(self, connected: bool, why: str) -> None:
+        if self._stopping:
+            return
+        if connected and self._client is not None and self._client.user is not None:
+            self._me = self._client.user.id
+            self._ready.set()
+        if connected != self._connected:
+            log.info("%s channel %s", self.name, why)
+        self._connected = connected
+
+    async def _on_message(self, message: discord.Message) -> None:
+        client = self._client
+        if client is None or client.user is None or self._stopping:
+            return
+        inbound = to_inbound(
+            message,
+            me=client.user.id,
+            channel_name=self.name,
+            require_mention=self._config.require_mention,
+        )
+        if inbound is None:
+            return
+        current = asyncio.current_task()
+        if current is not None:
+            self._event_tasks.add(current)
+        try:
+            await self._inbound.put(inbound)
+        finally:
+            if current is not None:
+                self._event_tasks.discard(current)
+
+    async def _deliver(self, handler: InboundHandler) -> None:
+        while True:
+            inbound = await self._inbound.get()
+            try:
+                await handler(inbound)
+            except Exception:
+                log.exception(
+                    "%s inbound handler failed for message %s", self.name, inbound.message_id
+                )
+
+    async def _keep_typing(self, client: _Client, channel_id: int) -> None:
+        target = client.get_partial_messageable(channel_id)
+        while True:
+            try:
+                await target.typing()
+            except (discord.NotFound, discord.Forbidden) as exc:
+                log.debug("no typing indicator in Discord channel %s: %s", channel_id, exc)
+                return
+            except (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.debug("typing indicator failed in Discord channel %s: %s", channel_id, exc)
+            await asyncio.sleep(TYPING_INTERVAL)
+
+    def _remember_partial(self, message: OutboundMessage, sent: list[str]) -> None:
+        self._partial[message] = sent
+        while len(self._partial) > PARTIAL_SENDS_KEPT:
+            self._partial.popitem(last=False)
