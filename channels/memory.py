@@ -11,7 +11,14 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.base import (
+    Channel,
+    InboundHandler,
+    InboundMessage,
+    OutboundMessage,
+    RunUpdate,
+    SentMessage,
+)
 from channels.errors import ChannelSendError
 
 
@@ -22,6 +29,7 @@ class MemoryChannel(Channel):
         self.name = name
         self.account = account
         self.sent: list[OutboundMessage] = []
+        self.updates: list[RunUpdate] = []
         self._handler: InboundHandler | None = None
         self._connected = False
         self._failures: deque[ChannelSendError] = deque()
@@ -58,6 +66,19 @@ class MemoryChannel(Channel):
             self.sent.append(message)
             self._changed.notify_all()
         return SentMessage(chat_id=message.chat_id, message_ids=(str(self._next_id),))
+
+    async def run_update(self, update: RunUpdate) -> None:
+        async with self._changed:
+            self.updates.append(update)
+            self._changed.notify_all()
+
+    async def wait_update(self, run_id: str, status: str) -> RunUpdate:
+        """Wait until run ``run_id`` was reported with ``status``."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: any(u.run_id == run_id and u.status == status for u in self.updates)
+            )
+        return next(u for u in self.updates if u.run_id == run_id and u.status == status)
 
     async def receive(self, message: InboundMessage) -> None:
         """Hand ``message`` to the gateway as if a person had sent it."""

@@ -143,6 +143,11 @@ class Harness:
     async def announce(self, count: int = 1) -> list[OutboundMessage]:
         return await self.wait_sent(lambda m: m.kind == "announce", count)
 
+    async def status(self, run_id: str, status: str) -> None:
+        """Wait until the run is reported with ``status`` to its origin chat."""
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            await self.channel.wait_update(run_id, status)
+
     async def finished(self, run_id: str) -> RunRecord:
         async with asyncio.timeout(HANG_GUARD_SECONDS):
             return await self.manager.wait(run_id)

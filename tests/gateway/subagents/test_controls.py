@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from channels import ChannelSendError
+from channels import ChannelSendError, OutboundMessage
 from gateway.subagents.manager import RunFinishedError, RunNotFoundError, SpawnRequest
 from tests.gateway.harness import running_gateway
 
@@ -23,7 +23,8 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
         run_id = (await gw.reply()).text.split()[-1]
         await gw.manager.abort(run_id)
         run = await gw.finished(run_id)
-        assert run.status == "cancelled" and run.started_at is None
+        assert run.status == "cancelled"
+        assert run.started_at is None
         (announce,) = await gw.announce()
         assert announce.text.startswith('Sub-agent "bg" was cancelled')
         gate.set()
@@ -34,14 +35,13 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
 
 async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        ctx = await gw.context("agent:main:memory:channel:c1")
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task-slow: x", label="slow"))
-        run_id = result["runId"]
-        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
-            await asyncio.sleep(0.01)
+        await gw.say("bg task-slow: x")
+        run_id = (await gw.reply()).text.split()[-1]
+        await gw.status(run_id, "running")
         await gw.manager.abort(run_id)
         run = await gw.finished(run_id)
-        assert run.status == "cancelled" and run.started_at is not None
+        assert run.status == "cancelled"
+        assert run.started_at is not None
 
 
 async def test_abort_errors(tmp_path: Path) -> None:
@@ -72,9 +72,11 @@ async def test_target_agents_are_checked(tmp_path: Path) -> None:
         ctx = await gw.context()
         forbidden = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="other"))
         assert forbidden["status"] == "forbidden"
-        assert "helper" in forbidden["error"] and "main" in forbidden["error"]
+        assert "helper" in forbidden["error"]
+        assert "main" in forbidden["error"]
         unknown = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="nobody"))
-        assert unknown["status"] == "error" and "nobody" in unknown["error"]
+        assert unknown["status"] == "error"
+        assert "nobody" in unknown["error"]
         allowed = await gw.manager.spawn(ctx, SpawnRequest(task="task: h", agent_id="helper"))
         assert allowed["status"] == "accepted"
         assert allowed["childSessionKey"].startswith("agent:helper:subagent:")
@@ -86,11 +88,13 @@ async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_pat
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
         result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="nope/zzz"))
-        assert result["status"] == "accepted" and result["modelApplied"] is False
+        assert result["status"] == "accepted"
+        assert result["modelApplied"] is False
         assert "nope" in result["warning"]
         assert (await gw.finished(result["runId"])).model == "test/m1"
         applied = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="test/m2"))
-        assert applied["modelApplied"] is True and "warning" not in applied
+        assert applied["modelApplied"] is True
+        assert "warning" not in applied
         run = await gw.finished(applied["runId"])
         assert run.model == "test/m2"
         child = await gw.services.store.read(run.child_session_key)
@@ -98,13 +102,17 @@ async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_pat
             r["message"].get("model") for r in child.messages if r["message"]["role"] == "assistant"
         }
         assert models == {"m2"}
-        assert run.cost_usd is None and run.announce_text is not None
+        assert run.cost_usd is None
+        assert run.announce_text is not None
         assert "est $" not in run.announce_text  # m2 has no price
 
 
 async def test_chat_commands(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        notices = lambda n: gw.wait_sent(lambda m: m.kind == "notice", n)  # noqa: E731
+
+        async def notices(count: int) -> list[OutboundMessage]:
+            return await gw.wait_sent(lambda m: m.kind == "notice", count)
+
         await gw.say("/spawn task: via command")
         (started,) = await notices(1)
         match = re.fullmatch(r"Started sub-agent run ([0-9a-f]{8}); .*", started.text)
@@ -113,10 +121,12 @@ async def test_chat_commands(tmp_path: Path) -> None:
         run = await gw.finished(runs[0].run_id)
         await gw.say("/subagents list")
         listing = (await notices(2))[-1]
-        assert match.group(1) in listing.text and "done" in listing.text
+        assert match.group(1) in listing.text
+        assert "done" in listing.text
         await gw.say(f"/subagents info {match.group(1)}")
         info = (await notices(3))[-1]
-        assert run.run_id in info.text and "model test/m1" in info.text
+        assert run.run_id in info.text
+        assert "model test/m1" in info.text
         await gw.say(f"/subagents log {match.group(1)}")
         log = (await notices(4))[-1]
         assert "user: task: via command" in log.text
@@ -158,7 +168,8 @@ async def test_transient_delivery_failures_are_retried_and_delivered_once(tmp_pa
         gate.set()
         await blocker
         delivered = await gw.delivery(run_id)
-        assert delivered.state == "delivered" and delivered.attempts == 3
+        assert delivered.state == "delivered"
+        assert delivered.attempts == 3
         assert len([m for m in gw.channel.sent if m.kind == "announce"]) == 1
 
 
@@ -168,10 +179,13 @@ async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_pa
         run_id = (await gw.reply("doomed")).text.split()[-1]
         gw.channel.vanished.add("doomed")
         item = await gw.delivery(run_id)
-        assert item.state == "failed" and item.attempts == 1
+        assert item.state == "failed"
+        assert item.attempts == 1
         run = await gw.services.db.runs.get(run_id)
-        assert run is not None and run.announce_state == "failed"
-        assert run.announce_error == "chat doomed not found" and run.status == "done"
+        assert run is not None
+        assert run.announce_state == "failed"
+        assert run.announce_error == "chat doomed not found"
+        assert run.status == "done"
 
 
 async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Path) -> None:
@@ -181,7 +195,8 @@ async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Pa
         )
         run = await gw.finished(result["runId"])
         child = await gw.services.store.require(run.child_session_key)
-        assert child.archived and child.archived_path is not None
+        assert child.archived
+        assert child.archived_path is not None
         assert re.search(
             r"\.jsonl\.deleted\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z$", child.archived_path
         )

@@ -43,8 +43,7 @@ async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None
     async with running_gateway(tmp_path, state_dir=state) as gw:
         await gw.say("bg task-slow: resumable")
         run_id = (await gw.reply()).text.split()[-1]
-        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
-            await asyncio.sleep(0.01)
+        await gw.status(run_id, "running")
         run = await gw.services.db.runs.get(run_id)
         assert run is not None
         child = await gw.services.store.require(run.child_session_key)
@@ -69,8 +68,7 @@ async def test_on_restart_fail_announces_running_runs_as_interrupted(tmp_path: P
     async with running_gateway(tmp_path, state_dir=state) as gw:
         await gw.say("bg task-slow: doomed")
         run_id = (await gw.reply()).text.split()[-1]
-        while (await gw.services.db.runs.get(run_id)).status != "running":  # type: ignore[union-attr]
-            await asyncio.sleep(0.01)
+        await gw.status(run_id, "running")
     config = {"agent": {"subagents": {"onRestart": "fail"}}}
     async with running_gateway(tmp_path, state_dir=state, config=config) as gw:
         run = await gw.finished(run_id)
@@ -109,7 +107,8 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
         delivered = await gw.delivery(ids[0])
         assert delivered.state == "delivered"
         uncertain = await gw.services.db.outbox.get_by_run(ids[1])
-        assert uncertain is not None and uncertain.state == "failed"
+        assert uncertain is not None
+        assert uncertain.state == "failed"
         assert uncertain.last_error == UNCERTAIN
         assert [m.text for m in gw.channel.sent if m.kind == "announce"] == [f"text {ids[0]}"]
         for run_id in ids:

@@ -27,7 +27,8 @@ async def test_a_chat_turn_replies_in_the_same_chat_and_thread(tmp_path: Path) -
         lines = read_transcript(gw.services.store.transcript_path(session)).records
         roles = [r["message"]["role"] for r in lines if r["type"] == "message"]
         assert roles == ["user", "assistant"]
-        assert session.usage.input > 0 and session.usage.output > 0
+        assert session.usage.input > 0
+        assert session.usage.output > 0
 
 
 async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
@@ -40,21 +41,25 @@ async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
         assert match, accepted.text
         run = await gw.finished(match.group(1))
         (announce,) = await gw.announce()
-        assert announce.thread_id == "t1" and announce.chat_id == "c1"
+        assert announce.thread_id == "t1"
+        assert announce.chat_id == "c1"
         assert announce.run_id == run.run_id
         body, _, _ = announce.text.partition("\n\nStats:")
         assert body == "ANNOUNCE: done: tides"
         stats = STATS.search(announce.text)
         assert stats, announce.text
         assert Path(stats.group(1)).is_absolute()
-        assert run.status == "done" and run.result_text == "done: tides"
+        assert run.status == "done"
+        assert run.result_text == "done: tides"
         assert (await gw.delivery(run.run_id)).state == "delivered"
         final = await gw.services.db.runs.get(run.run_id)
-        assert final is not None and final.announce_state == "delivered"
+        assert final is not None
+        assert final.announce_state == "delivered"
         # The child saw only its task, with the sub-agent tool set.
         child = await gw.services.store.require(run.child_session_key)
         messages = await gw.services.store.history(child.key, include_tools=True)
-        assert messages[0]["role"] == "user" and messages[0]["content"] == "task: tides"
+        assert messages[0]["role"] == "user"
+        assert messages[0]["content"] == "task: tides"
         assert child.parent_key == "agent:main:memory:channel:c1:thread:t1"
 
 
@@ -69,7 +74,8 @@ async def test_the_announce_goes_to_the_thread_captured_at_spawn(tmp_path: Path)
         await gw.say("hello", dm=True, thread_id="thread-b")
         await gw.reply("c1", count=2)
         session = await gw.services.store.require("agent:main:memory:dm:u1")
-        assert session.origin is not None and session.origin.thread_id == "thread-b"
+        assert session.origin is not None
+        assert session.origin.thread_id == "thread-b"
         gate.set()
         await blocker
         await gw.finished(run_id)
@@ -94,7 +100,8 @@ async def test_announce_skip_posts_nothing(tmp_path: Path) -> None:
         ctx = await gw.context()
         result = await gw.manager.spawn(ctx, SpawnRequest(task="task: SKIPME"))
         run = await gw.finished(result["runId"])
-        assert run.status == "done" and run.announce_state == "skipped"
+        assert run.status == "done"
+        assert run.announce_state == "skipped"
         assert gw.channel.sent == []
         assert await gw.services.db.outbox.get_by_run(run.run_id) is None
 
@@ -144,4 +151,5 @@ async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(tmp_pa
         assert len(outputs) == 2  # the task's reply and the announce turn
         assert run.usage.output == sum(outputs) == child.usage.output
         expected = (run.usage.input * 1.0 + run.usage.output * 2.0) / 1e6
-        assert run.cost_usd is not None and abs(run.cost_usd - expected) < 1e-12
+        assert run.cost_usd is not None
+        assert abs(run.cost_usd - expected) < 1e-12
