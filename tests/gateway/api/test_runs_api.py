@@ -1,0 +1,182 @@
+"""POST /v1/tools/invoke and the /v1/runs routes, over real HTTP against real services."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.api.routes import api_routes
+from tests.gateway.harness import Harness, running_gateway
+
+
+@asynccontextmanager
+async def api(tmp_path: Path) -> AsyncIterator[tuple[Harness, TestClient[Any, Any]]]:
+    async with running_gateway(tmp_path) as gw:
+        app = web.Application()
+        app.add_routes(api_routes(lambda: gw.services))
+        async with TestClient(TestServer(app)) as client:
+            yield gw, client
+
+
+async def invoke(client: TestClient[Any, Any], body: Any) -> tuple[int, Any]:
+    response = await client.post("/v1/tools/invoke", json=body)
+    return response.status, await response.json()
+
+
+async def test_spawn_through_the_api_is_accepted_and_recorded(tmp_path: Path) -> None:
+    async with api(tmp_path) as (gw, client):
+        status, body = await invoke(
+            client, {"tool": "sessions_spawn", "args": {"task": "task: api"}}
+        )
+        assert status == 200
+        assert body["ok"] is True
+        assert body["result"]["status"] == "accepted"
+        run_id = body["result"]["runId"]
+        await gw.finished(run_id)
+        response = await client.get(f"/v1/runs/{run_id}")
+        run = await response.json()
+        assert response.status == 200
+        assert run["status"] == "done"
+        assert run["parentSessionKey"] == "agent:main:main"
+        assert run["usage"]["total"] > 0
+        assert run["costUsd"] > 0
+        assert run["announce"]["state"] == "no_origin"  # the main session has no chat
+        assert run["announce"]["text"].startswith("ANNOUNCE: done: api\n\nStats: runtime ")
+        assert Path(run["transcriptPath"]).is_absolute()
+        listed = await (await client.get("/v1/runs?status=done")).json()
+        assert [r["runId"] for r in listed["runs"]] == [run_id]
+
+
+async def test_a_spawn_from_a_chat_session_announces_to_that_chat(tmp_path: Path) -> None:
+    async with api(tmp_path) as (gw, client):
+        await gw.say("hello", chat_id="room", thread_id="th")
+        await gw.reply("room")
+        key = "agent:main:memory:channel:room:thread:th"
+        status, body = await invoke(
+            client, {"tool": "sessions_spawn", "args": {"task": "task: x"}, "sessionKey": key}
+        )
+        assert status == 200
+        (announce,) = await gw.announce()
+        assert (announce.chat_id, announce.thread_id) == ("room", "th")
+        assert announce.run_id == body["result"]["runId"]
+
+
+async def test_invoke_errors_name_the_field(tmp_path: Path) -> None:
+    async with api(tmp_path) as (_, client):
+        cases: list[tuple[Any, int, str, str | None]] = [
+            ({"tool": "nope"}, 404, "unknown_tool", "tool"),
+            ({"tool": "sessions_spawn", "args": {}}, 400, "invalid_args", "args.task"),
+            ({"tool": "sessions_spawn", "args": {"task": ""}}, 400, "invalid_args", "args.task"),
+            (
+                {"tool": "sessions_spawn", "args": {"task": "x", "runTimeoutSeconds": -1}},
+                400,
+                "invalid_args",
+                "args.runTimeoutSeconds",
+            ),
+            (
+                {"tool": "sessions_spawn", "args": {"task": "x", "bogus": 1}},
+                400,
+                "invalid_args",
+                "args.bogus",
+            ),
+            ({"tool": "sessions_spawn", "args": []}, 400, "invalid_field", "args"),
+            ({"tool": 5}, 400, "invalid_field", "tool"),
+            ({"tool": "ls", "extra": 1}, 400, "unknown_field", "extra"),
+            ([1, 2], 400, "invalid_body", ""),
+            ({"tool": "ls", "sessionKey": "../../etc"}, 400, "invalid_session_key", "sessionKey"),
+            (
+                {"tool": "ls", "sessionKey": "agent:main:webchat:nobody"},
+                404,
+                "session_not_found",
+                "sessionKey",
+            ),
+            (
+                {"tool": "ls", "sessionKey": "agent:ghost:main"},
+                404,
+                "agent_not_found",
+                "sessionKey",
+            ),
+            ({"tool": "exec", "args": {"command": "true"}}, 403, "tool_not_allowed", "tool"),
+        ]
+        for body, status, code, field in cases:
+            got_status, got = await invoke(client, body)
+            assert (got_status, got["error"]["code"], got["error"].get("field")) == (
+                status,
+                code,
+                field,
+            ), body
+        response = await client.post("/v1/tools/invoke", data=b"{not json")
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "invalid_json"
+
+
+async def test_a_huge_task_is_refused(tmp_path: Path) -> None:
+    async with api(tmp_path) as (_, client):
+        status, body = await invoke(
+            client, {"tool": "sessions_spawn", "args": {"task": "x" * 50_001}}
+        )
+        assert status == 400
+        assert body["error"]["field"] == "args.task"
+
+
+async def test_abort_through_the_api(tmp_path: Path) -> None:
+    async with api(tmp_path) as (gw, client):
+        gate = asyncio.Event()
+        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        _, body = await invoke(client, {"tool": "sessions_spawn", "args": {"task": "task: q"}})
+        run_id = body["result"]["runId"]
+        response = await client.post(f"/v1/runs/{run_id}/abort")
+        assert response.status == 202
+        assert (await gw.finished(run_id)).status == "cancelled"
+        again = await client.post(f"/v1/runs/{run_id}/abort")
+        assert again.status == 409
+        assert (await again.json())["error"]["code"] == "run_finished"
+        missing = await client.post("/v1/runs/nope/abort")
+        assert missing.status == 404
+        assert (await client.get("/v1/runs/nope")).status == 404
+        gate.set()
+        await blocker
+
+
+async def test_run_list_parameters_are_checked(tmp_path: Path) -> None:
+    async with api(tmp_path) as (_, client):
+        for query, field in [
+            ("status=bogus", "status"),
+            ("limit=0", "limit"),
+            ("limit=x", "limit"),
+        ]:
+            response = await client.get(f"/v1/runs?{query}")
+            assert response.status == 400
+            assert (await response.json())["error"]["field"] == field
+
+
+async def test_session_tools_through_the_api(tmp_path: Path) -> None:
+    async with api(tmp_path) as (gw, client):
+        await gw.say("hello", chat_id="r1")
+        await gw.reply("r1")
+        _, agents = await invoke(client, {"tool": "agents_list"})
+        assert [a["id"] for a in agents["result"]["agents"]] == ["helper", "main"]
+        _, sessions = await invoke(client, {"tool": "sessions_list"})
+        keys = [s["key"] for s in sessions["result"]["sessions"]]
+        assert "agent:main:memory:channel:r1" in keys
+        _, history = await invoke(
+            client,
+            {"tool": "sessions_history", "args": {"sessionKey": "agent:main:memory:channel:r1"}},
+        )
+        assert [m["content"] for m in history["result"]["messages"]] == ["hello", "hi there"]
+        _, sent = await invoke(
+            client,
+            {
+                "tool": "sessions_send",
+                "args": {"sessionKey": "agent:main:memory:channel:r1", "message": "hello again"},
+            },
+        )
+        assert sent["result"] == {"status": "queued", "sessionKey": "agent:main:memory:channel:r1"}
+        second = await gw.reply("r1", count=2)
+        assert second.text == "hi there"
