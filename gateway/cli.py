@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gateway.commands.run",
     "gateway.commands.config",
     "gateway.commands.sessions",
+    "gateway.commands.runs",
 )
 
 
