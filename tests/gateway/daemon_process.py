@@ -1,0 +1,125 @@
+"""A real ``herald run`` subprocess for tests: free port, temp state dir, JSON log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+HERALD = [sys.executable, "-m", "gateway"]
+#: Guard against a hung test; never an assertion about speed.
+HANG_GUARD_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def write_config(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env.pop("NOTIFY_SOCKET", None)
+    env.update(extra)
+    return env
+
+
+class Daemon:
+    """A started ``herald run``; ``logs`` collects its JSON log lines as they arrive."""
+
+    def __init__(self, process: asyncio.subprocess.Process, port: int) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.logs: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        async for line in self.process.stdout:
+            text = line.decode(errors="replace").rstrip("\n")
+            async with self._changed:
+                self.raw.append(text)
+                with contextlib.suppress(ValueError):
+                    self.logs.append(json.loads(text))
+                self._changed.notify_all()
+
+    async def wait_log(self, msg: str, count: int = 1) -> dict[str, Any]:
+        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
+            await self._changed.wait_for(
+                lambda: (
+                    sum(1 for r in self.logs if r.get("msg") == msg) >= count
+                    or self.process.returncode is not None
+                )
+            )
+        matches = [r for r in self.logs if r.get("msg") == msg]
+        assert len(matches) >= count, f"{msg!r} not logged; log:\n" + "\n".join(self.raw)
+        return matches[count - 1]
+
+    async def wait_healthy(self) -> None:
+        async with asyncio.timeout(HANG_GUARD_SECONDS), aiohttp.ClientSession() as http:
+            while True:
+                if self.process.returncode is not None:
+                    raise AssertionError("daemon exited:\n" + "\n".join(self.raw))
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{self.url}/healthz") as response:
+                        if response.status == 200:
+                            return
+                await asyncio.sleep(0.05)
+
+    async def wait_exit(self) -> int:
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            code = await self.process.wait()
+            await self._reader
+        return code
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.wait_exit()
+
+
+@contextlib.asynccontextmanager
+async def herald(
+    *args: str, env: dict[str, str] | None = None, port: int | None = None
+) -> AsyncIterator[Daemon]:
+    """Start ``herald <args>``; kill it on exit if it is still running."""
+    process = await asyncio.create_subprocess_exec(
+        *HERALD,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env if env is not None else clean_env(),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    daemon = Daemon(process, port or 0)
+    try:
+        yield daemon
+    finally:
+        await daemon.kill()
+
+
+def daemon_config(tmp_path: Path, port: int, **extra: Any) -> Path:
+    data: dict[str, Any] = {
+        "gateway": {"port": port, "stateDir": str(tmp_path / "state"), "shutdownDrainSeconds": 1},
+        "channels": {"webchat": {"enabled": False}},
+    }
+    for key, value in extra.items():
+        data[key] = value
+    return write_config(tmp_path / "herald.json", data)
