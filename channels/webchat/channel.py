@@ -1,0 +1,314 @@
+"""The web chat channel: a page at ``/`` and a WebSocket at ``/webchat/ws`` on the gateway's app.
+
+Routes (added by :meth:`WebchatChannel.add_routes`): ``GET /`` the page,
+``GET /static/webchat/app.js`` and ``/static/webchat/style.css`` its assets (all public), and
+``GET /webchat/ws`` the live socket, which the gateway's token middleware guards (browsers
+pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426, so the page can ask with an
+``Authorization`` header whether its token is accepted (401) before it opens the socket.
+
+The protocol is in :mod:`channels.webchat.protocol`. A page says hello with its client id
+(kept in localStorage); the server answers ``ready`` and replays the client's recent
+messages, the latest status of its sub-agent runs and the typing state. Each message of the
+person is echoed as a ``user`` message to every page of that client and handed to the
+gateway as an :class:`InboundMessage` (``chat_id`` = ``sender_id`` = the client id, a DM).
+Sends to a client without an open page are kept (bounded) and replayed on its next hello.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Final
+
+from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.typedefs import Handler
+
+from channels.base import (
+    Channel,
+    InboundHandler,
+    InboundMessage,
+    OutboundMessage,
+    RunUpdate,
+    SentMessage,
+)
+from channels.errors import ChannelSendError
+from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
+from channels.webchat.config import WebchatConfig
+from channels.webchat.connection import Connection
+from channels.webchat.protocol import (
+    MAX_FRAME_BYTES,
+    FrameError,
+    Hello,
+    MessageKind,
+    error_frame,
+    message_frame,
+    parse_client_frame,
+    run_frame,
+    typing_frame,
+    valid_client_id,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE_PATH: Final = "/"
+STATIC_PREFIX: Final = "/static/webchat/"
+SOCKET_PATH: Final = "/webchat/ws"
+#: The account of every web chat message: there is one web chat per gateway.
+ACCOUNT: Final = "local"
+#: Open pages per client (tabs of one browser); more is a runaway script.
+MAX_PAGES_PER_CLIENT: Final = 16
+#: Open sockets in all; the page is for a few people on one gateway.
+MAX_CONNECTIONS: Final = 1024
+#: Seconds between WebSocket pings; a dead peer is noticed within about twice this.
+HEARTBEAT: Final = 30.0
+#: Seconds a closing socket waits for the browser's close reply (aiohttp's default is 10).
+CLOSE_TIMEOUT: Final = 5.0
+#: Frames queued per page beyond a full replay before the page counts as too slow.
+QUEUE_HEADROOM: Final = 256
+
+_ASSETS: Final = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+#: The page loads only its own files; 'self' in connect-src covers the same-origin socket.
+_PAGE_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def _load_assets() -> dict[str, bytes]:
+    folder = resources.files("channels.webchat").joinpath("static")
+    return {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
+
+
+class WebchatChannel(Channel):
+    """The built-in web chat; every browser client is a DM chat whose id is its client id."""
+
+    def __init__(self, config: WebchatConfig, *, name: str = "webchat") -> None:
+        self.name = name
+        self.config = config
+        self._clients = ClientRegistry(
+            max_clients=config.max_clients, history_size=config.history_size
+        )
+        self._connections: set[Connection] = set()
+        self._handler: InboundHandler | None = None
+        self._started = False
+        self._stopped = False
+        # Message ids are unique across restarts, so a page that reconnects to a restarted
+        # gateway does not mistake new messages for ones it already shows.
+        self._boot = secrets.token_hex(4)
+        self._ids = itertools.count(1)
+        self._assets = _load_assets()
+
+    def __repr__(self) -> str:
+        return (
+            f"<WebchatChannel {self.name} clients={len(self._clients)} "
+            f"pages={len(self._connections)} connected={self.connected}>"
+        )
+
+    # -- Channel interface ------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the page, its assets and the socket; close the sockets when the app shuts down.
+
+        Sockets are closed in ``on_shutdown`` because aiohttp waits for open handlers before
+        it runs the cleanup contexts that call :meth:`stop`.
+        """
+        app.router.add_get(PAGE_PATH, self._asset_handler("index.html"))
+        for name in _ASSETS:
+            if name != "index.html":
+                app.router.add_get(STATIC_PREFIX + name, self._asset_handler(name))
+        app.router.add_get(SOCKET_PATH, self._socket)
+        app.on_shutdown.append(self._on_shutdown)
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        self._started = True
+        self._stopped = False
+        log.info("web chat ready", extra={"path": SOCKET_PATH})
+
+    async def stop(self) -> None:
+        """Close every open page with 1001 (going away). Idempotent."""
+        self._stopped = True
+        await self._close_all()
+
+    @property
+    def connected(self) -> bool:
+        return self._started and not self._stopped
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        """Show ``message`` on every open page of its client; keep it for the next hello."""
+        client = self._client_for(message.chat_id)
+        if client is None:
+            raise ChannelSendError(
+                f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
+            )
+        message_id = self._record(client, message.kind, message.text, message.run_id)
+        log.debug(
+            "web chat message",
+            extra={
+                "client": client.client_id,
+                "kind": message.kind,
+                "pages": len(client.connections),
+            },
+        )
+        return SentMessage(chat_id=message.chat_id, message_ids=(message_id,))
+
+    async def run_update(self, update: RunUpdate) -> None:
+        """Show a run's status on the client's pages and keep the latest for the replay."""
+        client = self._client_for(update.chat_id)
+        if client is None:
+            log.warning(
+                "run update for an invalid web chat client id", extra={"run": update.run_id}
+            )
+            return
+        client.set_run(
+            update.run_id, run_frame(update.run_id, update.name, update.status, time.time())
+        )
+
+    @contextlib.asynccontextmanager
+    async def working(self, message: InboundMessage) -> AsyncIterator[None]:
+        """Typing indicator on the client's pages while the agent works on ``message``."""
+        client = self._client_for(message.chat_id) if message.channel == self.name else None
+        if client is None:
+            yield
+            return
+        client.typing += 1
+        if client.typing == 1:
+            client.broadcast(typing_frame(True))
+        try:
+            yield
+        finally:
+            client.typing -= 1
+            if client.typing == 0:
+                client.broadcast(typing_frame(False))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _client_for(self, chat_id: str) -> ClientState | None:
+        return self._clients.get(chat_id) if valid_client_id(chat_id) else None
+
+    def _record(self, client: ClientState, kind: MessageKind, text: str, run_id: str | None) -> str:
+        message_id = f"{self._boot}-{next(self._ids)}"
+        client.add_message(
+            message_frame(kind, text, message_id=message_id, ts=time.time(), run_id=run_id)
+        )
+        return message_id
+
+    def _asset_handler(self, name: str) -> Handler:
+        body = self._assets[name]
+        content_type = _ASSETS[name]
+
+        async def handler(request: web.Request) -> web.Response:
+            return web.Response(
+                body=body, content_type=content_type, charset="utf-8", headers=_PAGE_HEADERS
+            )
+
+        return handler
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(
+            heartbeat=HEARTBEAT, max_msg_size=MAX_FRAME_BYTES, timeout=CLOSE_TIMEOUT
+        )
+        if not ws.can_prepare(request).ok:
+            # Reached only past the token middleware: the page's check that its token works.
+            return web.json_response(
+                {"error": {"code": "upgrade_required", "message": "open this as a WebSocket"}},
+                status=426,
+                headers={"Upgrade": "websocket"},
+            )
+        if not self.connected or len(self._connections) >= MAX_CONNECTIONS:
+            return web.json_response(
+                {"error": {"code": "unavailable", "message": "the web chat is not available"}},
+                status=503,
+            )
+        await ws.prepare(request)
+        connection = Connection(
+            ws, queue_size=self.config.history_size + RUNS_KEPT + QUEUE_HEADROOM
+        )
+        self._connections.add(connection)
+        try:
+            async for msg in ws:
+                if msg.type is WSMsgType.TEXT:
+                    await self._on_text(connection, msg.data)
+                elif msg.type is WSMsgType.BINARY:
+                    connection.push(error_frame("bad_frame", "frames are JSON text, not binary"))
+        finally:
+            self._connections.discard(connection)
+            if connection.client_id is not None and connection.client_id in self._clients:
+                self._clients.get(connection.client_id).connections.discard(connection)
+            await connection.release()
+            await ws.close()
+        return ws
+
+    async def _on_text(self, connection: Connection, data: str) -> None:
+        try:
+            frame = parse_client_frame(data)
+        except FrameError as exc:
+            connection.push(exc.frame())
+            return
+        if isinstance(frame, Hello):
+            await self._on_hello(connection, frame.client_id)
+            return
+        if connection.client_id is None:
+            connection.push(error_frame("hello_first", "send a hello frame first"))
+            return
+        handler = self._handler
+        if handler is None or not self.connected:
+            connection.push(error_frame("unavailable", "the web chat is shutting down"))
+            return
+        client = self._clients.get(connection.client_id)
+        message_id = self._record(client, "user", frame.text, None)
+        inbound = InboundMessage(
+            channel=self.name,
+            account=ACCOUNT,
+            chat_id=client.client_id,
+            thread_id=None,
+            sender_id=client.client_id,
+            text=frame.text,
+            chat_type="dm",
+            message_id=message_id,
+        )
+        try:
+            await handler(inbound)
+        except Exception:
+            log.exception("web chat message not accepted", extra={"client": client.client_id})
+            connection.push(error_frame("unavailable", "the gateway could not take the message"))
+
+    async def _on_hello(self, connection: Connection, client_id: str) -> None:
+        if connection.client_id is not None:
+            connection.push(error_frame("already_hello", "this socket has already said hello"))
+            return
+        client = self._clients.get(client_id)
+        if len(client.connections) >= MAX_PAGES_PER_CLIENT:
+            connection.push(error_frame("unavailable", "too many open pages for this client"))
+            await connection.close(WSCloseCode.POLICY_VIOLATION, b"too many pages")
+            return
+        connection.client_id = client_id
+        client.attach(connection)
+        log.debug("web chat page connected", extra={"client": client_id})
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self._close_all()
+
+    async def _close_all(self) -> None:
+        results = await asyncio.gather(
+            *(c.close(WSCloseCode.GOING_AWAY, b"server shutting down") for c in self._connections),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                log.warning("web chat socket close failed", extra={"error": repr(result)})

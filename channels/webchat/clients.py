@@ -1,0 +1,111 @@
+"""What the web chat remembers per browser client: recent messages, run statuses, open pages.
+
+A client is one browser profile (its id lives in localStorage). Everything is bounded: the
+history per client, the runs per client, and the number of clients (least recently active
+first out, never one with an open page).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+
+from channels.webchat.connection import Connection
+from channels.webchat.protocol import ready_frame, typing_frame
+
+log = logging.getLogger(__name__)
+
+#: Sub-agent runs whose latest status is kept per client; a chat rarely has more at once.
+RUNS_KEPT = 100
+
+
+class ClientState:
+    """One client's recent frames and open pages."""
+
+    def __init__(self, client_id: str, *, history_size: int) -> None:
+        self.client_id = client_id
+        self.history: deque[str] = deque(maxlen=history_size)
+        self.runs: OrderedDict[str, str] = OrderedDict()
+        self.connections: set[Connection] = set()
+        #: Turns in progress for this client (the typing indicator is on while > 0).
+        self.typing = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<ClientState {self.client_id} history={len(self.history)} runs={len(self.runs)} "
+            f"pages={len(self.connections)}>"
+        )
+
+    def broadcast(self, frame: str) -> None:
+        """Push ``frame`` to every open page of this client."""
+        for connection in list(self.connections):
+            connection.push(frame)
+
+    def add_message(self, frame: str) -> None:
+        """Remember a message frame and show it on every open page."""
+        self.history.append(frame)
+        self.broadcast(frame)
+
+    def set_run(self, run_id: str, frame: str) -> None:
+        """Remember a run's latest status frame and show it on every open page."""
+        self.runs[run_id] = frame
+        self.runs.move_to_end(run_id)
+        while len(self.runs) > RUNS_KEPT:
+            self.runs.popitem(last=False)
+        self.broadcast(frame)
+
+    def attach(self, connection: Connection) -> None:
+        """A page said hello: answer ``ready``, then replay messages, runs and typing."""
+        self.connections.add(connection)
+        connection.push(ready_frame(self.client_id))
+        for frame in self.history:
+            connection.push(frame)
+        for frame in self.runs.values():
+            connection.push(frame)
+        if self.typing:
+            connection.push(typing_frame(True))
+
+
+class ClientRegistry:
+    """Client states by id, least recently active first; bounded by ``max_clients``."""
+
+    def __init__(self, *, max_clients: int, history_size: int) -> None:
+        self._max_clients = max_clients
+        self._history_size = history_size
+        self._clients: OrderedDict[str, ClientState] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"<ClientRegistry clients={len(self._clients)} max={self._max_clients}>"
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._clients
+
+    def get(self, client_id: str) -> ClientState:
+        """The state of ``client_id`` (created when new), marked as most recently active."""
+        state = self._clients.get(client_id)
+        if state is None:
+            state = self._clients[client_id] = ClientState(
+                client_id, history_size=self._history_size
+            )
+            self._evict(keep=client_id)
+        else:
+            self._clients.move_to_end(client_id)
+        return state
+
+    def _evict(self, *, keep: str) -> None:
+        excess = len(self._clients) - self._max_clients
+        if excess <= 0:
+            return
+        # Clients with an open page stay; their number is bounded by the open sockets.
+        idle = [
+            cid for cid, state in self._clients.items() if not state.connections and cid != keep
+        ][:excess]
+        for client_id in idle:
+            del self._clients[client_id]
+            log.debug("web chat client forgotten", extra={"client": client_id})
+
+    def all(self) -> list[ClientState]:
+        return list(self._clients.values())

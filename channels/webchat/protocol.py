@@ -1,0 +1,132 @@
+"""The web chat's WebSocket protocol: JSON text frames, parsed and validated here.
+
+Client → server::
+
+    {"type": "hello", "clientId": "<id>"}     first frame; the id matches CLIENT_ID_PATTERN
+    {"type": "message", "text": "<text>"}     a person's message (1 … MAX_TEXT_BYTES UTF-8)
+
+Server → client::
+
+    {"type": "ready", "clientId": "<id>"}     answer to hello; the replay follows it
+    {"type": "message", "kind": "user|reply|announce|notice", "text": …,
+     "runId": <str|null>, "id": "<unique>", "ts": <Unix seconds>}
+    {"type": "run", "runId": …, "name": …, "status": …, "ts": <Unix seconds>}
+    {"type": "typing", "on": <bool>}
+    {"type": "error", "code": "<stable code>", "message": "<for people>"}
+
+An invalid frame is answered with an error frame and the connection stays open.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeGuard
+
+import orjson
+
+#: Client ids the page generates (a UUID); the gateway normalises them further for session keys.
+CLIENT_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: Longest accepted message text, in UTF-8 bytes; the page enforces it too.
+MAX_TEXT_BYTES: Final = 32 * 1024
+#: Longest WebSocket frame; aiohttp closes the socket (1009) above it. JSON escaping can
+#: grow text up to 6× (``\\u0000``), so this leaves room above MAX_TEXT_BYTES.
+MAX_FRAME_BYTES: Final = 6 * MAX_TEXT_BYTES + 1024
+
+ErrorCode = Literal[
+    "bad_json",
+    "bad_frame",
+    "bad_client_id",
+    "hello_first",
+    "already_hello",
+    "empty",
+    "too_long",
+    "unavailable",
+]
+MessageKind = Literal["user", "reply", "announce", "notice"]
+
+
+class FrameError(Exception):
+    """A client frame the server refuses; becomes an error frame, the socket stays open."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+
+    def frame(self) -> str:
+        """The error frame to send back."""
+        return error_frame(self.code, str(self))
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserText:
+    text: str
+
+
+ClientFrame = Hello | UserText
+
+
+def valid_client_id(value: object) -> TypeGuard[str]:
+    """True when ``value`` is a client id the web chat accepts."""
+    return isinstance(value, str) and CLIENT_ID_PATTERN.fullmatch(value) is not None
+
+
+def parse_client_frame(data: str) -> ClientFrame:
+    """Parse and validate one client text frame; raises :class:`FrameError` when invalid."""
+    try:
+        raw: Any = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise FrameError("bad_json", "the frame is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise FrameError("bad_frame", "a frame is a JSON object")
+    kind = raw.get("type")
+    if kind == "hello":
+        client_id = raw.get("clientId")
+        if not valid_client_id(client_id):
+            raise FrameError("bad_client_id", "clientId must match [A-Za-z0-9_-]{1,64}")
+        return Hello(client_id)
+    if kind == "message":
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise FrameError("bad_frame", "a message frame needs a string 'text'")
+        if not text.strip():
+            raise FrameError("empty", "the message is empty")
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+            raise FrameError("too_long", f"the message is longer than {MAX_TEXT_BYTES} bytes")
+        return UserText(text)
+    raise FrameError("bad_frame", "unknown frame type; expected 'hello' or 'message'")
+
+
+def _dump(frame: dict[str, Any]) -> str:
+    return orjson.dumps(frame).decode()
+
+
+def message_frame(
+    kind: MessageKind, text: str, *, message_id: str, ts: float, run_id: str | None = None
+) -> str:
+    """A chat message for the page: the person's own (``user``) or the agent's."""
+    return _dump(
+        {"type": "message", "kind": kind, "text": text, "runId": run_id, "id": message_id, "ts": ts}
+    )
+
+
+def run_frame(run_id: str, name: str, status: str, ts: float) -> str:
+    """A sub-agent run's current status."""
+    return _dump({"type": "run", "runId": run_id, "name": name, "status": status, "ts": ts})
+
+
+def ready_frame(client_id: str) -> str:
+    return _dump({"type": "ready", "clientId": client_id})
+
+
+def typing_frame(on: bool) -> str:
+    return _dump({"type": "typing", "on": on})
+
+
+def error_frame(code: ErrorCode, message: str) -> str:
+    return _dump({"type": "error", "code": code, "message": message})

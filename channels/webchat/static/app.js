@@ -1,0 +1,459 @@
+// Herald web chat: vanilla JS, no build step. The protocol is documented in
+// channels/webchat/protocol.py. Text from people and agents is only ever put into the page
+// as text nodes, never parsed as HTML.
+(() => {
+  "use strict";
+
+  const MAX_TEXT_BYTES = 32 * 1024;
+  const CLIENT_KEY = "herald.webchat.clientId";
+  const TOKEN_KEY = "herald.webchat.token";
+  const CLIENT_ID = /^[A-Za-z0-9_-]{1,64}$/;
+  const BACKOFF_FIRST = 500;
+  const BACKOFF_MAX = 30000;
+  const STATUS_LABELS = {
+    queued: "queued",
+    running: "running",
+    announcing: "announcing",
+    done: "done",
+    error: "error",
+    timeout: "timed out",
+    cancelled: "cancelled",
+    interrupted: "interrupted",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    status: $("status"),
+    messages: $("messages"),
+    typing: $("typing"),
+    error: $("error"),
+    composer: $("composer"),
+    input: $("input"),
+    send: $("send"),
+    runs: $("runs"),
+    runsEmpty: $("runs-empty"),
+    auth: $("auth"),
+    tokenForm: $("token-form"),
+    token: $("token"),
+    tokenError: $("token-error"),
+  };
+
+  // -- storage ----------------------------------------------------------------------------
+
+  function load(key) {
+    try {
+      return window.localStorage.getItem(key);
+    } catch {
+      return null; // storage disabled: the page still works, without memory
+    }
+  }
+
+  function save(key, value) {
+    try {
+      if (value === null) window.localStorage.removeItem(key);
+      else window.localStorage.setItem(key, value);
+    } catch {
+      /* storage disabled */
+    }
+  }
+
+  // crypto.randomUUID needs a secure context; getRandomValues works on plain http too.
+  function newClientId() {
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  }
+
+  function clientId() {
+    let id = load(CLIENT_KEY);
+    if (!id || !CLIENT_ID.test(id)) {
+      id = newClientId();
+      save(CLIENT_KEY, id);
+    }
+    return id;
+  }
+
+  // A token may arrive in the fragment (#token=…): keep it, then drop it from the address bar.
+  function tokenFromFragment() {
+    const params = new URLSearchParams(window.location.hash.slice(1));
+    const token = params.get("token");
+    if (token) {
+      save(TOKEN_KEY, token);
+      const url = window.location.pathname + window.location.search;
+      window.history.replaceState(null, "", url);
+    }
+  }
+
+  // -- rendering --------------------------------------------------------------------------
+
+  const INLINE = /(`[^`\n]+`|\*\*[^*\n]+\*\*|https?:\/\/[^\s<>()"']+[^\s<>()"'.,;:!?])/;
+
+  function renderInline(text, parent) {
+    for (const part of text.split(INLINE)) {
+      if (!part) continue;
+      if (part.length > 2 && part.startsWith("`") && part.endsWith("`")) {
+        const code = document.createElement("code");
+        code.textContent = part.slice(1, -1);
+        parent.append(code);
+      } else if (part.length > 4 && part.startsWith("**") && part.endsWith("**")) {
+        const strong = document.createElement("strong");
+        strong.textContent = part.slice(2, -2);
+        parent.append(strong);
+      } else if (/^https?:\/\//.test(part)) {
+        const a = document.createElement("a");
+        a.href = part;
+        a.textContent = part;
+        a.target = "_blank";
+        a.rel = "noopener noreferrer";
+        parent.append(a);
+      } else {
+        parent.append(document.createTextNode(part));
+      }
+    }
+  }
+
+  function renderParagraphs(text, parent) {
+    for (const para of text.split(/\n{2,}/)) {
+      if (!para.trim()) continue;
+      const p = document.createElement("p");
+      renderInline(para.replace(/^\n+|\n+$/g, ""), p);
+      parent.append(p);
+    }
+  }
+
+  // Code blocks (```lang … ```), paragraphs, line breaks, `code`, **bold** and links.
+  function renderText(text, parent) {
+    const fence = /```[^\n`]*\n?([\s\S]*?)```/g;
+    let last = 0;
+    for (let m = fence.exec(text); m !== null; m = fence.exec(text)) {
+      renderParagraphs(text.slice(last, m.index), parent);
+      const pre = document.createElement("pre");
+      const code = document.createElement("code");
+      code.textContent = m[1].replace(/\n$/, "");
+      pre.append(code);
+      parent.append(pre);
+      last = fence.lastIndex;
+    }
+    renderParagraphs(text.slice(last), parent);
+  }
+
+  // An announce ends with a paragraph starting "Stats: " (DESIGN §8).
+  function splitStats(text) {
+    const at = text.lastIndexOf("\n\nStats: ");
+    if (at >= 0) return [text.slice(0, at), text.slice(at + 2)];
+    if (text.startsWith("Stats: ")) return ["", text];
+    return [text, null];
+  }
+
+  function timeOf(ts) {
+    const date = new Date(typeof ts === "number" ? ts * 1000 : Date.now());
+    const el = document.createElement("time");
+    el.dateTime = date.toISOString();
+    el.textContent = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return el;
+  }
+
+  const WHO = { user: "You", reply: "Agent", announce: "Sub-agent result", notice: "Herald" };
+
+  function nearBottom() {
+    const m = els.messages;
+    return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+  }
+
+  function renderMessage(frame) {
+    const kind = WHO[frame.kind] ? frame.kind : "notice";
+    const stick = nearBottom();
+    const msg = document.createElement("article");
+    msg.className = `msg ${kind}`;
+    msg.dataset.id = String(frame.id);
+    msg.dataset.kind = kind;
+    if (typeof frame.runId === "string") msg.dataset.runId = frame.runId;
+
+    const head = document.createElement("header");
+    head.className = "msg-head";
+    const who = document.createElement("span");
+    who.className = "who";
+    who.textContent = WHO[kind];
+    head.append(who, timeOf(frame.ts));
+
+    const body = document.createElement("div");
+    body.className = "msg-body";
+    const text = typeof frame.text === "string" ? frame.text : "";
+    if (kind === "announce") {
+      const [main, stats] = splitStats(text);
+      renderText(main, body);
+      if (stats !== null) {
+        const line = document.createElement("p");
+        line.className = "stats";
+        line.textContent = stats;
+        body.append(line);
+      }
+    } else {
+      renderText(text, body);
+    }
+    msg.append(head, body);
+    els.messages.append(msg);
+    if (kind === "announce" && typeof frame.runId === "string") markAnnounced(frame.runId);
+    if (stick || kind === "user") msg.scrollIntoView({ block: "end" });
+  }
+
+  // -- runs panel -------------------------------------------------------------------------
+
+  const runEls = new Map();
+
+  function upsertRun(frame) {
+    if (typeof frame.runId !== "string") return;
+    let li = runEls.get(frame.runId);
+    if (!li) {
+      li = document.createElement("li");
+      li.className = "run";
+      li.dataset.runId = frame.runId;
+      const name = document.createElement("span");
+      name.className = "run-name";
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      const when = document.createElement("span");
+      when.className = "run-time";
+      const show = document.createElement("button");
+      show.type = "button";
+      show.className = "run-show";
+      show.textContent = "Show result";
+      show.hidden = true;
+      show.addEventListener("click", () => showAnnounce(li.dataset.runId));
+      li.append(name, badge, when, show);
+      runEls.set(frame.runId, li);
+      els.runs.prepend(li);
+      els.runsEmpty.hidden = true;
+    }
+    const status = String(frame.status || "queued");
+    li.dataset.status = status;
+    li.querySelector(".run-name").textContent = frame.name || frame.runId;
+    li.querySelector(".badge").textContent = STATUS_LABELS[status] || status;
+    const when = li.querySelector(".run-time");
+    when.replaceChildren(timeOf(frame.ts));
+    li.setAttribute("aria-label", `${frame.name || "run"}: ${STATUS_LABELS[status] || status}`);
+    for (const m of els.messages.querySelectorAll(".msg.announce")) {
+      if (m.dataset.runId === frame.runId) markAnnounced(frame.runId);
+    }
+  }
+
+  function markAnnounced(runId) {
+    const li = runEls.get(runId);
+    if (li) li.querySelector(".run-show").hidden = false;
+  }
+
+  function showAnnounce(runId) {
+    const found = [...els.messages.querySelectorAll(".msg.announce")].find(
+      (m) => m.dataset.runId === runId,
+    );
+    if (!found) return;
+    found.scrollIntoView({ block: "center", behavior: "smooth" });
+    found.classList.remove("flash");
+    void found.offsetWidth; // restart the animation
+    found.classList.add("flash");
+  }
+
+  // -- connection -------------------------------------------------------------------------
+
+  const id = clientId();
+  const seen = new Set();
+  let ws = null;
+  let ready = false;
+  let backoff = BACKOFF_FIRST;
+  let retryTimer = null;
+  let errorTimer = null;
+
+  function setStatus(state, text) {
+    els.status.dataset.state = state;
+    els.status.textContent = text;
+  }
+
+  function setReady(value) {
+    ready = value;
+    els.send.disabled = !value;
+    if (!value) setTyping(false);
+  }
+
+  function setTyping(on) {
+    els.typing.hidden = !on;
+  }
+
+  function showError(text) {
+    els.error.textContent = text;
+    els.error.hidden = false;
+    clearTimeout(errorTimer);
+    errorTimer = setTimeout(() => {
+      els.error.hidden = true;
+    }, 8000);
+  }
+
+  function socketUrl() {
+    const url = new URL("/webchat/ws", window.location.href);
+    url.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
+    const token = load(TOKEN_KEY);
+    if (token) url.searchParams.set("token", token);
+    return url.toString();
+  }
+
+  function connect() {
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    if (ws) return;
+    setStatus("connecting", "Connecting…");
+    let opened = false;
+    const socket = new WebSocket(socketUrl());
+    ws = socket;
+    socket.addEventListener("open", () => {
+      opened = true;
+      socket.send(JSON.stringify({ type: "hello", clientId: id }));
+    });
+    socket.addEventListener("message", (event) => {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      onFrame(frame);
+    });
+    // Browsers fire "error" then "close"; some runtimes only "error" for a refused handshake.
+    let lost = false;
+    const onLost = () => {
+      if (lost) return;
+      lost = true;
+      if (ws === socket) ws = null;
+      setReady(false);
+      // A refused handshake hides its status from scripts: ask the server whether the
+      // token is the reason (a plain GET of the socket path answers 401 or 426).
+      if (!opened) probe();
+      else retry();
+    };
+    socket.addEventListener("close", onLost);
+    socket.addEventListener("error", () => {
+      if (!opened) onLost();
+    });
+  }
+
+  async function probe() {
+    const token = load(TOKEN_KEY);
+    let status = 0;
+    try {
+      const headers = token ? { Authorization: `Bearer ${token}` } : {};
+      const response = await fetch("/webchat/ws", { headers, cache: "no-store" });
+      status = response.status;
+    } catch {
+      status = 0;
+    }
+    if (status === 401) askToken(token ? "That token was not accepted." : "");
+    else retry();
+  }
+
+  function retry() {
+    if (retryTimer) return;
+    const delay = Math.round(backoff * (0.75 + Math.random() * 0.5));
+    backoff = Math.min(backoff * 2, BACKOFF_MAX);
+    setStatus("offline", `Offline — reconnecting in ${Math.ceil(delay / 1000)} s`);
+    retryTimer = setTimeout(connect, delay);
+  }
+
+  function askToken(problem) {
+    setStatus("auth", "Token needed");
+    els.auth.hidden = false;
+    els.tokenError.textContent = problem;
+    els.tokenError.hidden = !problem;
+    els.token.value = "";
+    els.token.focus();
+  }
+
+  function onFrame(frame) {
+    if (!frame || typeof frame !== "object") return;
+    switch (frame.type) {
+      case "ready":
+        backoff = BACKOFF_FIRST;
+        els.auth.hidden = true;
+        setReady(true);
+        setStatus("online", "Connected");
+        break;
+      case "message":
+        if (seen.has(frame.id)) break; // the replay after a reconnect repeats messages
+        seen.add(frame.id);
+        renderMessage(frame);
+        break;
+      case "run":
+        upsertRun(frame);
+        break;
+      case "typing":
+        setTyping(frame.on === true);
+        break;
+      case "error":
+        showError(String(frame.message || "Something went wrong."));
+        break;
+      default:
+        break;
+    }
+  }
+
+  // -- composer ---------------------------------------------------------------------------
+
+  function grow() {
+    els.input.style.height = "auto";
+    els.input.style.height = `${Math.min(els.input.scrollHeight, 240)}px`;
+  }
+
+  function submit() {
+    const text = els.input.value;
+    if (!text.trim()) return;
+    if (!ready || !ws) {
+      showError("Not connected yet — your message is still in the box.");
+      return;
+    }
+    if (new TextEncoder().encode(text).length > MAX_TEXT_BYTES) {
+      showError(`That message is too long (the limit is ${MAX_TEXT_BYTES / 1024} KiB).`);
+      return;
+    }
+    ws.send(JSON.stringify({ type: "message", text }));
+    els.input.value = "";
+    grow();
+  }
+
+  els.composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submit();
+  });
+  els.input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      submit();
+    }
+  });
+  els.input.addEventListener("input", grow);
+  for (const button of document.querySelectorAll(".suggestion")) {
+    button.addEventListener("click", () => {
+      els.input.value = button.textContent;
+      grow();
+      els.input.focus();
+    });
+  }
+  els.tokenForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = els.token.value.trim();
+    if (!token) return;
+    save(TOKEN_KEY, token);
+    els.auth.hidden = true;
+    backoff = BACKOFF_FIRST;
+    connect();
+  });
+  // Come back at once when the network or the tab does, instead of waiting out the backoff.
+  const reconnectNow = () => {
+    if (!ws && retryTimer) connect();
+  };
+  window.addEventListener("online", reconnectNow);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") reconnectNow();
+  });
+
+  tokenFromFragment();
+  connect();
+})();

@@ -1,0 +1,85 @@
+"""Client frame validation and the server frames' documented shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from channels.webchat.protocol import (
+    MAX_TEXT_BYTES,
+    FrameError,
+    Hello,
+    UserText,
+    error_frame,
+    message_frame,
+    parse_client_frame,
+    run_frame,
+    typing_frame,
+)
+
+client_ids = st.from_regex(r"\A[A-Za-z0-9_-]{1,64}\Z")
+texts = st.text(min_size=1, max_size=200).filter(lambda t: bool(t.strip()))
+
+
+@given(client_ids)
+def test_every_valid_client_id_is_accepted(client_id: str) -> None:
+    assert parse_client_frame(json.dumps({"type": "hello", "clientId": client_id})) == Hello(
+        client_id
+    )
+
+
+@given(texts)
+def test_message_text_arrives_unchanged(text: str) -> None:
+    frame = json.dumps({"type": "message", "text": text, "extra": 1})
+    assert parse_client_frame(frame) == UserText(text)
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        ("", "bad_json"),
+        ('"hello"', "bad_frame"),
+        ('{"type": "hello"}', "bad_client_id"),
+        ('{"type": "hello", "clientId": "a.b"}', "bad_client_id"),
+        ('{"type": "message"}', "bad_frame"),
+        ('{"text": "hi"}', "bad_frame"),
+        (json.dumps({"type": "message", "text": "x" * (MAX_TEXT_BYTES + 1)}), "too_long"),
+        ('{"type": "message", "text": "\\t"}', "empty"),
+    ],
+)
+def test_invalid_frames_name_their_problem(data: str, code: str) -> None:
+    with pytest.raises(FrameError) as caught:
+        parse_client_frame(data)
+    assert caught.value.code == code
+    assert json.loads(caught.value.frame()) == {
+        "type": "error",
+        "code": code,
+        "message": str(caught.value),
+    }
+
+
+def test_server_frames_have_the_documented_keys() -> None:
+    assert json.loads(message_frame("announce", "t", message_id="b-1", ts=1.5, run_id="r")) == {
+        "type": "message",
+        "kind": "announce",
+        "text": "t",
+        "runId": "r",
+        "id": "b-1",
+        "ts": 1.5,
+    }
+    assert json.loads(run_frame("r", "tea", "running", 2.0)) == {
+        "type": "run",
+        "runId": "r",
+        "name": "tea",
+        "status": "running",
+        "ts": 2.0,
+    }
+    assert json.loads(typing_frame(True)) == {"type": "typing", "on": True}
+    assert json.loads(error_frame("empty", "m")) == {
+        "type": "error",
+        "code": "empty",
+        "message": "m",
+    }
