@@ -137,10 +137,7 @@ def resources_for(holder: SettingsHolder, config_dir: Path | None = None) -> lis
         services = app[SERVICES_KEY] = await open_services(holder, base_dir)
         on_reload(services)
         try:
-            await services.outbox.start()
             await services.archive.start()
-            if services.subagents is not None:
-                await services.subagents.recover()
             logger.info("services ready", extra={"state_dir": str(services.store.state_dir)})
             yield
         finally:
@@ -154,6 +151,11 @@ def resources_for(holder: SettingsHolder, config_dir: Path | None = None) -> lis
             services.channels[name] = channel
             await channel.start(chat.handle_inbound)
             logger.info("channel connected", extra={"channel": name})
+        # Deliveries and recovered runs need their chats: start them once channels are up,
+        # or an announce for a channel still connecting would fail as "not enabled".
+        await services.outbox.start()
+        if services.subagents is not None:
+            await services.subagents.recover()
         try:
             yield
         finally:
