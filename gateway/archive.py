@@ -92,25 +92,20 @@ class ArchiveScheduler:
         if not self.enabled:
             log.info("auto-archive disabled (archiveAfterMinutes is 0)")
             return 0
-        pending = await self._store.db.sessions.archive_schedule()
         now = self._clock()
-        overdue = [key for key, due in pending if due <= now]
-        archived = 0
-        if overdue:
-            results = await self._store.archive_many(overdue)
-            archived = len(results)
-            for key, path in results.items():
-                self._notify(key, path)
+        # Overdue sessions in one batch, without a scheduler job each (after a long
+        # downtime there may be thousands); the rest get a job each.
+        results = await self._store.archive_due(now)
+        for key, path in results.items():
+            self._notify(key, path)
+        pending = await self._store.db.sessions.archive_schedule(after=now)
         for key, due in pending:
-            if due > now:
-                self._add_job(key, due)
+            self._add_job(key, due)
         self._scheduler.start()
         log.info(
-            "auto-archive started: %d overdue archived, %d scheduled",
-            archived,
-            len(pending) - len(overdue),
+            "auto-archive started: %d overdue archived, %d scheduled", len(results), len(pending)
         )
-        return archived
+        return len(results)
 
     async def schedule(self, key: str, due_at: float | None = None) -> float | None:
         """Archive ``key`` at ``due_at`` (default: now + archiveAfterMinutes); persisted.

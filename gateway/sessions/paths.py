@@ -18,11 +18,12 @@ from typing import Final
 
 from gateway.constants import AGENTS_DIR, ARCHIVE_MARKER, SESSIONS_DIR, TRANSCRIPT_SUFFIX
 from gateway.sessions.errors import InvalidIdError, UnsafePathError
-from gateway.sessions.keys import is_uuid, require_id
+from gateway.sessions.keys import require_id
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 _UUID_RE: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID_FULL: Final = re.compile(_UUID_RE)
 #: What an archived transcript's file name looks like.
 ARCHIVED_NAME_RE: Final = re.compile(
     rf"^(?P<session_id>{_UUID_RE})\.jsonl\.deleted\."
@@ -33,15 +34,16 @@ ARCHIVED_NAME_RE: Final = re.compile(
 def sessions_dir(state_dir: Path, agent_id: str) -> Path:
     """``<stateDir>/agents/<agentId>/sessions`` for a validated agent id."""
     require_id(agent_id, "agent id")
-    return _under(state_dir, Path(state_dir) / AGENTS_DIR / agent_id / SESSIONS_DIR)
+    return Path(_under(state_dir, f"{AGENTS_DIR}/{agent_id}/{SESSIONS_DIR}"))
 
 
 def transcript_path(state_dir: Path, agent_id: str, session_id: str) -> Path:
     """The live transcript path of a session; raises on an unsafe agent or session id."""
-    if not is_uuid(session_id):
+    require_id(agent_id, "agent id")
+    if not _UUID_FULL.fullmatch(session_id):
         raise InvalidIdError(f"session id {session_id!r:.80} must be a lowercase uuid")
-    path = sessions_dir(state_dir, agent_id) / f"{session_id}{TRANSCRIPT_SUFFIX}"
-    return _under(state_dir, path)
+    relative = f"{AGENTS_DIR}/{agent_id}/{SESSIONS_DIR}/{session_id}{TRANSCRIPT_SUFFIX}"
+    return Path(_under(state_dir, relative))
 
 
 def archive_stamp(at: dt.datetime) -> str:
@@ -87,9 +89,14 @@ def ensure_dir(path: Path) -> None:
         os.chmod(directory, DIR_MODE)
 
 
-def _under(state_dir: Path, path: Path) -> Path:
-    root = os.path.normpath(os.path.abspath(state_dir))
-    candidate = os.path.normpath(os.path.abspath(path))
-    if os.path.commonpath([root, candidate]) != root:
+def _under(state_dir: Path, relative: str) -> str:
+    """``relative`` joined to the state directory, refused unless it stays inside it.
+
+    Plain string work: this runs for every session archived at start-up.
+    """
+    root = os.path.abspath(state_dir)
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    candidate = prefix + relative
+    if os.path.normpath(candidate) != candidate.rstrip(os.sep) or not candidate.startswith(prefix):
         raise UnsafePathError(f"{candidate!r} is not under the state directory {root!r}")
-    return Path(candidate)
+    return candidate

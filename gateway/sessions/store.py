@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from gateway.constants import ARCHIVE_MARKER
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
-from gateway.sessions.paths import archived_path, find_archived, transcript_path
+from gateway.sessions.paths import archive_stamp, find_archived, transcript_path
 from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
@@ -49,6 +50,8 @@ from gateway.state import Origin, SessionRecord, StateDB
 
 log = logging.getLogger(__name__)
 
+#: Transcript paths remembered per session id (validating one costs more than a write).
+_PATH_CACHE_SIZE: Final = 4096
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -75,6 +78,7 @@ class SessionStore:
         self._clock = clock
         self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
         self._archived: set[str] = set()
+        self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
@@ -215,7 +219,13 @@ class SessionStore:
 
     def transcript_path(self, record: SessionRecord) -> Path:
         """The live transcript path of ``record`` (where it is until archived)."""
-        return transcript_path(self.state_dir, record.agent_id, record.session_id)
+        path = self._paths.get(record.session_id)
+        if path is None:
+            if len(self._paths) >= _PATH_CACHE_SIZE:
+                self._paths.clear()
+            path = transcript_path(self.state_dir, record.agent_id, record.session_id)
+            self._paths[record.session_id] = path
+        return path
 
     def current_path(self, record: SessionRecord) -> Path | None:
         """Where the transcript is now: the archived file, the live one, or None if gone."""
@@ -337,6 +347,13 @@ class SessionStore:
         results, _ = await self._archive_records([r for r in found.values() if not r.archived])
         return done | results
 
+    async def archive_due(self, now: float | None = None) -> dict[str, Path | None]:
+        """Archive every session whose archive time has come (one pass, as
+        :meth:`archive_many`); returns the archived path (or None) by key."""
+        due = await self.db.sessions.due_for_archive(self._clock() if now is None else now)
+        results, _ = await self._archive_records(due)
+        return results
+
     async def _archive_records(
         self, records: Sequence[SessionRecord]
     ) -> tuple[dict[str, Path | None], dict[str, OSError]]:
@@ -411,10 +428,12 @@ def _iso(at: float | None) -> str | None:
 
 def _rename_all(lives: Sequence[Path], at: float) -> builtins.list[Path | OSError | None]:
     """Rename each live transcript to its archive name (blocking; run in a thread)."""
-    stamp_time = dt.datetime.fromtimestamp(at, dt.UTC)
+    # The name archived_path() gives, with the stamp formatted once: this loop is the
+    # start-up cost of archiving thousands of overdue sessions.
+    suffix = ARCHIVE_MARKER + archive_stamp(dt.datetime.fromtimestamp(at, dt.UTC))
     out: builtins.list[Path | OSError | None] = []
     for live in lives:
-        target = archived_path(live, stamp_time)
+        target = os.fspath(live) + suffix
         try:
             os.rename(live, target)
         except FileNotFoundError:
@@ -423,5 +442,5 @@ def _rename_all(lives: Sequence[Path], at: float) -> builtins.list[Path | OSErro
         except OSError as exc:
             out.append(exc)
         else:
-            out.append(target)
+            out.append(Path(target))
     return out

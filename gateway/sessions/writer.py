@@ -1,11 +1,13 @@
 """The transcript writer: one thread that appends whole lines for every transcript.
 
 Why a thread and batches: awaiting one ``aiofiles`` write per line costs a thread hop per
-line, several times the write itself. Here :meth:`TranscriptWriter.append` puts the line on
-a queue, in order, and returns; the writer thread takes everything queued, writes each
-file's pending lines with a single ``write()`` on an ``O_APPEND`` descriptor, and settles
-any waiting futures of a batch with one ``call_soon_threadsafe`` per event loop. Under load
-a batch holds many lines per file, so the per-line cost falls as the load rises.
+line, several times the write itself. Here :meth:`TranscriptWriter.append` adds the line to
+the pending lines of its file and returns; the writer thread takes everything pending,
+writes each file's lines with a single ``write()`` on an ``O_APPEND`` descriptor, and
+settles any waiting futures of a batch with one ``call_soon_threadsafe`` per event loop.
+Under load a batch holds many lines per file, so the per-line cost falls as the load
+rises. Appends do not wait for their write by default because that wait (a future and a
+task switch per line) costs more than the write; ``bench/transcripts.py`` measures both.
 
 Guarantees: lines never interleave (one writer thread, whole lines per ``write()``, a short
 write is completed before anything else touches that file) and each file's lines are
@@ -21,7 +23,7 @@ A failed write is logged; a caller that waited (``wait=True``) gets the ``OSErro
 next :meth:`flush` raises :class:`TranscriptWriteError` listing the failures since the last
 flush. The queue is bounded: past ``max_pending_bytes`` every append waits for its own
 write. Descriptors are cached (LRU, ``max_open_files``); :meth:`release` closes them before
-a transcript is renamed, in order after the lines queued before it.
+a transcript is renamed, after the lines queued for them so far are written.
 """
 
 from __future__ import annotations
@@ -47,15 +49,27 @@ DEFAULT_MAX_OPEN_FILES: Final = 256
 #: Bytes queued before appends start waiting for their own write (backpressure).
 DEFAULT_MAX_PENDING_BYTES: Final = 16 * 1024 * 1024
 _OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-_REPORT: Final = b"report"
-_QUIET: Final = b""
 
 _Future = asyncio.Future[None]
-# (path, data, future): a write when data is set, a release of the path when data is None,
-# a flush barrier when path is None (data then says whether it reports failures). The
-# future, when set, is settled once the item is done.
-_Item = tuple[Path | None, bytes | None, _Future | None]
 _Outcome = tuple[_Future, BaseException | None]
+
+
+class _Batch:
+    """What the writer thread takes in one go. Lines are grouped per file as they arrive,
+    so the thread does no per-line work beyond one ``join`` and one ``write`` per file."""
+
+    __slots__ = ("barriers", "lines", "quiet", "releases", "size", "waiters")
+
+    def __init__(self) -> None:
+        self.lines: dict[Path, list[bytes]] = {}
+        self.size = 0
+        self.waiters: list[tuple[Path, _Future]] = []  # appends waiting for their write
+        self.releases: list[tuple[list[Path], _Future]] = []
+        self.barriers: list[_Future] = []  # flushes that report failures
+        self.quiet: list[_Future] = []  # flushes that only wait
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.releases or self.barriers or self.quiet)
 
 
 class TranscriptWriter:
@@ -70,8 +84,7 @@ class TranscriptWriter:
         if max_open_files < 1 or max_pending_bytes < 1:
             raise ValueError("max_open_files and max_pending_bytes must be at least 1")
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[_Item] = []
-        self._pending_bytes = 0
+        self._batch = _Batch()
         self._max_pending = max_pending_bytes
         self._idle = False
         self._closed = False
@@ -84,19 +97,16 @@ class TranscriptWriter:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (
-            f"<TranscriptWriter {state} pending={len(self._queue)} "
-            f"pending_bytes={self._pending_bytes} files={len(self._fds)}>"
-        )
+        return f"<TranscriptWriter {state} pending_bytes={self._batch.size} files={len(self._fds)}>"
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     @property
-    def pending(self) -> int:
-        """Items queued and not yet taken by the writer thread."""
-        return len(self._queue)
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet taken by the writer thread."""
+        return self._batch.size
 
     async def append(self, path: Path, record: Mapping[str, Any], *, wait: bool = False) -> None:
         """Queue ``record`` as one JSON line for ``path`` (created 0600 if missing).
@@ -105,23 +115,19 @@ class TranscriptWriter:
         Raises :class:`TranscriptWriterClosedError` after :meth:`aclose`.
         """
         data = encode_line(record)
-        if not wait and self._pending_bytes + len(data) <= self._max_pending:
-            self._put([(path, data, None)], len(data))
-            return
-        future: _Future = asyncio.get_running_loop().create_future()
-        self._put([(path, data, future)], len(data))
-        await future
+        if wait or self._batch.size + len(data) > self._max_pending:
+            await self._put_and_wait(path, data)
+        else:
+            self._put(path, data, None)
 
     async def write(self, path: Path, data: bytes, *, wait: bool = False) -> None:
         """Queue ``data`` — one or more whole lines, ending in ``\\n`` — for ``path``."""
         if not data.endswith(b"\n"):
             raise ValueError("transcript data must be whole lines ending in a newline")
-        if not wait and self._pending_bytes + len(data) <= self._max_pending:
-            self._put([(path, data, None)], len(data))
-            return
-        future: _Future = asyncio.get_running_loop().create_future()
-        self._put([(path, data, future)], len(data))
-        await future
+        if wait or self._batch.size + len(data) > self._max_pending:
+            await self._put_and_wait(path, data)
+        else:
+            self._put(path, data, None)
 
     async def flush(self, *, report: bool = True) -> None:
         """Wait until every line queued before this call reached the OS.
@@ -131,18 +137,23 @@ class TranscriptWriter:
         see their own writes).
         """
         future: _Future = asyncio.get_running_loop().create_future()
-        self._put([(None, _REPORT if report else _QUIET, future)], 0)
+        with self._cond:
+            self._check_open()
+            (self._batch.barriers if report else self._batch.quiet).append(future)
+            self._wake()
         await future
 
     async def release(self, paths: Iterable[Path]) -> None:
-        """Close the cached descriptors of ``paths`` once the lines queued for them are written."""
+        """Close the cached descriptors of ``paths`` after the lines queued for them so far
+        are written (a rename may follow; later lines open the path afresh)."""
         names = list(paths)
         if not names:
             return
         future: _Future = asyncio.get_running_loop().create_future()
-        items: list[_Item] = [(name, None, None) for name in names[:-1]]
-        items.append((names[-1], None, future))
-        self._put(items, 0)
+        with self._cond:
+            self._check_open()
+            self._batch.releases.append((names, future))
+            self._wake()
         await future
 
     async def aclose(self) -> None:
@@ -154,88 +165,85 @@ class TranscriptWriter:
         if thread is not None:
             await asyncio.to_thread(thread.join)
 
-    def _put(self, items: list[_Item], size: int) -> None:
+    async def _put_and_wait(self, path: Path, data: bytes) -> None:
+        future: _Future = asyncio.get_running_loop().create_future()
+        self._put(path, data, future)
+        await future
+
+    def _put(self, path: Path, data: bytes, future: _Future | None) -> None:
         with self._cond:
-            if self._closed:
-                raise TranscriptWriterClosedError("the transcript writer is closed")
-            self._queue.extend(items)
-            self._pending_bytes += size
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="herald-transcripts", daemon=True
-                )
-                self._thread.start()
-            elif self._idle:
-                self._idle = False
-                self._cond.notify()
+            self._check_open()
+            batch = self._batch
+            chunks = batch.lines.get(path)
+            if chunks is None:
+                batch.lines[path] = [data]
+            else:
+                chunks.append(data)
+            batch.size += len(data)
+            if future is not None:
+                batch.waiters.append((path, future))
+            self._wake()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TranscriptWriterClosedError("the transcript writer is closed")
+
+    def _wake(self) -> None:
+        # Called with the lock held.
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="herald-transcripts", daemon=True
+            )
+            self._thread.start()
+        elif self._idle:
+            self._idle = False
+            self._cond.notify()
 
     # -- the writer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._batch and not self._closed:
                     self._idle = True
                     self._cond.wait()
                 self._idle = False
-                batch, self._queue = self._queue, []
-                self._pending_bytes = 0
+                batch, self._batch = self._batch, _Batch()
             if not batch:
                 break  # closed and drained
             try:
                 self._process(batch)
             except BaseException:  # never leave callers waiting forever
                 log.exception("transcript writer failed on a batch")
-                _settle_threadsafe(
-                    [(f, TranscriptWriteError([])) for _, _, f in batch if f is not None]
-                )
+                waiting = [f for _, f in batch.waiters] + [f for _, f in batch.releases]
+                waiting += batch.barriers + batch.quiet
+                _settle_threadsafe([(f, TranscriptWriteError([])) for f in waiting])
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
 
-    def _process(self, batch: list[_Item]) -> None:
-        outcomes: list[_Outcome] = []
-        barriers: list[_Future] = []
-        quiet: list[_Future] = []
-        pending: dict[Path, list[bytes]] = {}
-        waiters: dict[Path, list[_Future]] = {}
-        for path, data, future in batch:
-            if path is None:
-                if future is not None:
-                    (barriers if data == _REPORT else quiet).append(future)
-            elif data is None:
-                if path in pending:
-                    self._flush(path, pending.pop(path), waiters.pop(path, []), outcomes)
+    def _process(self, batch: _Batch) -> None:
+        errors: dict[Path, OSError] = {}
+        for path, chunks in batch.lines.items():
+            error = self._flush(path, chunks)
+            if error is not None:
+                errors[path] = error
+        outcomes: list[_Outcome] = [(f, errors.get(path)) for path, f in batch.waiters]
+        for paths, future in batch.releases:
+            for path in paths:
                 self._close(path)
-                if future is not None:
-                    outcomes.append((future, None))
-            else:
-                chunks = pending.get(path)
-                if chunks is None:
-                    pending[path] = chunks = []
-                chunks.append(data)
-                if future is not None:
-                    waiters.setdefault(path, []).append(future)
-        for path, chunks in pending.items():
-            self._flush(path, chunks, waiters.get(path, []), outcomes)
-        if barriers:
+            outcomes.append((future, None))
+        if batch.barriers:
             # Barriers settle after every write of the batch, so after all lines before them.
             failures, self._failures = self._failures, []
-            error = TranscriptWriteError(failures) if failures else None
-            outcomes.extend((future, error) for future in barriers)
-        outcomes.extend((future, None) for future in quiet)
+            report = TranscriptWriteError(failures) if failures else None
+            outcomes.extend((future, report) for future in batch.barriers)
+        outcomes.extend((future, None) for future in batch.quiet)
         self.batches += 1
         if outcomes:
             _settle_threadsafe(outcomes)
 
-    def _flush(
-        self,
-        path: Path,
-        chunks: list[bytes],
-        futures: list[_Future],
-        outcomes: list[_Outcome],
-    ) -> None:
-        error: OSError | None = None
+    def _flush(self, path: Path, chunks: list[bytes]) -> OSError | None:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
             fd = self._open(path)
@@ -243,14 +251,14 @@ class TranscriptWriter:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            self.lines_written += len(chunks)
         except OSError as exc:
             log.error("transcript %s: write of %d lines failed: %s", path, len(chunks), exc)
-            error = exc
             self._failures.append((path, exc))
             # A short write may have left a fragment; reopening repairs it first.
             self._close(path)
-        outcomes.extend((future, error) for future in futures)
+            return exc
+        self.lines_written += len(chunks)
+        return None
 
     def _open(self, path: Path) -> int:
         fd = self._fds.get(path)

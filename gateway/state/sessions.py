@@ -186,15 +186,35 @@ class SessionsTable:
 
         return await self._db.write(run)
 
-    async def archive_schedule(self) -> builtins.list[tuple[str, float]]:
-        """(key, due time) of every unarchived session with a due time, soonest first."""
+    async def archive_schedule(
+        self, *, after: float | None = None
+    ) -> builtins.list[tuple[str, float]]:
+        """(key, due time) of unarchived sessions with a due time (later than ``after``,
+        when given), soonest first."""
         sql = (
             "SELECT key, archive_due_at FROM sessions"
-            " WHERE archived_at IS NULL AND archive_due_at IS NOT NULL ORDER BY archive_due_at"
+            " WHERE archived_at IS NULL AND archive_due_at IS NOT NULL"
         )
+        params: builtins.list[float] = []
+        if after is not None:
+            sql += " AND archive_due_at > ?"
+            params.append(after)
+        sql += " ORDER BY archive_due_at"
 
         def run(conn: sqlite3.Connection) -> builtins.list[tuple[str, float]]:
-            return [(row[0], row[1]) for row in conn.execute(sql)]
+            return [(row[0], row[1]) for row in conn.execute(sql, params)]
+
+        return await self._db.read(run)
+
+    async def due_for_archive(self, now: float) -> builtins.list[SessionRecord]:
+        """Unarchived sessions whose archive time is ``now`` or earlier, soonest first."""
+        sql = (
+            f"{_SELECT} WHERE archived_at IS NULL AND archive_due_at IS NOT NULL"
+            " AND archive_due_at <= ? ORDER BY archive_due_at"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+            return [session_from_row(row) for row in conn.execute(sql, (now,))]
 
         return await self._db.read(run)
 

@@ -240,3 +240,13 @@ async def test_sessions_survive_a_restart(tmp_path: Path) -> None:
     async with opened_store(state) as second:
         assert await second.ensure("agent:main:main") == record
         assert [m.content for m in await second.chat_messages(record.key)] == ["remember me"]
+
+
+async def test_archive_due_takes_only_sessions_whose_time_came(store: SessionStore) -> None:
+    due, later, unset = [await store.ensure(SessionKey.subagent("main")) for _ in range(3)]
+    await store.db.sessions.set_archive_due(due.key, 100.0)
+    await store.db.sessions.set_archive_due(later.key, 300.0)
+    results = await store.archive_due(200.0)
+    assert list(results) == [due.key]
+    assert not (await store.require(later.key)).archived
+    assert not (await store.require(unset.key)).archived

@@ -136,3 +136,14 @@ async def test_archive_schedule_and_marking(db: StateDB) -> None:
     assert await db.sessions.archive_schedule() == [(keys[0], 50.0)]
     found = await db.sessions.get_many([*keys, "agent:main:main"])
     assert set(found) == set(keys)
+
+
+async def test_due_for_archive_and_the_schedule_after_a_time(db: StateDB) -> None:
+    keys = [f"agent:main:subagent:{uuid.uuid4()}" for _ in range(3)]
+    for key, due in zip(keys, (10.0, 20.0, 30.0), strict=True):
+        await db.sessions.create(_record(key, "subagent"))
+        await db.sessions.set_archive_due(key, due)
+    assert [r.key for r in await db.sessions.due_for_archive(20.0)] == keys[:2]
+    assert await db.sessions.archive_schedule(after=20.0) == [(keys[2], 30.0)]
+    await db.sessions.mark_archived([(keys[0], 25.0, None)])
+    assert [r.key for r in await db.sessions.due_for_archive(20.0)] == [keys[1]]
