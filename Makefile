@@ -33,5 +33,9 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench
 
+# Long-running: 10,000 sub-agent runs over 10 minutes; not part of `make test`.
+soak: $(STAMP)
+	$(VENV)/bin/python -m bench.soak
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
