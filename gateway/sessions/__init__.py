@@ -30,8 +30,6 @@ from gateway.sessions.store import (
     DEFAULT_HISTORY_LIMIT,
     MAX_HISTORY_LIMIT,
     SessionStore,
-    current_transcript_path,
-    describe_session,
 )
 from gateway.sessions.transcript import (
     TranscriptContents,
@@ -48,6 +46,7 @@ from gateway.sessions.transcript import (
     read_transcript,
     repair_transcript,
 )
+from gateway.sessions.views import current_transcript_path, describe_session
 from gateway.sessions.writer import TranscriptWriter
 
 __all__ = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -100,3 +101,28 @@ def _under(state_dir: Path, relative: str) -> str:
     if os.path.normpath(candidate) != candidate.rstrip(os.sep) or not candidate.startswith(prefix):
         raise UnsafePathError(f"{candidate!r} is not under the state directory {root!r}")
     return candidate
+
+
+def rename_to_archived(lives: Sequence[Path], at: float) -> list[Path | OSError | None]:
+    """Rename each live transcript to its archive name stamped ``at`` (epoch seconds).
+
+    Returns, per file, the new path; for a file already gone, an archived sibling found by
+    :func:`find_archived` (or None); for another failure, the ``OSError``. Blocking: run
+    it in a thread.
+    """
+    # The name archived_path() gives, with the stamp formatted once: this loop is the
+    # start-up cost of archiving thousands of overdue sessions.
+    suffix = ARCHIVE_MARKER + archive_stamp(dt.datetime.fromtimestamp(at, dt.UTC))
+    out: list[Path | OSError | None] = []
+    for live in lives:
+        target = os.fspath(live) + suffix
+        try:
+            os.rename(live, target)
+        except FileNotFoundError:
+            # Gone already: perhaps renamed by a run that crashed before recording it.
+            out.append(find_archived(live))
+        except OSError as exc:
+            out.append(exc)
+        else:
+            out.append(Path(target))
+    return out

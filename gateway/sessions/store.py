@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import datetime as dt
 import logging
 import os
 import time
@@ -31,20 +30,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.constants import ARCHIVE_MARKER
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
-from gateway.sessions.paths import archive_stamp, find_archived, transcript_path
+from gateway.sessions.paths import rename_to_archived, transcript_path
 from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
     chat_messages_from_records,
     event_record,
     header_record,
-    iso_timestamp,
     message_record,
 )
+from gateway.sessions.views import current_transcript_path, describe_session
 from gateway.sessions.writer import TranscriptWriter
 from gateway.state import Origin, SessionRecord, StateDB
 
@@ -364,7 +362,7 @@ class SessionStore:
         lives = [self.transcript_path(r) for r in records]
         await self.writer.release(lives)
         at = self._clock()
-        outcomes = await asyncio.to_thread(_rename_all, lives, at)
+        outcomes = await asyncio.to_thread(rename_to_archived, lives, at)
         results: dict[str, Path | None] = {}
         errors: dict[str, OSError] = {}
         entries: builtins.list[tuple[str, float, str | None]] = []
@@ -384,63 +382,9 @@ class SessionStore:
 
     def describe(self, record: SessionRecord) -> dict[str, Any]:
         """The JSON shape of a session for the API, the CLI and the session tools."""
-        path = self.current_path(record)
-        return describe_session(record, path)
+        return describe_session(record, self.current_path(record))
 
     async def aclose(self) -> None:
         """Write everything queued; close the writer if this store made it. Idempotent."""
         if self._owns_writer:
             await self.writer.aclose()
-
-
-def describe_session(record: SessionRecord, path: Path | None) -> dict[str, Any]:
-    """A session as JSON: camelCase keys, ISO-8601 times, ``transcriptPath`` where it is now."""
-    return {
-        "key": record.key,
-        "sessionId": record.session_id,
-        "agentId": record.agent_id,
-        "kind": record.kind,
-        "parentKey": record.parent_key,
-        "label": record.label,
-        "model": record.model,
-        "origin": record.origin.to_json() if record.origin else None,
-        "createdAt": iso_timestamp(record.created_at),
-        "updatedAt": iso_timestamp(record.updated_at),
-        "usage": record.usage.to_json(),
-        "costUsd": record.cost_usd,
-        "archiveDueAt": _iso(record.archive_due_at),
-        "archived": record.archived,
-        "archivedAt": _iso(record.archived_at),
-        "transcriptPath": os.fspath(path) if path else None,
-    }
-
-
-def current_transcript_path(state_dir: Path, record: SessionRecord) -> Path | None:
-    """Where ``record``'s transcript is now: archived file, live file, or None if gone."""
-    if record.archived:
-        return Path(record.archived_path) if record.archived_path else None
-    return transcript_path(state_dir, record.agent_id, record.session_id)
-
-
-def _iso(at: float | None) -> str | None:
-    return iso_timestamp(at) if at is not None else None
-
-
-def _rename_all(lives: Sequence[Path], at: float) -> builtins.list[Path | OSError | None]:
-    """Rename each live transcript to its archive name (blocking; run in a thread)."""
-    # The name archived_path() gives, with the stamp formatted once: this loop is the
-    # start-up cost of archiving thousands of overdue sessions.
-    suffix = ARCHIVE_MARKER + archive_stamp(dt.datetime.fromtimestamp(at, dt.UTC))
-    out: builtins.list[Path | OSError | None] = []
-    for live in lives:
-        target = os.fspath(live) + suffix
-        try:
-            os.rename(live, target)
-        except FileNotFoundError:
-            # Gone already: perhaps renamed by a run that crashed before recording it.
-            out.append(find_archived(live))
-        except OSError as exc:
-            out.append(exc)
-        else:
-            out.append(Path(target))
-    return out
