@@ -135,7 +135,7 @@ class RoutingConfig(ConfigModel):
     @classmethod
     def _ids_are_normal(cls, agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
         for agent_id in agents:
-            if not ID_PATTERN.match(agent_id):
+            if not ID_PATTERN.fullmatch(agent_id):
                 raise ValueError(
                     f"agent id {agent_id!r} must match {ID_PATTERN.pattern} "
                     "(lowercase letters, digits, '_' and '-')"
