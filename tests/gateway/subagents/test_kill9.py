@@ -15,6 +15,7 @@ import pytest
 
 from gateway.constants import STATE_DB_NAME
 from gateway.state import FINISHED_STATUSES, StateDB
+from gateway.subagents.outbox import UNCERTAIN
 from tests.gateway.daemon_process import HANG_GUARD_SECONDS, free_port, herald, write_config
 
 pytestmark = pytest.mark.slow
@@ -145,4 +146,10 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     assert all(run.status in FINISHED_STATUSES for run in runs)
     assert {run.status for run in runs} == {"done"}
     assert sorted(item.run_id or "" for item in outbox) == sorted(run.run_id for run in runs)
-    assert {item.state for item in outbox} == {"delivered"}
+    # A kill between a send and its "delivered" record leaves the item "sending"; the restart
+    # records it as uncertain instead of sending it twice (at most once). The chat saw each
+    # announce exactly once either way (asserted above).
+    for item in outbox:
+        assert item.state == "delivered" or (
+            item.state == "failed" and item.last_error == UNCERTAIN
+        ), item
