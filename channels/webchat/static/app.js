@@ -84,6 +84,7 @@
       const url = window.location.pathname + window.location.search;
       window.history.replaceState(null, "", url);
     }
+    return Boolean(token);
   }
 
   // -- rendering --------------------------------------------------------------------------
@@ -397,9 +398,12 @@
 
   // -- composer ---------------------------------------------------------------------------
 
+  // The box is border-box sized: its height must hold the borders too, or a scrollbar shows.
   function grow() {
-    els.input.style.height = "auto";
-    els.input.style.height = `${Math.min(els.input.scrollHeight, 240)}px`;
+    const box = els.input;
+    box.style.height = "auto";
+    const border = box.offsetHeight - box.clientHeight;
+    box.style.height = `${Math.min(box.scrollHeight + border, 240)}px`;
   }
 
   function submit() {
@@ -450,10 +454,19 @@
     if (!ws && retryTimer) connect();
   };
   window.addEventListener("online", reconnectNow);
+  // A #token=… link opened on a page that is already loaded changes only the fragment: no
+  // reload, so take the token here and connect with it if the page is waiting for one.
+  window.addEventListener("hashchange", () => {
+    if (!tokenFromFragment() || ws) return;
+    els.auth.hidden = true;
+    backoff = BACKOFF_FIRST;
+    connect();
+  });
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") reconnectNow();
   });
 
   tokenFromFragment();
+  grow();
   connect();
 })();
