@@ -301,7 +301,7 @@ async def test_no_secret_leaves_the_gateway(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG gateway/providers/_http.py:46-91 (_excerpt/_error_details, then scrub in http_error): "
+    reason="BUG gateway/providers/_http.py:46-91 (_excerpt, then scrub in http_error): "
     "a non-JSON error body is cut to 200 characters BEFORE scrub() masks the key, so a key "
     "that straddles the cut is no longer found and its head leaks into the ProviderError "
     "(chat reply, transcript, run error, logs: the log redactor also matches whole keys "
