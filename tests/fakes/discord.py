@@ -4,7 +4,8 @@ REST, under ``/api/v10``: ``GET /users/@me`` and ``GET /oauth2/applications/@me`
 discord.py's login asks), ``POST /channels/{id}/messages``, ``POST /channels/{id}/typing``
 and ``GET /channels/{id}``. Every request needs ``Authorization: Bot <token>`` (else 401)
 and is recorded. Failures are scripted per route: any status and body, or a 429 shaped like
-Discord's (``retry_after`` in the body, ``Retry-After``/``Via`` headers). Message bodies are
+Discord's (``retry_after`` in the body, ``Retry-After``/``Via`` headers); or decided per
+request by :attr:`FakeDiscord.fault` (failures at a set rate). Message bodies are
 checked like Discord does: at most 2,000 characters, never empty; a deleted channel is a
 404 ``Unknown Channel`` (code 10003).
 
@@ -104,6 +105,19 @@ class RecordedRequest:
     authorized: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RestFault:
+    """An answer a :attr:`FakeDiscord.fault` hook gives instead of serving a request."""
+
+    status: int
+    body: Json
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Decides, per authorized REST request (method, path, body), whether it fails and how.
+FaultHook = Callable[[str, str, Any], RestFault | None]
+
+
 @dataclass(slots=True)
 class _Script:
     method: str
@@ -173,6 +187,9 @@ class FakeDiscord:
         self.heartbeats: list[int | None] = []
         self.gateway_queries: list[dict[str, str]] = []
         self.connections = 0
+        #: Consulted before the scripted failures of :meth:`fail`; a failing request is
+        #: recorded in :attr:`requests` but stores nothing (no message posted).
+        self.fault: FaultHook | None = None
         self._scripts: list[_Script] = []
         self._sessions: dict[str, _Session] = {}
         self._session: _Session | None = None
@@ -390,6 +407,9 @@ class FakeDiscord:
         await self._note()
         if not authorized:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        fault = self.fault(request.method, path, body) if self.fault is not None else None
+        if fault is not None:
+            return _json(fault.body, status=fault.status, headers=fault.headers)
         for script in self._scripts:
             if script.method != request.method or script.path != path or script.times <= 0:
                 continue

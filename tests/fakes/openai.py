@@ -9,6 +9,10 @@ request so tests can assert what the provider really sent::
         fake.reply_text("hello", prompt_tokens=12, completion_tokens=3)
         ...  # point a provider at fake.base_url
         assert fake.requests[0].body["model"] == "gpt-4o-mini"
+
+When requests interleave (concurrent runs), set :attr:`FakeOpenAI.responder` instead: a
+function of the request body that returns the :class:`Step` to answer with
+(:meth:`~FakeOpenAI.text_step`, :meth:`~FakeOpenAI.error_step`, ...).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +54,10 @@ class Step:
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+
+
+#: Answers a request by its content (the decoded JSON body) when no scripted step is queued.
+Responder = Callable[[Any], Step]
 
 
 def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -125,6 +133,9 @@ class FakeOpenAI:
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
         self.base_url = ""
+        #: When set, answers every request the queue has no step for, by its content: for
+        #: tests whose requests interleave, so that a fixed order of answers cannot work.
+        self.responder: Responder | None = None
 
     @property
     def pending(self) -> int:
@@ -230,6 +241,35 @@ class FakeOpenAI:
         """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
         self.reply_json(self.completion(content="too late"), delay=seconds)
 
+    # -- steps for a responder ------------------------------------------------------------
+
+    def text_step(self, text: str | None, *, delay: float = 0.0, **usage: Any) -> Step:
+        """The step :meth:`reply_text` would queue, for a :attr:`responder` to return."""
+        return Step(body=orjson.dumps(self.completion(content=text, **usage)), delay=delay)
+
+    @staticmethod
+    def error_step(
+        status: int,
+        message: str,
+        *,
+        kind: str = "server_error",
+        retry_after_ms: int | None = None,
+    ) -> Step:
+        """An HTTP error in OpenAI's shape, with ``retry-after-ms`` when given."""
+        step = openai_error(status, message, kind)
+        headers = {} if retry_after_ms is None else {"retry-after-ms": str(retry_after_ms)}
+        return Step(status=status, body=step.body, headers=headers)
+
+    @staticmethod
+    def garbage_step() -> Step:
+        """A 200 whose body is not JSON (a proxy's HTML page)."""
+        body = b"<html><body>502 Bad Gateway</body></html>"
+        return Step(status=200, body=body, headers={"Content-Type": "text/html"})
+
+    def hang_step(self, seconds: float = 30.0) -> Step:
+        """Nothing for ``seconds`` (the fake wakes early when it closes)."""
+        return self.text_step("too late", delay=seconds)
+
     # -- serving --------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -245,7 +285,7 @@ class FakeOpenAI:
                 request.method, request.path, masked_headers(request.headers), authorized, body, raw
             )
         )
-        step = self._check(request, auth, authorized, body) or self._next_step()
+        step = self._check(request, auth, authorized, body) or self._next_step(body)
         if step.delay:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), step.delay)
@@ -281,7 +321,9 @@ class FakeOpenAI:
             return openai_error(400, problem, "invalid_request_error")
         return None
 
-    def _next_step(self) -> Step:
+    def _next_step(self, body: Any = None) -> Step:
+        if not self._steps and self.responder is not None:
+            return self.responder(body)
         if not self._steps:
             return openai_error(500, "fake openai: script exhausted", "server_error")
         return self._steps.popleft()

@@ -3,7 +3,8 @@
 Web API: ``POST /api/<method>`` with the bot token (the app token for
 ``apps.connections.open``) in ``Authorization: Bearer …``; arguments as slack_sdk sends them
 (query string, form or JSON body). Every call is recorded; failures can be scripted per
-method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``).
+method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``), or decided per call by
+:attr:`FakeSlack.fault` (failures at a set rate).
 
 Socket Mode: ``apps.connections.open`` hands out a ``ws://`` URL on the same server; the
 websocket sends ``hello``, then the envelopes a test pushes, and records the client's acks
@@ -72,6 +73,10 @@ class _Socket:
     acks: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
 
 
+#: Decides, per Web API call (method, arguments), whether it fails and how; None lets it pass.
+FaultHook = Callable[[str, Mapping[str, Any]], Failure | None]
+
+
 class FakeSlack:
     """The fake server. ``await start()``, point the client at :attr:`api_base_url`."""
 
@@ -84,6 +89,9 @@ class FakeSlack:
         #: Every ack received, by envelope id.
         self.acks: dict[str, dict[str, Any]] = {}
         self.connections = 0
+        #: Consulted before the scripted failures of :meth:`fail`; a failing call is recorded
+        #: in :attr:`calls` but stores nothing (no post).
+        self.fault: FaultHook | None = None
         # Per method: [successes still to let through, then this failure].
         self._failures: dict[str, deque[list[Any]]] = {}
         self._sockets: list[web.WebSocketResponse] = []
@@ -316,11 +324,13 @@ class FakeSlack:
         return response
 
     def _answer(self, method: str, args: dict[str, Any], token: str | None) -> web.Response:
+        failure = self.fault(method, args) if self.fault is not None else None
         queue = self._failures.get(method)
-        if queue and queue[0][0] > 0:
+        if failure is None and queue and queue[0][0] > 0:
             queue[0][0] -= 1
-        elif queue:
-            failure: Failure = queue.popleft()[1]
+        elif failure is None and queue:
+            failure = queue.popleft()[1]
+        if failure is not None:
             if failure.status >= 500:
                 return web.Response(
                     status=failure.status,

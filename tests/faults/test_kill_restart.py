@@ -1,0 +1,355 @@
+"""A real gateway killed with SIGKILL at random points of 50 in-flight runs, restarted each time.
+
+``herald run`` is a subprocess (as in ``tests/gateway/subagents/test_kill9.py``) with the
+scripted model: 50 sub-agent runs, spawned ten per chat turn from the web chat, on a
+``subagent`` lane 4 wide; each task answers after a seeded random delay, some after a tool
+call, and half the runs use ``cleanup: "delete"`` so archived transcripts are checked too.
+The process is killed :data:`KILLS` times — after a seeded number of further announces, or
+after a seeded short delay — and restarted; the last process is left to finish.
+
+Announces are counted as the web chat client receives them, across every process. The one
+tolerated loss: an outbox item a kill left ``sending`` is recorded as failed with the
+"uncertain" error instead of being sent again (the announce may or may not have reached the
+chat). So: delivered + uncertain == 50, and no run is received twice.
+
+The client is connected (and has had the ``ready`` frame) before each kill: the web chat
+keeps a page's undelivered messages only in memory, so an announce delivered while no page
+was open would die with the process — a property of the web chat, not of the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.constants import STATE_DB_NAME
+from gateway.state import FINISHED_STATUSES, Origin, OutboxRecord, StateDB
+from gateway.subagents.manager import SpawnRequest
+from gateway.subagents.outbox import UNCERTAIN
+from tests.faults._support import (
+    audit_transcripts,
+    chat_context,
+    duplicates,
+    fault_seed,
+    spawn_runs,
+)
+from tests.gateway.daemon_process import HANG_GUARD_SECONDS, Daemon, free_port, herald
+from tests.gateway.harness import running_gateway
+
+pytestmark = pytest.mark.slow
+
+RUNS = 50
+PER_TURN = 10  # sessions_spawn calls honoured per model turn
+KILLS = 3
+CLIENT_ID = "fault-client"
+ARCHIVE_BUG = (
+    "gateway/subagents/manager.py:353-364 (_announce, then _after_announce): a run's child is "
+    "archived (cleanup 'delete') or scheduled for archiving only after the announce is "
+    "queued and the run final; a kill in between leaves it live for good, since recover() "
+    "only revisits unfinished runs"
+)
+RECORD_BUG = (
+    "gateway/subagents/outbox.py:158-165: the item's 'delivered' and the run's "
+    "announce_state are two transactions; a kill between them leaves the run's "
+    "announce_state 'queued' for good (Outbox.start reconciles only 'uncertain' items)"
+)
+
+
+def script(rng: random.Random) -> dict[str, Any]:
+    """The scripted model: batches of spawns, and each job with its own seeded delay."""
+    rules: list[dict[str, Any]] = [{"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"}]
+    for batch in range(RUNS // PER_TURN):
+        calls = [
+            {
+                "name": "sessions_spawn",
+                "arguments": {
+                    "task": f"job-{n:02d}",
+                    "label": f"job-{n:02d}",
+                    "cleanup": "delete" if n % 2 else "keep",
+                },
+            }
+            for n in range(batch * PER_TURN, (batch + 1) * PER_TURN)
+        ]
+        rules.append(
+            {
+                "match": f"^batch {batch}$",
+                "reply": "",
+                "toolCalls": calls,
+                "afterTool": f"spawned batch {batch}",
+            }
+        )
+    for n in range(RUNS):
+        rule: dict[str, Any] = {
+            "match": f"^job-{n:02d}$",
+            "reply": f"result {n:02d}",
+            "delaySeconds": round(rng.uniform(0.05, 0.5), 3),
+        }
+        if rng.random() < 0.4:
+            rule["reply"] = ""
+            rule["toolCalls"] = [{"name": "ls", "arguments": {"path": "."}}]
+            rule["afterTool"] = f"listed {n:02d}"
+            rule["afterToolError"] = f"listing failed {n:02d}"
+        rules.append(rule)
+    return {"rules": rules, "default": {"reply": "?"}}
+
+
+def write_config(tmp_path: Path, port: int, rng: random.Random) -> Path:
+    script_path = tmp_path / "script.json"
+    script_path.write_text(json.dumps(script(rng)), encoding="utf-8")
+    config = {
+        "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
+        "agent": {"model": "t/m", "subagents": {"maxConcurrent": 4}},
+        "models": {
+            "providers": {
+                "t": {"api": "scripted", "script": str(script_path), "models": [{"id": "m"}]}
+            }
+        },
+        "channels": {"webchat": {"historySize": 1000}},
+    }
+    path = tmp_path / "herald.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+class Page:
+    """A web chat page of :data:`CLIENT_ID`, keeping every frame it receives."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
+            async for message in self.ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    async with self._changed:
+                        self.frames.append(json.loads(message.data))
+                        self._changed.notify_all()
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait(self, predicate: Callable[[list[dict[str, Any]]], bool]) -> None:
+        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
+            await self._changed.wait_for(lambda: predicate(self.frames) or self._reader.done())
+        assert predicate(self.frames), "the page's socket closed first"
+
+    def announced(self) -> list[str]:
+        return [
+            str(f["runId"])
+            for f in self.frames
+            if f.get("type") == "message" and f.get("kind") == "announce"
+        ]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self._reader
+
+
+@contextlib.asynccontextmanager
+async def page(http: aiohttp.ClientSession, daemon: Daemon) -> AsyncIterator[Page]:
+    """Open a page on ``daemon``'s web chat, say hello, wait for ``ready``."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            try:
+                ws = await http.ws_connect(f"{daemon.url}/webchat/ws")
+                break
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.02)
+    client = Page(ws)
+    try:
+        await ws.send_json({"type": "hello", "clientId": CLIENT_ID})
+        await client.wait(lambda fs: any(f.get("type") == "ready" for f in fs))
+        yield client
+    finally:
+        await client.close()
+
+
+def reached(
+    received: Counter[str], chat: Page, target: int
+) -> Callable[[list[dict[str, Any]]], bool]:
+    """A predicate: ``target`` runs announced in all, counting earlier processes."""
+
+    def check(frames: list[dict[str, Any]]) -> bool:
+        return len(set(received) | set(chat.announced())) >= target
+
+    return check
+
+
+async def settled(db_path: Path) -> tuple[bool, int]:
+    """(every run final and every announce settled, runs still unfinished) from the DB."""
+    db = await StateDB.open(db_path, readonly=True)
+    try:
+        runs = await db.runs.list(limit=RUNS + 10)
+        items = await db.outbox.list()
+    finally:
+        await db.close()
+    unfinished = sum(1 for run in runs if run.status not in FINISHED_STATUSES)
+    open_items = sum(1 for item in items if item.state in ("pending", "sending"))
+    done = len(runs) == RUNS and unfinished == 0 and len(items) == RUNS and open_items == 0
+    return done, unfinished
+
+
+async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce(
+    tmp_path: Path,
+) -> None:
+    seed = fault_seed(5150)
+    rng = random.Random(seed)
+    port = free_port()
+    config = write_config(tmp_path, port, rng)
+    db_path = tmp_path / "state" / STATE_DB_NAME
+    received: Counter[str] = Counter()
+    unfinished_at_kill: list[int] = []
+    async with aiohttp.ClientSession() as http:
+        for life in range(KILLS + 1):
+            async with herald("run", "--config", str(config), port=port) as daemon:
+                await daemon.wait_healthy()
+                async with page(http, daemon) as chat:
+                    if life == 0:
+                        for batch in range(RUNS // PER_TURN):
+                            await chat.ws.send_json({"type": "message", "text": f"batch {batch}"})
+                        await chat.wait(
+                            lambda fs: (
+                                sum(1 for f in fs if f.get("kind") == "reply") == RUNS // PER_TURN
+                            )
+                        )
+                    if life < KILLS:
+                        if rng.random() < 0.5:
+                            # After a few more announces; never more than can still come.
+                            target = min(len(set(received)) + rng.randint(1, 8), RUNS - KILLS)
+                            await chat.wait(reached(received, chat, target))
+                        else:
+                            await asyncio.sleep(rng.uniform(0.05, 0.8))
+                        daemon.process.send_signal(signal.SIGKILL)
+                        assert await daemon.wait_exit() == -signal.SIGKILL
+                        unfinished_at_kill.append((await settled(db_path))[1])
+                    else:
+                        async with asyncio.timeout(HANG_GUARD_SECONDS):
+                            # The state is another process's database: nothing to await.
+                            while not (await settled(db_path))[0]:  # noqa: ASYNC110
+                                await asyncio.sleep(0.1)
+                        # Every delivered announce has reached this page (sent before the
+                        # outbox records it); a short wait covers the last frames in flight.
+                        await asyncio.sleep(0.2)
+                    received.update(chat.announced())
+                if life == KILLS:
+                    daemon.process.send_signal(signal.SIGTERM)
+                    assert await daemon.wait_exit() == 0
+
+    db = await StateDB.open(db_path, readonly=True)
+    try:
+        runs = await db.runs.list(limit=RUNS + 10)
+        items = await db.outbox.list()
+        children = await db.sessions.get_many([run.child_session_key for run in runs])
+    finally:
+        await db.close()
+    # Measured, not asserted (ARCHIVE_BUG): children a kill left unarchived for good.
+    unarchived = Counter(
+        run.cleanup
+        for run in runs
+        if not children[run.child_session_key].archived
+        and (run.cleanup == "delete" or children[run.child_session_key].archive_due_at is None)
+    )
+    print(f"children never archived nor scheduled (ARCHIVE_BUG), by cleanup: {unarchived}")
+    delivered = {item.run_id for item in items if item.state == "delivered"}
+    uncertain = {item.run_id for item in items if item.last_error == UNCERTAIN}
+    failed = {item.run_id for item in items if item.state == "failed"}
+    print(
+        f"unfinished runs at each kill {unfinished_at_kill}; delivered {len(delivered)}; "
+        f"uncertain {len(uncertain)}; received {len(received)}"
+    )
+    # 50 runs, every one final.
+    assert len(runs) == RUNS
+    assert {run.status for run in runs} == {"done"}, Counter(run.status for run in runs)
+    assert any(unfinished_at_kill), "no kill hit a run in flight"
+    # Each announce at most once, and none lost: delivered + uncertain == 50.
+    assert duplicates(received) == {}
+    assert len(items) == RUNS
+    assert failed == uncertain
+    assert len(delivered) + len(uncertain) == RUNS
+    assert delivered <= set(received)
+    assert set(received) <= delivered | uncertain
+    # The run records its announce's fate; a kill between the outbox's write and the run's
+    # leaves the run saying "queued" (RECORD_BUG below), counted here, not failed on.
+    unrecorded = 0
+    for run in runs:
+        expected = "delivered" if run.run_id in delivered else "uncertain"
+        assert run.announce_state in (expected, "queued"), run
+        unrecorded += run.announce_state == "queued"
+    print(f"runs whose announce state stayed 'queued' (RECORD_BUG): {unrecorded}")
+    # Every transcript, live and archived: complete lines valid, at most a torn last line.
+    audit = audit_transcripts(tmp_path / "state")
+    assert audit.files >= RUNS + 1
+    assert audit.invalid == []
+    assert audit.headless == []
+    print(f"transcripts {audit.files}, lines {audit.lines}, torn last lines {len(audit.torn)}")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RECORD_BUG)
+async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    origin = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
+        ctx = await chat_context(gw.services, origin)
+        (run_id,) = await spawn_runs(gw.services, ctx, ["task: x"])
+        # What a kill between the outbox's two writes leaves: delivered, the run not told.
+        await gw.services.db.outbox.insert_for_run(
+            OutboxRecord(
+                channel="memory",
+                account="default",
+                chat_id="c1",
+                text="the announce",
+                created_at=0.0,
+                run_id=run_id,
+                state="delivered",
+            ),
+            {"status": "done", "outcome": "done", "announce_state": "queued"},
+        )
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        run = await gw.services.db.runs.get(run_id)
+        assert gw.channel.sent == []  # never sent twice
+    assert run is not None
+    assert run.announce_state == "delivered", run
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ARCHIVE_BUG)
+async def test_a_cleanup_delete_child_a_kill_left_live_is_archived_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    origin = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
+        ctx = await chat_context(gw.services, origin)
+        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", cleanup="delete"))
+        run_id, child_key = result["runId"], result["childSessionKey"]
+        # What a kill right after the announce was queued leaves: final, child still live.
+        await gw.services.db.outbox.insert_for_run(
+            OutboxRecord(
+                channel="memory",
+                account="default",
+                chat_id="c1",
+                text="the announce",
+                created_at=0.0,
+                run_id=run_id,
+                state="delivered",
+            ),
+            {"status": "done", "outcome": "done", "announce_state": "delivered"},
+        )
+    async with running_gateway(tmp_path, state_dir=state) as gw:
+        child = await gw.services.store.require(child_key)
+    assert child.archived, child
