@@ -52,9 +52,12 @@ async def raw_request(
     headers: Mapping[str, str] | None = None,
     body: bytes = b"",
 ) -> RawResponse:
-    """Send one HTTP/1.1 request with ``target`` exactly as given (no normalising)."""
-    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    """Send one HTTP/1.1 request with ``target`` exactly as given (no normalising);
+    ``headers`` may replace the ``Host`` header."""
+    given = dict(headers or {})
+    given.setdefault("Host", "127.0.0.1")
+    lines = [f"{method} {target} HTTP/1.1", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in given.items()]
     if body or method in ("POST", "PUT", "PATCH"):
         lines.append(f"Content-Length: {len(body)}")
     async with asyncio.timeout(RAW_GUARD_SECONDS):

@@ -12,6 +12,7 @@ Public: ``/healthz``, ``/readyz``, the web chat page and its assets, and ``/slac
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -189,6 +190,19 @@ async def test_the_web_chat_socket_needs_the_token(tmp_path: Path) -> None:
         async with http.ws_connect(ws_url, headers=headers) as ws:
             await ws.send_json({"type": "hello", "clientId": "auth-test"})
             assert (await ws.receive_json(timeout=10))["type"] == "ready"
+
+
+async def test_a_reloaded_token_replaces_the_old_one_at_once(tmp_path: Path) -> None:
+    async with guarded_daemon(tmp_path) as (daemon, config), aiohttp.ClientSession() as http:
+        data = orjson.loads(config.read_bytes())
+        data["gateway"]["auth"]["token"] = "a-new-token-after-rotation"
+        write_config(config, data)
+        daemon.process.send_signal(signal.SIGHUP)
+        await daemon.wait_log("config reloaded")
+        old = {"Authorization": f"Bearer {TOKEN}"}
+        new = {"Authorization": "Bearer a-new-token-after-rotation"}
+        assert (await call(http, daemon, "GET", "/v1/runs", old))[0] == 401
+        assert (await call(http, daemon, "GET", "/v1/runs", new))[0] == 200
 
 
 @pytest.mark.xfail(

@@ -45,7 +45,10 @@ DM_CHANNEL = "1300000000000000010"
 ALICE = user_payload("1400000000000000001", "alice")
 #: Guard against a hung test; never an assertion about speed.
 GUARD_SECONDS = 30
-ECHO = f"Incorrect API key provided: {OPENAI_KEY}. You can find your API key at https://platform.openai.com/account/api-keys."
+ECHO = (
+    f"Incorrect API key provided: {OPENAI_KEY}. You can find your API key at "
+    "https://platform.openai.com/account/api-keys."
+)
 
 
 def config_data(
