@@ -409,7 +409,8 @@ async def test_exec_gets_no_configured_secret_in_its_environment(tmp_path: Path)
     "command's parent is the gateway itself, so `cat /proc/$PPID/environ` reads every secret "
     "the daemon was started with (systemd's EnvironmentFile included); make the daemon "
     "non-dumpable at start (prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/environ becomes root's) "
-    "or run exec in a sandbox that cannot see the gateway's /proc entry",
+    "or run exec in a sandbox that cannot see the gateway's /proc entry (as root, which "
+    "reads every /proc entry, only the sandbox makes this test pass)",
 )
 async def test_exec_cannot_read_the_gateways_environment(tmp_path: Path) -> None:
     port = free_port()
