@@ -184,6 +184,9 @@ class ChatRuntime:
         except SessionError as exc:
             logger.warning("turn refused", extra={"session": key, "error": str(exc)})
             return f"Sorry, this conversation cannot continue: {exc}"
+        except OSError as exc:  # the transcript could not be written (disk full, say)
+            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
+            return "Sorry, I could not record this conversation (the gateway's disk may be full)."
         if outcome.ended_by == "max_iterations":
             note = f"(stopped after {outcome.iterations} model calls without a final answer)"
             return f"{outcome.text}\n\n{note}" if outcome.text else note

@@ -30,7 +30,8 @@ class StoreSink:
     async def message(
         self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
     ) -> None:
-        await self.store.append_message(self.session, message, model=model, usage=usage)
+        # Waiting for the write makes a full disk fail this turn, not pass unnoticed.
+        await self.store.append_message(self.session, message, model=model, usage=usage, wait=True)
         if usage is None:
             return
         call_cost = cost_usd(usage, self.cost)

@@ -49,6 +49,10 @@ T = TypeVar("T")
 
 #: Milliseconds another connection may hold a lock before an operation fails.
 BUSY_TIMEOUT_MS: Final = 5000
+#: After busy_timeout, a locked write is retried with backoff for up to this long in all.
+LOCKED_RETRY_SECONDS: Final = 120.0
+LOCKED_RETRY_FIRST_SECONDS: Final = 0.05
+LOCKED_RETRY_MAX_DELAY_SECONDS: Final = 5.0
 DB_FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
 
@@ -115,7 +119,19 @@ class StateDB:
         if self.readonly or self._wconn is None:
             raise ReadOnlyStateError(f"{self.path} is open read-only")
         conn = self._wconn
-        return await self._run(self._writer, lambda: _in_transaction(conn, fn))
+        delay = LOCKED_RETRY_FIRST_SECONDS
+        deadline = time.monotonic() + LOCKED_RETRY_SECONDS
+        while True:
+            try:
+                return await self._run(self._writer, lambda: _in_transaction(conn, fn))
+            except sqlite3.OperationalError as exc:
+                # Another process holds the lock past busy_timeout (a long CLI read, a backup):
+                # keep trying for a while rather than fail a run that finished fine.
+                if not _is_locked(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LOCKED_RETRY_MAX_DELAY_SECONDS)
 
     async def close(self) -> None:
         """Finish queued operations, close both connections, stop the threads. Idempotent."""
@@ -202,6 +218,11 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -79,6 +79,47 @@ class OutboxTable:
 
         return await self._db.write(run)
 
+    async def settle(
+        self, item_id: int, changes: dict[str, Any], run_changes: dict[str, Any]
+    ) -> OutboxRecord:
+        """Update an item and, when it belongs to a run, that run — in one transaction, so a
+        crash cannot leave a delivered announce with its run still marked queued."""
+        assignments, values = update_assignments("outbox", changes, _UPDATABLE)
+        run_assignments, run_values = update_assignments("runs", run_changes, _RUN_UPDATABLE)
+
+        def run(conn: sqlite3.Connection) -> OutboxRecord:
+            if (
+                conn.execute(
+                    f"UPDATE outbox SET {assignments} WHERE id = ?", [*values, item_id]
+                ).rowcount
+                != 1
+            ):
+                raise RecordNotFoundError("outbox", item_id)
+            item = _get(conn, "id", item_id)
+            if item.run_id is not None:
+                conn.execute(
+                    f"UPDATE runs SET {run_assignments} WHERE run_id = ?",
+                    [*run_values, item.run_id],
+                )
+            return item
+
+        return await self._db.write(run)
+
+    async def reconcile_runs(self) -> int:
+        """Runs still ``announce_state = 'queued'`` whose item has settled: copy its state
+        (left by a crash between two separate writes in an older version); returns how many."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE runs SET"
+                " announce_state = (SELECT o.state FROM outbox o WHERE o.run_id = runs.run_id),"
+                " announce_error = (SELECT o.last_error FROM outbox o WHERE o.run_id = runs.run_id)"
+                " WHERE announce_state = 'queued' AND EXISTS (SELECT 1 FROM outbox o"
+                " WHERE o.run_id = runs.run_id AND o.state IN ('delivered', 'failed'))"
+            ).rowcount
+
+        return await self._db.write(run)
+
     async def mark_interrupted_sends(self, message: str) -> int:
         """Items left ``sending`` by a crash: record them failed, never send them again."""
 

@@ -30,11 +30,18 @@ from gateway.runtime.agents import AgentProfile, resolve_agent, subagent_model_r
 from gateway.runtime.sink import StoreSink
 from gateway.runtime.turn import TurnOutcome, TurnSetup, run_turn
 from gateway.services import Services
-from gateway.sessions import SessionKey, chat_messages_from_records
-from gateway.state import OutboxRecord, RunRecord, RunStatus, SessionRecord
+from gateway.sessions import SessionError, SessionKey, chat_messages_from_records
+from gateway.state import (
+    FINISHED_STATUSES,
+    OutboxRecord,
+    RunRecord,
+    RunStatus,
+    SessionRecord,
+    StateError,
+)
 from gateway.subagents.announce import announce_prompt, compose_announce, is_skip, run_name
 from gateway.tools import ToolContext, tools_for_subagent
-from lanes import JobHandle, JobState
+from lanes import JobHandle, JobState, LaneClosed
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,9 @@ ANNOUNCE_TIMEOUT_SECONDS = 120.0
 #: the system announce at once (a person asked them to stop, or the gateway did).
 MODEL_ANNOUNCED: frozenset[str] = frozenset({"done", "error", "timeout"})
 UNFINISHED: tuple[RunStatus, ...] = ("queued", "running", "announcing")
+#: Backoff of a run whose bookkeeping failed (the database locked past its own retries).
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
 
 
 class RunNotFoundError(LookupError):
@@ -96,6 +106,15 @@ class SubagentManager:
         Returns at once: ``{"status": "accepted", "runId", "childSessionKey"}`` (plus
         ``warning``/``modelApplied`` for a model override), or ``forbidden``/``error``.
         """
+        try:
+            return await self._spawn(requester, request)
+        except (OSError, StateError, SessionError) as exc:
+            logger.error("spawn could not be recorded", extra={"error": str(exc)})
+            return {"status": "error", "error": f"the run could not be recorded: {exc}"}
+        except LaneClosed:
+            return {"status": "error", "error": "the gateway is shutting down; spawn refused"}
+
+    async def _spawn(self, requester: ToolContext, request: SpawnRequest) -> dict[str, Any]:
         settings = self._s.settings
         if requester.is_subagent:
             return {"status": "forbidden", "error": SPAWN_FORBIDDEN_NESTED}
@@ -187,7 +206,31 @@ class SubagentManager:
     def _enqueue(self, run_id: str) -> None:
         for done in [k for k, h in self._handles.items() if h.done()]:
             del self._handles[done]  # pruned here rather than by a watcher task per run
-        self._handles[run_id] = self._s.lanes.subagent.submit(lambda: self._execute(run_id))
+        self._handles[run_id] = self._s.lanes.subagent.submit(lambda: self._guarded(run_id))
+
+    async def _guarded(self, run_id: str, attempt: int = 1) -> None:
+        """Run ``_execute``; when recording fails (a locked or full disk), try the run again
+        later instead of leaving it stranded until a restart. ``_execute`` picks up from the
+        recorded status, so a retry resumes rather than repeats."""
+        try:
+            await self._execute(run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (attempt - 1))
+            logger.exception(
+                "sub-agent run failed to record; retrying", extra={"run_id": run_id, "in": delay}
+            )
+            if not self._closing:
+                loop = asyncio.get_running_loop()
+                loop.call_later(delay, self._retry, run_id, attempt + 1)
+
+    def _retry(self, run_id: str, attempt: int) -> None:
+        if self._closing:
+            return
+        self._handles[run_id] = self._s.lanes.subagent.submit(
+            lambda: self._guarded(run_id, attempt)
+        )
 
     # -- running ---------------------------------------------------------------------
 
@@ -224,6 +267,8 @@ class SubagentManager:
             status = "cancelled"
         except ProviderError as exc:
             status, error = "error", str(exc)
+        except (SessionError, OSError) as exc:  # the transcript could not be written
+            status, error = "error", f"transcript: {exc}"
         except Exception as exc:
             logger.exception("sub-agent run crashed", extra={"run_id": run_id})
             status, error = "error", f"internal error: {type(exc).__name__}: {exc}"
@@ -512,9 +557,28 @@ class SubagentManager:
             else:
                 counts[run.status] += 1
             self._enqueue(run.run_id)
+        keeps_forever = self._s.settings.agent.subagents.archive_after_minutes == 0
+        for run in await self._unarchived_finished():
+            if run.cleanup == "keep" and keeps_forever:
+                continue
+            await self._after_announce(run)
+            counts["archive_settled"] = counts.get("archive_settled", 0) + 1
         if any(counts.values()):
             logger.info("sub-agent runs recovered", extra=counts)
         return counts
+
+    async def _unarchived_finished(self) -> list[RunRecord]:
+        """Finished runs whose child was neither archived nor scheduled (a crash between
+        the run's final status and its archive step)."""
+        finished = ", ".join(f"'{s}'" for s in FINISHED_STATUSES)
+        sql = (
+            "SELECT r.run_id FROM runs r JOIN sessions s ON s.key = r.child_session_key"
+            f" WHERE r.status IN ({finished}) AND s.archived_at IS NULL"
+            " AND s.archive_due_at IS NULL"
+        )
+        ids = await self._s.db.read(lambda conn: [row[0] for row in conn.execute(sql)])
+        runs = [await self._s.db.runs.get(run_id) for run_id in ids]
+        return [run for run in runs if run is not None]
 
     async def close(self, drain_seconds: float) -> None:
         """Refuse spawns; let running runs finish for ``drain_seconds``, then cancel them

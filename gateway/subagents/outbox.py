@@ -77,6 +77,7 @@ class Outbox:
     async def start(self) -> int:
         """Settle items a crash left mid-send, then start delivering. Returns that count."""
         uncertain = await self._db.outbox.mark_interrupted_sends(UNCERTAIN)
+        await self._db.outbox.reconcile_runs()
         for item in await self._db.outbox.list(states=["failed"]):
             if item.last_error == UNCERTAIN and item.run_id is not None:
                 await self._record_on_run(item, "uncertain", UNCERTAIN)
@@ -155,14 +156,16 @@ class Outbox:
             logger.exception("announce delivery crashed", extra={"run_id": item.run_id})
             await self._fail(item, f"{type(exc).__name__}: {exc}")
             return
-        item = await self._db.outbox.update(
+        item = await self._db.outbox.settle(
             item_id,
-            state="delivered",
-            delivered_at=self._clock(),
-            message_ids=sent.message_ids,
-            last_error=None,
+            {
+                "state": "delivered",
+                "delivered_at": self._clock(),
+                "message_ids": sent.message_ids,
+                "last_error": None,
+            },
+            {"announce_state": "delivered", "announce_error": None},
         )
-        await self._record_on_run(item, "delivered", None)
         logger.info(
             "announce delivered",
             extra={"run_id": item.run_id, "channel": item.channel, "attempts": attempts},
@@ -170,8 +173,11 @@ class Outbox:
         self._notify(item)
 
     async def _fail(self, item: OutboxRecord, error: str) -> None:
-        item = await self._db.outbox.update(_id_of(item), state="failed", last_error=error)
-        await self._record_on_run(item, "failed", error)
+        item = await self._db.outbox.settle(
+            _id_of(item),
+            {"state": "failed", "last_error": error},
+            {"announce_state": "failed", "announce_error": error},
+        )
         logger.error(
             "announce delivery failed for good",
             extra={"run_id": item.run_id, "channel": item.channel, "error": error},

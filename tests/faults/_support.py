@@ -70,8 +70,15 @@ async def chat_context(services: Services, origin: Origin, agent_id: str = "main
     return context_for_session(services, session)
 
 
-async def spawn_runs(services: Services, ctx: ToolContext, tasks: Iterable[str]) -> list[str]:
-    """Spawn one run per task from ``ctx``; returns the run ids (every spawn accepted)."""
+async def spawn_runs(
+    services: Services,
+    ctx: ToolContext,
+    tasks: Iterable[str],
+    *,
+    refusals: list[str] | None = None,
+) -> list[str]:
+    """Spawn one run per task from ``ctx``; returns the run ids. Every spawn must be
+    accepted, unless ``refusals`` is given: then refused spawns' errors are collected there."""
     manager = services.subagents
     if manager is None:
         raise LookupError("the gateway has no sub-agent manager")
@@ -79,7 +86,10 @@ async def spawn_runs(services: Services, ctx: ToolContext, tasks: Iterable[str])
     for task in tasks:
         result = await manager.spawn(ctx, SpawnRequest(task=task, label=task))
         if result["status"] != "accepted":
-            raise AssertionError(f"spawn of {task!r} not accepted: {result}")
+            if refusals is None:
+                raise AssertionError(f"spawn of {task!r} not accepted: {result}")
+            refusals.append(str(result.get("error")))
+            continue
         ids.append(str(result["runId"]))
     return ids
 

@@ -296,7 +296,6 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
     print(f"transcripts {audit.files}, lines {audit.lines}, torn last lines {len(audit.torn)}")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RECORD_BUG)
 async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -326,7 +325,6 @@ async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_resta
     assert run.announce_state == "delivered", run
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ARCHIVE_BUG)
 async def test_a_cleanup_delete_child_a_kill_left_live_is_archived_after_a_restart(
     tmp_path: Path,
 ) -> None:
