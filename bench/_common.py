@@ -1,0 +1,392 @@
+"""What the gateway benchmarks share: a zero-latency OpenAI-compatible fake, a gateway run
+in-process on a temporary state directory, an HTTP load generator, and the results table.
+
+Bench code never imports ``tests``: the fake here is deliberately tiny. It answers
+``POST /v1/chat/completions`` from a fixed, stateless rule so that concurrent runs need no
+coordination: while a request offers tools and fewer than ``tool_rounds`` tool results
+follow its last user message, it answers with one call of ``tool``; otherwise with text.
+A request whose last user message is :data:`HOLD_TASK` is held until :meth:`FakeOpenAI.release`
+(how the benchmarks keep the ``subagent`` lane busy so later runs queue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from channels import InboundMessage, OutboundMessage, SentMessage
+from channels.memory import MemoryChannel
+from gateway.app import SERVICES_KEY, build_app
+from gateway.components import close_services, open_services, prepare_app, resources_for
+from gateway.reload import SettingsHolder
+from gateway.services import Services
+from gateway.settings import HeraldSettings
+
+Row = dict[str, Any]
+
+HOST = "127.0.0.1"
+PROVIDER = "fake"
+MODEL = "bench-model"
+#: The first sub-agent task of a lane-blocking benchmark: the fake holds its model call.
+HOLD_TASK = "hold the lane"
+#: Guard against a hung benchmark (a lost reply); never a statement about speed.
+HANG_GUARD_SECONDS = 600.0
+COLUMNS = ("figure", "herald", "baseline", "ratio", "goal")
+#: Arguments the fake sends with its tool call (other tools get ``{}``).
+TOOL_ARGUMENTS: dict[str, dict[str, Any]] = {"ls": {"path": "."}, "read": {"path": "notes.md"}}
+
+
+# -- the fake provider ------------------------------------------------------------------
+
+
+class FakeOpenAI:
+    """A zero-latency Chat Completions server on loopback (see the module docstring).
+
+    ``record`` keeps every request body, in arrival order, so a baseline can replay the
+    exact bytes Herald sent.
+    """
+
+    def __init__(self, *, tool_rounds: int = 0, tool: str = "ls") -> None:
+        self.tool_rounds = tool_rounds
+        self.tool = tool
+        self.arguments = orjson.dumps(TOOL_ARGUMENTS.get(tool, {})).decode()
+        self.record: list[bytes] | None = None
+        self.requests = 0
+        self.held = asyncio.Event()
+        self._released = asyncio.Event()
+        self.base_url = ""
+
+    def release(self) -> None:
+        """Answer the held request (and any later one for :data:`HOLD_TASK`)."""
+        self._released.set()
+
+    async def complete(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        self.requests += 1
+        if self.record is not None:
+            self.record.append(raw)
+        body = orjson.loads(raw)
+        messages = body.get("messages") or []
+        users = since = 0
+        last_user = ""
+        for message in messages:
+            if message.get("role") == "user":
+                users, since, last_user = users + 1, 0, str(message.get("content"))
+            elif message.get("role") == "tool":
+                since += 1
+        if last_user == HOLD_TASK:
+            self.held.set()
+            await self._released.wait()
+        reply: dict[str, Any]
+        if body.get("tools") and since < self.tool_rounds:
+            call = {
+                "id": f"call_{users}_{since}",
+                "type": "function",
+                "function": {"name": self.tool, "arguments": self.arguments},
+            }
+            reply, finish = (
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                "tool_calls",
+            )
+        else:
+            reply, finish = {"role": "assistant", "content": f"done after {since} tools"}, "stop"
+        answer = {
+            "id": f"chatcmpl-{self.requests}",
+            "object": "chat.completion",
+            "model": body.get("model", MODEL),
+            "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": 100 + 10 * len(messages),
+                "completion_tokens": 12,
+                "total_tokens": 112 + 10 * len(messages),
+            },
+        }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+@asynccontextmanager
+async def fake_openai(*, tool_rounds: int = 0, tool: str = "ls") -> AsyncIterator[FakeOpenAI]:
+    """Serve a :class:`FakeOpenAI` on a free loopback port; ``fake.base_url`` ends in /v1."""
+    fake = FakeOpenAI(tool_rounds=tool_rounds, tool=tool)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.complete)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, HOST, 0)
+        await site.start()
+        fake.base_url = f"{_url_of(runner)}/v1"
+        yield fake
+    finally:
+        fake.release()
+        await runner.cleanup()
+
+
+def _url_of(runner: web.AppRunner) -> str:
+    host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}"
+
+
+# -- a gateway in-process -----------------------------------------------------------------
+
+
+def bench_settings(
+    state_dir: Path,
+    base_url: str,
+    *,
+    main_width: int = 4,
+    subagent_width: int = 1,
+) -> HeraldSettings:
+    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts."""
+    data: dict[str, Any] = {
+        "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
+        "agent": {
+            "model": f"{PROVIDER}/{MODEL}",
+            "maxConcurrent": main_width,
+            "subagents": {"maxConcurrent": subagent_width},
+        },
+        "models": {
+            "providers": {
+                PROVIDER: {
+                    "api": "openai-completions",
+                    "baseUrl": base_url,
+                    "apiKey": "sk-bench",
+                    "maxRetries": 0,
+                    # The held request must outlive the longest benchmark.
+                    "timeoutSeconds": 86_400,
+                    "models": [{"id": MODEL, "cost": {"input": 0.15, "output": 0.6}}],
+                }
+            }
+        },
+        "routing": {"defaultAgent": "main", "agents": {"main": {"name": "Main"}}},
+        "channels": {"webchat": {"enabled": False}},
+    }
+    settings = HeraldSettings.model_validate(data)
+    # The fs tools work inside the agent's workspace; give `ls` something to list.
+    workspace = state_dir / "workspaces" / "main"
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name in ("notes.md", "plan.md", "todo.txt"):
+        (workspace / name).write_text(f"{name}\n" * 20, encoding="utf-8")
+    return settings
+
+
+class CountingChannel(MemoryChannel):
+    """The in-memory channel, plus a cheap wait for "``n`` messages sent so far"."""
+
+    def __init__(self, name: str = "memory") -> None:
+        super().__init__(name)
+        self._target = 0
+        self._reached = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        sent = await super().send(message)
+        if len(self.sent) >= self._target:
+            self._reached.set()
+        return sent
+
+    async def wait_sent(self, count: int) -> None:
+        """Return once ``count`` messages in all have been sent."""
+        if len(self.sent) >= count:
+            return
+        self._target = count
+        self._reached.clear()
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            await self._reached.wait()
+
+    def message(self, text: str, chat_id: str) -> InboundMessage:
+        return self.inbound(text, chat_id=chat_id)
+
+
+@asynccontextmanager
+async def running_services(
+    settings: HeraldSettings, config_dir: Path, channel: MemoryChannel
+) -> AsyncIterator[Services]:
+    """Every gateway service, started as the daemon starts them, with ``channel`` as the chat."""
+    holder = SettingsHolder(settings)
+    services = await open_services(holder, config_dir)
+    try:
+        services.channels[channel.name] = channel
+        await channel.start(services.require_chat().handle_inbound)
+        await services.outbox.start()
+        await services.archive.start()
+        if services.subagents is not None:
+            await services.subagents.recover()
+        yield services
+    finally:
+        await channel.stop()
+        await close_services(services, drain_seconds=0)
+
+
+@asynccontextmanager
+async def running_app(
+    settings: HeraldSettings, config_dir: Path
+) -> AsyncIterator[tuple[str, Services]]:
+    """The daemon's aiohttp app (``build_app`` + ``prepare_app``) on a free loopback port."""
+    holder = SettingsHolder(settings)
+    app = build_app(holder, resources=resources_for(holder, config_dir))
+    prepare_app(app, holder)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, HOST, 0)
+        await site.start()
+        yield _url_of(runner), app[SERVICES_KEY]
+    finally:
+        await runner.cleanup()
+
+
+# -- replaying requests with a bare client ------------------------------------------------
+
+
+async def replay(url: str, bodies: Sequence[bytes], *, concurrency: int = 1) -> None:
+    """POST each recorded body, decode the answer as a client must; ``concurrency`` workers.
+
+    The bodies are decoded first and re-encoded per call: a bare client also builds its JSON.
+    """
+    payloads = [orjson.loads(body) for body in bodies]
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+    queue = iter(payloads)
+    async with aiohttp.ClientSession() as session:
+
+        async def worker() -> None:
+            for payload in queue:
+                async with session.post(url, data=orjson.dumps(payload), headers=headers) as r:
+                    answer = orjson.loads(await r.read())
+                if not answer.get("choices"):
+                    raise SystemExit(f"bench: the fake gave no choices: {answer}")
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+# -- an HTTP load generator in its own process --------------------------------------------
+
+
+async def _load(url: str, method: str, body: bytes | None, count: int, clients: int) -> list[float]:
+    latencies: list[float] = []
+    remaining = count
+    connector = aiohttp.TCPConnector(limit=clients)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                start = time.perf_counter()
+                async with session.request(method, url, data=body, headers=headers) as r:
+                    await r.read()
+                    if r.status != 200:
+                        raise SystemExit(f"bench load: {method} {url} answered {r.status}")
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    return latencies
+
+
+async def load_from_process(
+    url: str, *, method: str, count: int, clients: int, body: Any = None
+) -> list[float]:
+    """Latencies (seconds) of ``count`` requests from ``clients`` concurrent connections.
+
+    The client runs in a child process: sharing the server's event loop, it would take
+    the server's CPU and its own work would show up as server latency.
+    """
+    args = [sys.executable, "-m", "bench._common", "load", url, method, str(count), str(clients)]
+    if body is not None:
+        args.append(orjson.dumps(body).decode())
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"bench load client failed: {err.decode(errors='replace')[-2000:]}")
+    latencies: list[float] = orjson.loads(out)
+    return latencies
+
+
+def _load_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._common load")
+    parser.add_argument("url")
+    parser.add_argument("method")
+    parser.add_argument("count", type=int)
+    parser.add_argument("clients", type=int)
+    parser.add_argument("body", nargs="?")
+    ns = parser.parse_args(argv)
+    body = ns.body.encode() if ns.body is not None else None
+    latencies = asyncio.run(_load(ns.url, ns.method, body, ns.count, ns.clients))
+    sys.stdout.buffer.write(orjson.dumps(latencies))
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], pct: int) -> float:
+    """The ``pct``-th percentile (1–99) of ``values``."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def rss_bytes() -> int:
+    """The process's resident set size now (Linux ``/proc/self/status``)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise SystemExit("bench: no VmRSS in /proc/self/status (Linux only)")
+
+
+def settle_memory() -> None:
+    gc.collect()
+
+
+def row(figure: str, herald: float, baseline: float, goal: str, *, digits: int = 3) -> Row:
+    """One result row; the ratio is Herald over the baseline."""
+    ratio = herald / baseline if baseline else float("inf")
+    return {
+        "figure": figure,
+        "herald": round(herald, digits),
+        "baseline": round(baseline, digits),
+        "ratio": round(ratio, 3),
+        "goal": goal,
+    }
+
+
+def format_table(rows: Iterable[Row]) -> str:
+    """The rows as aligned plain text."""
+    rows = list(rows)
+    width = max([len("figure"), *(len(str(r["figure"])) for r in rows)])
+    lines = [f"{'figure':<{width}} {'herald':>12} {'baseline':>12} {'ratio':>8}  goal"]
+    for r in rows:
+        lines.append(
+            f"{r['figure']:<{width}} {r['herald']!s:>12} {r['baseline']!s:>12} "
+            f"{r['ratio']!s:>8}  {r['goal']}"
+        )
+    return "\n".join(lines)
+
+
+def format_markdown(rows: Iterable[Row]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| figure | Herald | baseline | ratio | goal |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        cells = [str(r.get(column, "")).replace("|", "\\|") for column in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["load"]:
+        raise SystemExit("usage: python -m bench._common load URL METHOD COUNT CLIENTS [BODY]")
+    _load_main(sys.argv[2:])

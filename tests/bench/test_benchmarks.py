@@ -1,0 +1,67 @@
+"""Smoke tests of the gateway benchmarks: each runs at a tiny size and returns well-formed
+rows. Speed is what the benchmarks report, never what a test asserts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import __main__ as collector
+from bench import spawn, turns
+from bench._common import COLUMNS
+
+KEYS = set(COLUMNS)
+
+
+def check_rows(rows: list[dict[str, Any]], count: int, *, memory: tuple[str, ...] = ()) -> None:
+    assert len(rows) == count
+    for row in rows:
+        assert set(row) == KEYS
+        assert isinstance(row["figure"], str)
+        assert row["figure"]
+        assert isinstance(row["goal"], str)
+        for column in ("herald", "baseline", "ratio"):
+            value = row[column]
+            assert isinstance(value, float)
+            assert math.isfinite(value) or column == "ratio"
+            # RSS growth of a few dozen runs can round to whole pages, even to zero.
+            if not any(word in row["figure"] for word in memory):
+                assert value > 0, row
+
+
+def test_turns_rows() -> None:
+    rows = turns.run(6, turns_per_chat=3, rounds=1)
+    check_rows(rows, 2)
+    assert "6 runs, 4 model calls, 3× ls" in rows[0]["figure"]
+
+
+def test_spawn_rows() -> None:
+    rows = spawn.run(calls=30, clients=4, queued=40, subagents=6, width=2)
+    check_rows(rows, 6, memory=("RSS",))
+    figures = " ".join(row["figure"] for row in rows)
+    for part in ("p50", "p99", "RSS", "tracemalloc", "runs per second", "CPU ms per run"):
+        assert part in figures
+
+
+def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "latest.md"
+    assert collector.main(["--quick", "--only", "turns", "--output", str(output)]) == 0
+    text = output.read_text(encoding="utf-8")
+    assert "| figure | Herald | baseline | ratio | goal |" in text
+    assert "| turns: CPU ms per run (40 runs" in text
+    assert "turns: wall ms per run" in capsys.readouterr().out  # the combined table
+
+
+def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert collector.main(["--only", "no-such-bench"]) == 2
+    assert "unknown benchmark 'no-such-bench'" in capsys.readouterr().err
+
+
+def test_collector_finds_every_module() -> None:
+    names = collector.bench_names()
+    assert {"lanes", "turns", "spawn"} <= set(names)
+    assert not [n for n in names if n.startswith("_")]
+    assert "soak" not in names
