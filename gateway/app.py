@@ -14,6 +14,7 @@ from aiohttp import web
 
 from channels import Channel
 from gateway.api.auth import auth_middleware
+from gateway.api.errors import error_middleware
 from gateway.api.health import health_routes
 from gateway.reload import SettingsHolder
 from gateway.services import Services
@@ -41,7 +42,7 @@ def build_app(
     holder: SettingsHolder, *, resources: list[Resource] | None = None
 ) -> web.Application:
     """The gateway's aiohttp application with every route and resource registered."""
-    app = web.Application(middlewares=[auth_middleware(_token_getter(holder))])
+    app = web.Application(middlewares=[error_middleware, auth_middleware(_token_getter(holder))])
     app[SETTINGS] = holder
     app[CHANNELS] = {}
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "gateway.commands.config",
     "gateway.commands.sessions",
     "gateway.commands.runs",
+    "gateway.commands.doctor",
 )
 
 

@@ -9,6 +9,7 @@ matters and is spelled out in :func:`_teardown`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -17,10 +18,12 @@ from pathlib import Path
 from aiohttp import web
 
 from channels import Channel
+from gateway.api.openapi import openapi_routes
 from gateway.api.routes import api_routes
 from gateway.app import CHANNELS, SERVICES_KEY, Resource
 from gateway.archive import ArchiveScheduler
 from gateway.constants import STATE_DB_NAME
+from gateway.metrics import metrics_routes
 from gateway.providers import ProviderRegistry
 from gateway.reload import SettingsHolder
 from gateway.runtime.chat import ChatRuntime
@@ -85,6 +88,9 @@ async def open_services(holder: SettingsHolder, config_dir: Path) -> Services:
         ),
         channels=channels,
     )
+    services.metrics.watch_lanes(services.lanes.all())
+    services.outbox.subscribe(services.metrics.outbox_listener)
+    services.outbox.on_retry = functools.partial(services.metrics.announce_delivery, "retry")
     services.subagents = SubagentManager(services)
     services.chat = ChatRuntime(services, services.subagents)
     return services
@@ -176,3 +182,4 @@ def prepare_app(app: web.Application, holder: SettingsHolder) -> None:
     for channel in channels.values():
         channel.add_routes(app)
     app.add_routes(api_routes(lambda: app[SERVICES_KEY]))
+    app.add_routes([*openapi_routes(), *metrics_routes(lambda: app[SERVICES_KEY])])

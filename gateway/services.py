@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from channels import Channel
 from gateway.archive import ArchiveScheduler
 from gateway.errors import HeraldError
+from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
@@ -68,6 +69,7 @@ class Services:
     outbox: Outbox
     archive: ArchiveScheduler
     channels: dict[str, Channel] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
     #: Set once built; tools reach them through :data:`SUBAGENTS` and :data:`CHAT`.
     subagents: SubagentManager | None = None
     chat: ChatRuntime | None = None

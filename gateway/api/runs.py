@@ -30,7 +30,7 @@ MAX_RUNS_LIMIT = 500
 async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
         return json_error(400, "invalid_json", "the request body is not valid JSON")
     if not isinstance(body, dict):
         return json_error(400, "invalid_body", "the request body must be a JSON object", field="")

@@ -157,8 +157,11 @@ class ChatRuntime:
         profile = resolve_agent(settings, session.agent_id)
         sink: StoreSink | None = None
         try:
-            provider, model = self._s.providers.resolve(session.model or profile.model_ref)
-            sink = StoreSink(self._s.store, session, cost=model.cost)
+            ref = session.model or profile.model_ref
+            provider, model = self._s.providers.resolve(ref)
+            sink = StoreSink(
+                self._s.store, session, cost=model.cost, metrics=self._s.metrics, model_ref=ref
+            )
             history = trim_history(await self._s.store.chat_messages(key))
             user = ChatMessage(role="user", content=text)
             history.append(user)

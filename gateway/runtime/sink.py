@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.llm import ChatMessage, Usage
+from gateway.metrics import Metrics
 from gateway.sessions import SessionStore
 from gateway.settings import ModelCost
 from gateway.state import SessionRecord
@@ -24,6 +25,9 @@ class StoreSink:
     session: SessionRecord
     cost: ModelCost | None = None
     run_id: str | None = None
+    metrics: Metrics | None = None
+    #: The configured ``<provider>/<model id>``: the metrics' model label.
+    model_ref: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
 
@@ -38,6 +42,8 @@ class StoreSink:
         self.usage = self.usage + usage
         if call_cost is not None:
             self.cost_usd = (self.cost_usd or 0.0) + call_cost
+        if self.metrics is not None:
+            self.metrics.model_usage(self.model_ref or model or "unknown", usage, call_cost)
         await self.store.add_usage(self.session.key, usage, call_cost)
         if self.run_id is not None:
             await self.store.db.runs.add_usage(self.run_id, usage, call_cost)

@@ -303,7 +303,8 @@ class SubagentManager:
         self, run: RunRecord, child: SessionRecord, target: AgentProfile
     ) -> tuple[TurnSetup, StoreSink]:
         settings = self._s.settings
-        provider, model = self._s.providers.resolve(run.model or target.model_ref)
+        ref = run.model or target.model_ref
+        provider, model = self._s.providers.resolve(ref)
         tools = tools_for_subagent(settings, run.requester_agent_id, run.agent_id, self._s.tools)
         context = ToolContext(
             agent_id=run.agent_id,
@@ -324,7 +325,14 @@ class SubagentManager:
             max_iterations=target.max_iterations,
             tool_context=context,
         )
-        sink = StoreSink(self._s.store, child, cost=model.cost, run_id=run.run_id)
+        sink = StoreSink(
+            self._s.store,
+            child,
+            cost=model.cost,
+            run_id=run.run_id,
+            metrics=self._s.metrics,
+            model_ref=ref,
+        )
         return setup, sink
 
     async def _child_history(
@@ -368,6 +376,7 @@ class SubagentManager:
             reply = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
                 await self._s.db.runs.update(run_id, status=status, announce_state="skipped")
+                self._s.metrics.announce_delivery("skipped")
                 await self._s.store.append_event(child, "announce", {"skipped": True})
                 await self._after_announce(run)
                 return
@@ -385,6 +394,7 @@ class SubagentManager:
             await self._s.db.runs.update(
                 run_id, status=status, announce_state="no_origin", announce_text=text
             )
+            self._s.metrics.announce_delivery("no_origin")
         else:
             item = OutboxRecord(
                 channel=origin.channel,
@@ -464,6 +474,8 @@ class SubagentManager:
     async def _notify_finished(self, run_id: str | None = None) -> None:
         if run_id is not None and (run := await self._s.db.runs.get(run_id)) is not None:
             self._publish(run)
+            if run.finished:
+                self._s.metrics.finished_run(run)
         async with self._finished:
             self._finished.notify_all()
 

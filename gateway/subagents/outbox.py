@@ -65,6 +65,8 @@ class Outbox:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._listeners: list[DeliveryListener] = []
+        #: Called after each transient failure that will be retried (metrics).
+        self.on_retry: Callable[[], object] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._task else "new")
@@ -145,6 +147,8 @@ class Outbox:
                     next_attempt_at=self._clock() + delay,
                     last_error=str(exc),
                 )
+                if self.on_retry is not None:
+                    self.on_retry()
                 logger.warning(
                     "announce delivery failed; will retry",
                     extra={"run_id": item.run_id, "attempt": attempts, "error": str(exc)},

@@ -189,6 +189,7 @@ async def running_gateway(
 
     notes: set[asyncio.Future[None]] = set()
     services.outbox.subscribe(on_settled)
+    services.outbox.subscribe(services.metrics.outbox_listener)
     channel = MemoryChannel(channel_name)
     services.channels[channel_name] = channel
     await channel.start(services.require_chat().handle_inbound)

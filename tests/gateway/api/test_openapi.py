@@ -22,13 +22,11 @@ from gateway.api.openapi import (
     ERROR_CODES,
     OPENAPI_PATH,
     SLACK_EVENTS_PATH,
-    has_route,
     openapi_document,
-    openapi_routes,
 )
-from gateway.app import SERVICES_KEY, build_app
+from gateway.app import build_app
 from gateway.components import prepare_app, resources_for
-from gateway.metrics import METRICS_PATH, LaneSet, Metrics, metrics_routes
+from gateway.metrics import LaneSet, Metrics
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
@@ -48,21 +46,6 @@ class _Host:
     channels: dict[str, Channel]
 
 
-def _until_wired(app: web.Application) -> None:
-    # gateway.components.prepare_app is to add these two (see the lead's wiring); until it
-    # does, add them exactly as it will, so the app under test has every route.
-    if not has_route(app, OPENAPI_PATH):
-        app.add_routes(openapi_routes())
-    if not has_route(app, METRICS_PATH):
-        metrics = Metrics()
-
-        def host() -> _Host:
-            s = app[SERVICES_KEY]
-            return _Host(metrics, s.db, s.lanes, s.channels)
-
-        app.add_routes(metrics_routes(host))
-
-
 def daemon_app(
     tmp_path: Path, *, token: str | None = None, config: dict[str, Any] | None = None
 ) -> web.Application:
@@ -76,7 +59,6 @@ def daemon_app(
     holder = SettingsHolder(HeraldSettings.model_validate(merge(data, config or {})))
     app = build_app(holder, resources=resources_for(holder, tmp_path))
     prepare_app(app, holder)
-    _until_wired(app)
     return app
 
 
