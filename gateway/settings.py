@@ -7,6 +7,7 @@ this module only says what a valid configuration is.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -43,6 +44,13 @@ class CrossReferenceError(ValueError):
         super().__init__("; ".join(f"{key}: {message}" for key, message in problems))
 
 
+@functools.lru_cache(maxsize=64)
+def _resolve_dir(raw: str) -> Path:
+    # Resolving stats every path component; agent turns ask for it often. systemd may pass
+    # several colon-separated directories in STATE_DIRECTORY: the first is ours.
+    return Path(raw.split(":")[0]).expanduser().resolve()
+
+
 class AuthConfig(ConfigModel):
     token: SecretStr | None = None
 
@@ -64,8 +72,7 @@ class GatewayConfig(ConfigModel):
     def resolved_state_dir(self) -> Path:
         """The state directory as an absolute path."""
         raw = self.state_dir or os.environ.get("STATE_DIRECTORY") or DEFAULT_STATE_DIR
-        # systemd may pass several colon-separated directories; the first is ours.
-        return Path(raw.split(":")[0]).expanduser().resolve()
+        return _resolve_dir(raw)
 
 
 class ToolPolicyConfig(ConfigModel):

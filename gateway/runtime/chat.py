@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 from channels import ChannelSendError, InboundMessage, OutboundMessage
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: Messages of history sent with each turn: enough context, bounded cost and latency.
 HISTORY_LIMIT = 200
+#: Sessions whose history stays in memory between turns (the rest re-read their transcript).
+HISTORY_CACHE_SESSIONS = 256
 
 
 def context_for_session(services: Services, session: SessionRecord) -> ToolContext:
@@ -76,6 +78,7 @@ class ChatRuntime:
         self._s = services
         self._subagents = subagents
         self._turns: dict[str, set[JobHandle[None]]] = defaultdict(set)
+        self._histories: OrderedDict[str, list[ChatMessage]] = OrderedDict()
 
     def __repr__(self) -> str:
         active = sum(len(handles) for handles in self._turns.values())
@@ -156,13 +159,14 @@ class ChatRuntime:
         session = await self._s.store.require(key)
         profile = resolve_agent(settings, session.agent_id)
         sink: StoreSink | None = None
+        finished = False
         try:
             ref = session.model or profile.model_ref
             provider, model = self._s.providers.resolve(ref)
             sink = StoreSink(
                 self._s.store, session, cost=model.cost, metrics=self._s.metrics, model_ref=ref
             )
-            history = trim_history(await self._s.store.chat_messages(key))
+            history = await self._history(key)
             user = ChatMessage(role="user", content=text)
             history.append(user)
             await sink.message(user)
@@ -177,6 +181,9 @@ class ChatRuntime:
             )
             async with asyncio.timeout(profile.timeout_seconds):
                 outcome = await run_turn(setup, self._s.tools, history, sink)
+            await sink.sync()
+            self._remember(key, history)
+            finished = True
         except TimeoutError:
             reply = f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
             await self._record(session, "error", {"error": "timeout"})
@@ -190,10 +197,29 @@ class ChatRuntime:
         except OSError as exc:  # the transcript could not be written (disk full, say)
             logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
             return "Sorry, I could not record this conversation (the gateway's disk may be full)."
+        finally:
+            if not finished:
+                self._histories.pop(key, None)  # the transcript is the truth: reload next time
+            if sink is not None:
+                await asyncio.shield(sink.save_usage())
         if outcome.ended_by == "max_iterations":
             note = f"(stopped after {outcome.iterations} model calls without a final answer)"
             return f"{outcome.text}\n\n{note}" if outcome.text else note
         return outcome.text if outcome.text.strip() else "(the model gave an empty reply)"
+
+    async def _history(self, key: str) -> list[ChatMessage]:
+        """The session's recent conversation: kept in memory between turns (this runtime is
+        the only writer of chat sessions' messages), read from the transcript otherwise."""
+        cached = self._histories.pop(key, None)
+        if cached is not None:
+            return cached
+        return trim_history(await self._s.store.chat_messages(key))
+
+    def _remember(self, key: str, history: list[ChatMessage]) -> None:
+        self._histories[key] = trim_history(history)
+        self._histories.move_to_end(key)
+        while len(self._histories) > HISTORY_CACHE_SESSIONS:
+            self._histories.popitem(last=False)
 
     async def _record(self, session: SessionRecord, name: str, data: dict[str, Any]) -> None:
         with contextlib.suppress(SessionError):

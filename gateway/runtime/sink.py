@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,13 +13,18 @@ from gateway.settings import ModelCost
 from gateway.state import SessionRecord
 from gateway.usage import cost_usd
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class StoreSink:
     """A :class:`gateway.runtime.turn.TranscriptSink` over the session store.
 
-    Usage is added to the session (and to the sub-agent run, when ``run_id`` is set) after
-    every model call, so totals survive a crash mid-turn.
+    Lines are queued as they happen (the writer thread writes them within microseconds);
+    :meth:`save_usage` adds the turn's usage to the session (and to the sub-agent run) in
+    one write, and :meth:`sync` waits for the turn's lines and raises a failed write. Every
+    message line also carries its model call's usage, so the transcript alone can rebuild
+    the totals if the process dies mid-turn.
     """
 
     store: SessionStore
@@ -30,23 +36,41 @@ class StoreSink:
     model_ref: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
+    _unsaved: Usage = field(default_factory=Usage)
+    _unsaved_cost: float | None = None
 
     async def message(
         self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
     ) -> None:
-        # Waiting for the write makes a full disk fail this turn, not pass unnoticed.
-        await self.store.append_message(self.session, message, model=model, usage=usage, wait=True)
+        await self.store.append_message(self.session, message, model=model, usage=usage)
         if usage is None:
             return
         call_cost = cost_usd(usage, self.cost)
         self.usage = self.usage + usage
+        self._unsaved = self._unsaved + usage
         if call_cost is not None:
             self.cost_usd = (self.cost_usd or 0.0) + call_cost
+            self._unsaved_cost = (self._unsaved_cost or 0.0) + call_cost
         if self.metrics is not None:
             self.metrics.model_usage(self.model_ref or model or "unknown", usage, call_cost)
-        await self.store.add_usage(self.session.key, usage, call_cost)
-        if self.run_id is not None:
-            await self.store.db.runs.add_usage(self.run_id, usage, call_cost)
 
     async def event(self, name: str, data: dict[str, Any]) -> None:
         await self.store.append_event(self.session, name, data)
+
+    async def save_usage(self) -> None:
+        """Add the usage not yet saved to the session's and the run's totals. Never raises:
+        it runs on every way out of a turn, errors included."""
+        usage, cost = self._unsaved, self._unsaved_cost
+        if usage == Usage() and cost is None:
+            return
+        self._unsaved, self._unsaved_cost = Usage(), None
+        try:
+            await self.store.add_usage(self.session.key, usage, cost)
+            if self.run_id is not None:
+                await self.store.db.runs.add_usage(self.run_id, usage, cost)
+        except Exception:
+            logger.exception("usage not saved", extra={"session": self.session.key})
+
+    async def sync(self) -> None:
+        """Wait for this turn's transcript lines; raise the ``OSError`` of a failed one."""
+        await self.store.sync(self.session)

@@ -264,6 +264,10 @@ class SessionStore:
             raise SessionArchivedError(session.key)
         await self.writer.append(self.transcript_path(session), record, wait=wait)
 
+    async def sync(self, session: SessionRecord) -> None:
+        """Wait for the lines queued for ``session``; raise the ``OSError`` of a failed one."""
+        await self.writer.sync(self.transcript_path(session))
+
     async def flush(self) -> None:
         """Wait for every queued line; raise :class:`TranscriptWriteError` for failed ones."""
         await self.writer.flush()

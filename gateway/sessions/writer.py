@@ -69,7 +69,7 @@ class _Batch:
         self.quiet: list[_Future] = []  # flushes that only wait
 
     def __bool__(self) -> bool:
-        return bool(self.lines or self.releases or self.barriers or self.quiet)
+        return bool(self.lines or self.waiters or self.releases or self.barriers or self.quiet)
 
 
 class TranscriptWriter:
@@ -92,6 +92,8 @@ class TranscriptWriter:
         self._max_open = max_open_files
         self._fds: OrderedDict[Path, int] = OrderedDict()  # owned by the writer thread
         self._failures: list[tuple[Path, OSError]] = []  # since the last flush
+        # The latest write failure of each file not yet raised to a waiter on that file.
+        self._unreported: dict[Path, OSError] = {}
         self.lines_written = 0
         self.batches = 0
 
@@ -140,6 +142,20 @@ class TranscriptWriter:
         with self._cond:
             self._check_open()
             (self._batch.barriers if report else self._batch.quiet).append(future)
+            self._wake()
+        await future
+
+    async def sync(self, path: Path) -> None:
+        """Wait until every line queued for ``path`` so far reached the OS; raise the
+        ``OSError`` of any write to ``path`` that failed since the last wait on it.
+
+        One wait at the end of a turn replaces a wait per line: the turn still learns of a
+        full disk, at a fraction of the thread hand-offs.
+        """
+        future: _Future = asyncio.get_running_loop().create_future()
+        with self._cond:
+            self._check_open()
+            self._batch.waiters.append((path, future))
             self._wake()
         await future
 
@@ -228,7 +244,9 @@ class TranscriptWriter:
             error = self._flush(path, chunks)
             if error is not None:
                 errors[path] = error
-        outcomes: list[_Outcome] = [(f, errors.get(path)) for path, f in batch.waiters]
+        outcomes: list[_Outcome] = [
+            (f, self._unreported.pop(path, None) or errors.get(path)) for path, f in batch.waiters
+        ]
         for paths, future in batch.releases:
             for path in paths:
                 self._close(path)
@@ -254,6 +272,7 @@ class TranscriptWriter:
         except OSError as exc:
             log.error("transcript %s: write of %d lines failed: %s", path, len(chunks), exc)
             self._failures.append((path, exc))
+            self._unreported[path] = exc
             # A short write may have left a fragment; reopening repairs it first.
             self._close(path)
             return exc

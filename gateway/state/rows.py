@@ -240,7 +240,15 @@ class RunRecord:
 
     @property
     def origin(self) -> Origin | None:
-        return origin_from_columns(dataclasses.asdict(self))
+        if self.origin_channel is None:
+            return None
+        return Origin(
+            channel=self.origin_channel,
+            account=self.origin_account or "",
+            chat_id=self.origin_chat_id or "",
+            thread_id=self.origin_thread_id,
+            chat_type=self.origin_chat_type,
+        )
 
     @property
     def finished(self) -> bool:

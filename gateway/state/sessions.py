@@ -9,8 +9,9 @@ from __future__ import annotations
 import builtins
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from gateway.llm import Usage
 from gateway.state._sql import Database, column_list, insert_sql, integrity_error
@@ -27,13 +28,29 @@ from gateway.state.rows import (
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
 #: Keys per ``IN (…)`` query: well under SQLite's bound-parameter limit.
 _CHUNK = 500
+#: Sessions kept in memory: far more than are ever active at once, at ~1 KiB each.
+CACHE_SIZE: Final = 10_000
 
 
 class SessionsTable:
-    """Data access for ``sessions``; every method is a coroutine run on the DB threads."""
+    """Data access for ``sessions``; every method is a coroutine run on the DB threads.
+
+    Rows read or written through this table are kept in a bounded write-through cache:
+    the gateway process is the only writer of its database, and a chat turn looks its
+    session up several times, each otherwise a hop to the reader thread. Batch updates that
+    do not return rows (``mark_archived``) drop the keys they touch.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._cache: OrderedDict[str, SessionRecord] = OrderedDict()
+
+    def _remember(self, record: SessionRecord) -> SessionRecord:
+        self._cache[record.key] = record
+        self._cache.move_to_end(record.key)
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return record
 
     async def create(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         """Insert ``record`` unless its key exists; return the stored row and whether it is new.
@@ -51,11 +68,20 @@ class SessionsTable:
             row = conn.execute(f"{_SELECT} WHERE key = ?", (record.key,)).fetchone()
             return session_from_row(row), created
 
-        return await self._db.write(run)
+        stored, created = await self._db.write(run)
+        return self._remember(stored), created
 
     async def get(self, key: str) -> SessionRecord | None:
         """The session with ``key`` (archived or not), or None."""
-        return await self._db.read(lambda conn: _one(conn, "key", key))
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        record = await self._db.read(lambda conn: _one(conn, "key", key))
+        if record is None:
+            return None
+        # A write that finished while this read was in flight is newer: keep it.
+        return self._cache.get(key) or self._remember(record)
 
     async def get_by_id(self, session_id: str) -> SessionRecord | None:
         """The session with ``session_id`` (archived or not), or None."""
@@ -184,6 +210,8 @@ class SessionsTable:
         def run(conn: sqlite3.Connection) -> int:
             return conn.executemany(sql, params).rowcount
 
+        for key, _, _ in entries:
+            self._cache.pop(key, None)
         return await self._db.write(run)
 
     async def archive_schedule(
@@ -227,7 +255,7 @@ class SessionsTable:
                 raise RecordNotFoundError("sessions", key)
             return record
 
-        return await self._db.write(run)
+        return self._remember(await self._db.write(run))
 
 
 def _one(conn: sqlite3.Connection, column: str, value: str) -> SessionRecord | None:

@@ -7,6 +7,7 @@ and the stats line, so a finished run is never silently dropped.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
 from gateway.constants import ANNOUNCE_SKIP
@@ -38,9 +39,14 @@ def status_line(run: RunRecord, status: str, runtime_seconds: float | None) -> s
     return f"{name} failed{after}{detail}"
 
 
+@functools.cache
+def _announce_template() -> str:
+    return resources.files("gateway.templates").joinpath("announce.md").read_text("utf-8")
+
+
 def announce_prompt(status: str, result: str | None, error: str | None) -> str:
     """The user message of the announce turn, from ``templates/announce.md``."""
-    template = resources.files("gateway.templates").joinpath("announce.md").read_text("utf-8")
+    template = _announce_template()
     if error:
         detail = f"The run's error: {error}"
     elif result:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -79,6 +80,7 @@ class SpawnRequest:
     cleanup: Literal["delete", "keep"] = "keep"
 
 
+@functools.cache
 def _subagent_suffix() -> str:
     return resources.files("gateway.templates").joinpath("subagent.md").read_text("utf-8")
 
@@ -90,6 +92,7 @@ class SubagentManager:
         self._s = services
         self._clock = clock
         self._handles: dict[str, JobHandle[None]] = {}
+        self._prune_at = 64
         self._aborting: set[str] = set()
         self._closing = False
         self._finished = asyncio.Condition()
@@ -204,8 +207,12 @@ class SubagentManager:
         return allowed | (set(agent.subagents.allow_agents) & set(settings.routing.agents))
 
     def _enqueue(self, run_id: str) -> None:
-        for done in [k for k, h in self._handles.items() if h.done()]:
-            del self._handles[done]  # pruned here rather than by a watcher task per run
+        if len(self._handles) >= self._prune_at:
+            # Pruned here rather than by a watcher task per run; only when the map has doubled,
+            # so spawning many runs stays linear.
+            for done in [k for k, h in self._handles.items() if h.done()]:
+                del self._handles[done]
+            self._prune_at = max(64, 2 * len(self._handles))
         self._handles[run_id] = self._s.lanes.subagent.submit(lambda: self._guarded(run_id))
 
     async def _guarded(self, run_id: str, attempt: int = 1) -> None:
@@ -296,8 +303,13 @@ class SubagentManager:
         timeout = run.run_timeout_seconds or None
         if resume and timeout and run.started_at:
             timeout = max(0.0, run.started_at + timeout - self._clock())
-        async with asyncio.timeout(timeout):
-            return await run_turn(setup, self._s.tools, history, sink)
+        try:
+            async with asyncio.timeout(timeout):
+                outcome = await run_turn(setup, self._s.tools, history, sink)
+            await sink.sync()  # a line the disk refused ends the run as an error
+            return outcome
+        finally:
+            await asyncio.shield(sink.save_usage())
 
     def _child_setup(
         self, run: RunRecord, child: SessionRecord, target: AgentProfile
@@ -445,6 +457,7 @@ class SubagentManager:
                 model=reply.model,
                 usage=reply.usage,
             )
+            await sink.save_usage()
             return reply.text if reply.text.strip() else None
         except asyncio.CancelledError:
             raise

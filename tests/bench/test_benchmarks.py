@@ -34,8 +34,9 @@ def check_rows(rows: list[dict[str, Any]], count: int, *, memory: tuple[str, ...
 
 def test_turns_rows() -> None:
     rows = turns.run(6, turns_per_chat=3, rounds=1)
-    check_rows(rows, 2)
-    assert "6 runs, 4 model calls, 3× ls" in rows[0]["figure"]
+    check_rows(rows, 4)
+    assert "6 runs, 4 model calls, 3× agents_list" in rows[0]["figure"]
+    assert "6 runs, 4 model calls, 3× ls" in rows[2]["figure"]
 
 
 def test_spawn_rows() -> None:
