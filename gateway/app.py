@@ -16,6 +16,7 @@ from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
 from gateway.api.health import health_routes
+from gateway.api.origin import origin_middleware
 from gateway.reload import SettingsHolder
 from gateway.services import Services
 from gateway.settings import HeraldSettings
@@ -42,7 +43,14 @@ def build_app(
     holder: SettingsHolder, *, resources: list[Resource] | None = None
 ) -> web.Application:
     """The gateway's aiohttp application with every route and resource registered."""
-    app = web.Application(middlewares=[error_middleware, auth_middleware(_token_getter(holder))])
+    token = _token_getter(holder)
+    app = web.Application(
+        middlewares=[
+            error_middleware,
+            origin_middleware(lambda: holder.current.gateway.host, lambda: token() is not None),
+            auth_middleware(token),
+        ]
+    )
     app[SETTINGS] = holder
     app[CHANNELS] = {}
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,27 @@ logger = logging.getLogger(__name__)
 EXIT_UNAVAILABLE = 69
 
 
+#: prctl(2) option: 0 makes /proc/<pid>/environ, /mem and core dumps root-only.
+PR_SET_DUMPABLE = 4
+
+
+def harden_process() -> None:
+    """Keep the daemon's secrets out of its children's reach (Linux).
+
+    An ``exec`` tool command runs as the gateway's user; without this it could read
+    ``/proc/$PPID/environ`` (every secret of the environment file) and attach a debugger.
+    A non-dumpable process's ``/proc`` entries belong to root, and no core dump is written.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            logger.warning("prctl(PR_SET_DUMPABLE) failed", extra={"errno": ctypes.get_errno()})
+    except OSError as exc:  # no libc to load: nothing to harden with
+        logger.warning("cannot harden the process", extra={"error": str(exc)})
+
+
 async def serve(
     holder: SettingsHolder,
     *,
@@ -32,6 +55,7 @@ async def serve(
 ) -> int:
     """Run the gateway until SIGTERM or SIGINT; returns the process exit status."""
     started = time.monotonic()
+    harden_process()
     notifier = notifier or Notifier.from_env()
     settings = holder.current
     app = build_app(holder, resources=resources_for(holder, config_dir))

@@ -26,19 +26,7 @@ RESTART_KEYS = ("gateway.host", "gateway.port", "gateway.stateDir", "channels")
 
 def secret_values(settings: HeraldSettings) -> list[str]:
     """Every configured secret value, for the log redactor."""
-    values: list[str] = []
-    candidates = [
-        settings.gateway.auth.token,
-        settings.channels.slack.bot_token,
-        settings.channels.slack.app_token,
-        settings.channels.slack.signing_secret,
-        settings.channels.discord.token,
-        *(p.api_key for p in settings.models.providers.values()),
-    ]
-    for secret in candidates:
-        if secret is not None and secret.get_secret_value():
-            values.append(secret.get_secret_value())
-    return values
+    return settings.secret_values()
 
 
 def _pick(settings: HeraldSettings, dotted: str) -> object:

@@ -265,7 +265,8 @@ class HeraldSettings(BaseSettings):
                 problems.append(
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
-        if not self.gateway.is_loopback and self.gateway.auth.token is None:
+        token = self.gateway.auth.token
+        if not self.gateway.is_loopback and (token is None or not token.get_secret_value()):
             problems.append(
                 (
                     "gateway.auth.token",
@@ -292,3 +293,15 @@ class HeraldSettings(BaseSettings):
 
     def agent_ids(self) -> list[str]:
         return sorted(self.routing.agents)
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret's value (for masking logs and scrubbing environments)."""
+        candidates = [
+            self.gateway.auth.token,
+            self.channels.slack.bot_token,
+            self.channels.slack.app_token,
+            self.channels.slack.signing_secret,
+            self.channels.discord.token,
+            *(p.api_key for p in self.models.providers.values()),
+        ]
+        return [s.get_secret_value() for s in candidates if s is not None and s.get_secret_value()]

@@ -272,6 +272,12 @@ class SlackChannel(Channel):
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
+        # A signed request replayed within Slack's five-minute window carries the same
+        # trigger_id: run the command once.
+        trigger = command.get("trigger_id")
+        if isinstance(trigger, str) and not self._seen.add(f"command:{trigger}"):
+            log.info("slack: repeated slash command ignored")
+            return
         if self._context is not None and (message := inbound_from_command(command, self._context)):
             self._dispatch(message)
 

@@ -56,6 +56,10 @@ ERROR_CODES: Final = (
     "not_found",
     "method_not_allowed",
     "body_too_large",
+    # Browser-side defences (gateway/api/origin.py) and the JSON-only body rule.
+    "forbidden_origin",
+    "host_not_allowed",
+    "unsupported_media_type",
 )
 ANNOUNCE_STATES: Final = ("queued", "delivered", "failed", "uncertain", "skipped", "no_origin")
 
@@ -248,6 +252,9 @@ def _responses(ok: tuple[str, Schema], *errors: tuple[int, str]) -> dict[str, An
     for code, description in errors:
         out[str(code)] = _error(description)
     out["401"] = {"$ref": "#/components/responses/Unauthorized"}
+    # Every route refuses other sites' pages and, without a token, other host names.
+    out.setdefault("403", _error("A request from another site's page (forbidden_origin)"))
+    out["421"] = _error("Host is not the gateway's own address, no token set (host_not_allowed)")
     return out
 
 
@@ -313,9 +320,14 @@ def _paths(*, slack_events: bool) -> dict[str, Any]:
                 "responses": _responses(
                     ("200", _json(_ref("InvokeResult"), "The tool ran")),
                     (400, "Bad body, session key or tool arguments; `field` names the input"),
-                    (403, "The session's agent may not use this tool (tool_not_allowed)"),
+                    (
+                        403,
+                        "The session's agent may not use this tool (tool_not_allowed), or the "
+                        "request came from another site's page (forbidden_origin)",
+                    ),
                     (404, "Unknown tool, agent or session"),
                     (413, "The body is over 1 MiB (body_too_large)"),
+                    (415, "The body is not application/json (unsupported_media_type)"),
                 ),
             }
         },

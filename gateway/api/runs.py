@@ -28,6 +28,11 @@ MAX_RUNS_LIMIT = 500
 
 
 async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
+    # Only JSON: a browser sends text/plain cross-site without a CORS preflight.
+    if request.content_type != "application/json":
+        return json_error(
+            415, "unsupported_media_type", "send the body as application/json", field=""
+        )
     try:
         body = await request.json()
     except (ValueError, RecursionError):  # RecursionError: deeply nested JSON

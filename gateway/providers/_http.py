@@ -78,6 +78,8 @@ def http_error(
     secret: str | None,
 ) -> ProviderError:
     """The ProviderError for a non-2xx answer."""
+    if secret:  # mask before any excerpt: a key cut in half would escape the mask
+        raw = raw.replace(secret.encode(), b"***")
     message, kind = _error_details(raw)
     retryable = status in RETRYABLE_STATUSES or status >= 500
     if kind in NON_RETRYABLE_ERROR_TYPES:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from pydantic import Field
@@ -33,6 +33,8 @@ CHUNK_BYTES: Final = 64 * 1024
 DRAIN_GRACE_SECONDS: Final = 2.0
 _SECRET_SUFFIXES: Final = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS")
 _SECRET_PREFIXES: Final = ("HERALD_",)
+#: The service manager's channel to the daemon: a command must not speak for it.
+_SYSTEMD_VARIABLES: Final = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 
 
 class ExecParams(ToolParams):
@@ -42,13 +44,19 @@ class ExecParams(ToolParams):
     )
 
 
-def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without ``HERALD_*`` and ``*_TOKEN``/``*_KEY``/``*_SECRET``-like variables."""
+def scrubbed_environment(
+    environ: Mapping[str, str], secrets: Collection[str] = ()
+) -> dict[str, str]:
+    """``environ`` without ``HERALD_*``, ``*_TOKEN``/``*_KEY``/``*_SECRET``-like variables,
+    and any variable whose value is one of ``secrets`` (the configured secret values, which
+    may come from variables named otherwise, or from systemd's ``NOTIFY_SOCKET`` family)."""
     return {
         key: value
         for key, value in environ.items()
         if not key.upper().startswith(_SECRET_PREFIXES)
         and not key.upper().endswith(_SECRET_SUFFIXES)
+        and key not in _SYSTEMD_VARIABLES
+        and value not in secrets
     }
 
 
@@ -102,7 +110,7 @@ class ExecTool(Tool[ExecParams]):
         timeout = min(
             params.timeout_seconds or self.config.timeout_seconds, self.config.timeout_seconds
         )
-        env = scrubbed_environment(os.environ)
+        env = scrubbed_environment(os.environ, ctx.settings.secret_values())
         env["PWD"] = str(cwd)
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -293,7 +293,7 @@ class FakeSlack:
             "api_app_id": APP_ID,
             "is_enterprise_install": "false",
             "response_url": f"http://127.0.0.1:{self._port}/response",
-            "trigger_id": "1.2.3",
+            "trigger_id": f"{next(self._ts)}.{uuid.uuid4().hex[:12]}",
         }
 
     @staticmethod

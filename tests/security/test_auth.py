@@ -205,13 +205,6 @@ async def test_a_reloaded_token_replaces_the_old_one_at_once(tmp_path: Path) -> 
         assert (await call(http, daemon, "GET", "/v1/runs", new))[0] == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/settings.py:261 (_cross_references) checks only `auth.token is None`, "
-    "and gateway/app.py:_token_getter turns an empty token into None: with host 0.0.0.0 and "
-    'auth.token "" (e.g. "${HERALD_TOKEN}" with HERALD_TOKEN set but empty) the config is '
-    "accepted and every route is served without authentication on a public address",
-)
 def test_an_empty_token_is_refused_on_a_public_address(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "herald.json",

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVICES_KEY, build_app
@@ -77,14 +76,6 @@ async def test_the_web_chat_page_itself_can_open_the_socket(tmp_path: Path) -> N
         assert await hello(server, own) == "ready"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG channels/webchat/channel.py (_socket): the WebSocket handshake never checks "
-    "Origin, so with no token (the loopback default) any web page the operator visits can "
-    "chat as a web chat client and read the answers (cross-site WebSocket hijacking): drive "
-    "the agent, its session tools (sessions_history of Slack/Discord chats) and exec if "
-    "allowed; refuse an Origin that is not the gateway's own (403)",
-)
 async def test_a_foreign_page_cannot_open_the_web_chat_socket(tmp_path: Path) -> None:
     async with open_gateway(tmp_path) as (server, _):
         assert await hello(server, EVIL) == "refused 403"
@@ -100,13 +91,6 @@ async def test_an_api_client_can_post_json(tmp_path: Path) -> None:
         assert len(await services.db.runs.list()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/api/runs.py:_json_body reads any body as JSON whatever its "
-    "Content-Type, so a page's no-preflight `text/plain` POST (CSRF) runs tools on a gateway "
-    "without a token: spawns, sessions_send into Slack chats, exec if allowed; require "
-    "application/json (415) and refuse a foreign Origin on the API",
-)
 async def test_a_foreign_page_cannot_post_to_the_api(tmp_path: Path) -> None:
     async with open_gateway(tmp_path) as (server, services):
         port = server.port
@@ -117,13 +101,6 @@ async def test_a_foreign_page_cannot_post_to_the_api(tmp_path: Path) -> None:
         assert await services.db.runs.list() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/app.py (build_app): no Host check, so a page whose own host name "
-    "re-resolves to 127.0.0.1 (DNS rebinding) reads /v1/sessions and every history as "
-    "same-origin when no token is set; answer 421/403 unless Host is the gateway's "
-    "address (gateway.host, localhost, 127.0.0.1, [::1])",
-)
 async def test_a_rebound_host_name_is_refused(tmp_path: Path) -> None:
     async with open_gateway(tmp_path) as (server, _):
         port = server.port

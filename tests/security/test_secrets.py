@@ -302,14 +302,6 @@ async def test_no_secret_leaves_the_gateway(tmp_path: Path) -> None:
     assert find_secrets(haystacks, SECRETS) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/providers/_http.py:46-91 (_excerpt, then scrub in http_error): "
-    "a non-JSON error body is cut to 200 characters BEFORE scrub() masks the key, so a key "
-    "that straddles the cut is no longer found and its head leaks into the ProviderError "
-    "(chat reply, transcript, run error, logs: the log redactor also matches whole keys "
-    "only); scrub the decoded body before excerpting it",
-)
 async def test_a_key_cut_by_the_error_excerpt_is_still_masked(tmp_path: Path) -> None:
     async with openai_server(api_key=OPENAI_KEY, model=MODEL) as fake:
         config = write_config(
@@ -365,13 +357,6 @@ async def run_exec(daemon: Daemon, command: str) -> str:
     return output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/tools/exec.py:45 (scrubbed_environment) drops variables by name only "
-    "(HERALD_*, *_TOKEN, *_KEY, ...): a secret the config takes from a variable named "
-    "otherwise (apiKey: '${OPENAI_APIKEY}') is handed to every exec command; also drop "
-    "variables whose value is one of reload.secret_values(settings)",
-)
 async def test_exec_gets_no_configured_secret_in_its_environment(tmp_path: Path) -> None:
     port = free_port()
     async with openai_server(api_key=OPENAI_KEY, model=MODEL) as openai:
@@ -405,12 +390,11 @@ async def test_exec_gets_no_configured_secret_in_its_environment(tmp_path: Path)
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG gateway/tools/exec.py:105: exec scrubs the environment it passes on, but the "
-    "command's parent is the gateway itself, so `cat /proc/$PPID/environ` reads every secret "
-    "the daemon was started with (systemd's EnvironmentFile included); make the daemon "
-    "non-dumpable at start (prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/environ becomes root's) "
-    "or run exec in a sandbox that cannot see the gateway's /proc entry (as root, which "
-    "reads every /proc entry, only the sandbox makes this test pass)",
+    reason="exec's parent is the gateway, so `cat /proc/$PPID/environ` could read the daemon's "
+    "secrets. gateway/daemon.py:harden_process now sets PR_SET_DUMPABLE=0, which makes that "
+    "file root's: closed for the service user systemd runs Herald as. These tests run as "
+    "root, who reads every /proc entry; only a sandbox for exec (a separate user or PID "
+    "namespace) would close it for root too",
 )
 async def test_exec_cannot_read_the_gateways_environment(tmp_path: Path) -> None:
     port = free_port()

@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
@@ -197,12 +196,6 @@ async def test_a_replayed_event_is_handled_once(tmp_path: Path) -> None:
         assert [m["content"] for m in history] == ["hello", "hi there"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG channels/slack/channel.py:273 (_on_command): slash commands are not deduplicated, "
-    "so a signed /spawn request replayed within Slack's 5-minute window starts a second run; "
-    "remember each command's trigger_id in self._seen like event ids",
-)
 async def test_a_replayed_slash_command_is_handled_once(tmp_path: Path) -> None:
     async with slack_http_gateway(tmp_path) as gw:
         payload = gw.fake.command_payload(

@@ -111,9 +111,14 @@ async def test_invoke_errors_name_the_field(tmp_path: Path) -> None:
                 code,
                 field,
             ), body
-        response = await client.post("/v1/tools/invoke", data=b"{not json")
+        response = await client.post(
+            "/v1/tools/invoke", data=b"{not json", headers={"Content-Type": "application/json"}
+        )
         assert response.status == 400
         assert (await response.json())["error"]["code"] == "invalid_json"
+        plain = await client.post("/v1/tools/invoke", data=b'{"tool": "ls"}')
+        assert plain.status == 415
+        assert (await plain.json())["error"]["code"] == "unsupported_media_type"
 
 
 async def test_a_huge_task_is_refused(tmp_path: Path) -> None:
