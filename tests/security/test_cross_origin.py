@@ -15,12 +15,14 @@ proper API client, which must keep working.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVICES_KEY, build_app
@@ -28,6 +30,7 @@ from gateway.components import prepare_app, resources_for
 from gateway.reload import SettingsHolder
 from gateway.services import Services
 from gateway.settings import HeraldSettings
+from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.security.support import raw_request
 
 EVIL = "https://evil.example"
@@ -109,3 +112,82 @@ async def test_a_rebound_host_name_is_refused(tmp_path: Path) -> None:
         assert own.status == 200
         rebound = await raw_request(port, "GET", "/v1/sessions", headers={"Host": "evil.example"})
         assert rebound.status in (403, 421)
+
+
+FOREIGN_ORIGINS = [
+    "null",  # sandboxed frames, file pages, some redirects
+    "http://localhost:9",  # another local server: a dev server, a malicious package's
+    "http://127.0.0.1.evil.example",
+    "file://",
+    "chrome-extension://abcdefghijklmnop",
+    "http://127.0.0.1@evil.example",
+]
+
+
+async def test_no_foreign_origin_gets_through(tmp_path: Path) -> None:
+    async with open_gateway(tmp_path) as (server, services):
+        port = server.port
+        assert port is not None
+        for origin in FOREIGN_ORIGINS:
+            assert await hello(server, origin) == "refused 403", origin
+            for content_type in ("application/json", "application/x-www-form-urlencoded"):
+                headers = {"Content-Type": content_type, "Origin": origin}
+                response = await raw_request(
+                    port, "POST", "/v1/tools/invoke", headers=headers, body=SPAWN
+                )
+                assert response.status in (403, 415), (origin, content_type, response.status)
+            response = await raw_request(
+                port, "POST", "/v1/runs/any/abort", headers={"Origin": origin}
+            )
+            assert response.status == 403, (origin, response.status)
+        assert await services.db.runs.list() == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG gateway/api/origin.py:50 (origin_middleware): without a token the Host check "
+    "also refuses POST /slack/events (421), so Slack HTTP mode behind a tunnel or proxy that "
+    "keeps the public Host (ngrok, cloudflared, Caddy) gets no events at all; exempt "
+    "/slack/events (Slack's signature authenticates it, and its answers hold nothing to read)",
+)
+async def test_a_signed_slack_event_arrives_through_a_tunnels_host_name(tmp_path: Path) -> None:
+    """Slack HTTP mode needs a public URL; on a laptop that is a tunnel (ngrok, cloudflared)
+    whose requests keep their public ``Host``. Slack's signature, not the host name, is what
+    makes those requests trustworthy, so the no-token host check must let them through."""
+    fake = FakeSlack(channels={"D1"})
+    await fake.start()
+    try:
+        settings = HeraldSettings.model_validate(
+            {
+                "gateway": {"stateDir": str(tmp_path / "state"), "shutdownDrainSeconds": 0},
+                "channels": {
+                    "webchat": {"enabled": False},
+                    "slack": {
+                        "enabled": True,
+                        "mode": "http",
+                        "botToken": BOT_TOKEN,
+                        "signingSecret": SIGNING_SECRET,
+                        "apiBaseUrl": fake.api_base_url,
+                    },
+                },
+            }
+        )
+        holder = SettingsHolder(settings)
+        app = build_app(holder, resources=resources_for(holder, tmp_path))
+        prepare_app(app, holder)
+        async with TestServer(app, host="127.0.0.1") as server:
+            port = server.port
+            assert port is not None
+            event = fake.message("hello", channel="D1", user="U1")
+            body = json.dumps(fake.event_callback(event, event_id="EvTunnel")).encode()
+            headers = {
+                "Host": "herald-dev.ngrok-free.app",
+                "Content-Type": "application/json",
+                **FakeSlack.sign(body),
+            }
+            response = await raw_request(port, "POST", "/slack/events", headers=headers, body=body)
+            assert response.status == 200, response
+            (post,) = await fake.wait_posts(1)
+            assert post.channel == "D1"
+    finally:
+        await fake.close()
