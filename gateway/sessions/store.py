@@ -93,8 +93,13 @@ class SessionStore:
         label: str | None = None,
         model: str | None = None,
         origin: Origin | None = None,
+        fresh: bool = False,
     ) -> SessionRecord:
         """The session for ``key``, created (row and transcript header) on first use.
+
+        ``fresh`` says the key was just made from a new UUID (a sub-agent's spawn): there is
+        nothing to look up, and the header line is queued without waiting for the file (the
+        spawn answers at once; its run's first transcript wait reports a failed header).
 
         ``agent_id`` and ``kind`` are taken from the key; when given they must agree with
         it. The other arguments only apply when the session is created. Raises
@@ -109,14 +114,21 @@ class SessionStore:
             SessionKey.parse(parent_key)
         text = str(parsed)
         task = self._creating.get(text)
-        if task is None:
+        if task is None and not fresh:
             record = await self.db.sessions.get(text)
             if record is not None:
                 return record
             task = self._creating.get(text)  # another caller may have started meanwhile
         if task is None:
             task = asyncio.create_task(
-                self._create(parsed, parent_key=parent_key, label=label, model=model, origin=origin)
+                self._create(
+                    parsed,
+                    parent_key=parent_key,
+                    label=label,
+                    model=model,
+                    origin=origin,
+                    wait_header=not fresh,
+                )
             )
             self._creating[text] = task
             task.add_done_callback(lambda t: self._creation_done(text, t))
@@ -135,6 +147,7 @@ class SessionStore:
         label: str | None,
         model: str | None,
         origin: Origin | None,
+        wait_header: bool = True,
     ) -> SessionRecord:
         session_id = new_session_id()
         now = self._clock()
@@ -146,7 +159,7 @@ class SessionStore:
             parent_key=parent_key,
             at=now,
         )
-        await self.writer.append(path, header, wait=True)
+        await self.writer.append(path, header, wait=wait_header)
         record = SessionRecord(
             key=str(key),
             session_id=session_id,

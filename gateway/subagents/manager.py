@@ -159,7 +159,12 @@ class SubagentManager:
         run_id = str(uuid.uuid4())
         child_key = SessionKey.subagent(target_id)
         child = await self._s.store.ensure(
-            child_key, parent_key=parent.key, label=request.label, model=model_ref, origin=origin
+            child_key,
+            parent_key=parent.key,
+            label=request.label,
+            model=model_ref,
+            origin=origin,
+            fresh=True,
         )
         transcript = self._s.store.transcript_path(child)
         run = RunRecord(

@@ -82,6 +82,7 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
 ) -> None:
     state = tmp_path / "state"
     async with running_gateway(tmp_path, state_dir=state) as gw:
+        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # no run starts here
         ctx = await gw.context("agent:main:memory:channel:c1")
         ids = []
         for _ in range(2):
