@@ -20,12 +20,11 @@ was open would die with the process — a property of the web chat, not of the o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,13 @@ from tests.faults._support import (
     fault_seed,
     spawn_runs,
 )
-from tests.gateway.daemon_process import HANG_GUARD_SECONDS, Daemon, free_port, herald
+from tests.gateway.daemon_process import (
+    HANG_GUARD_SECONDS,
+    WebchatPage,
+    free_port,
+    herald,
+    webchat_page,
+)
 from tests.gateway.harness import running_gateway
 
 pytestmark = pytest.mark.slow
@@ -121,63 +126,8 @@ def write_config(tmp_path: Path, port: int, rng: random.Random) -> Path:
     return path
 
 
-class Page:
-    """A web chat page of :data:`CLIENT_ID`, keeping every frame it receives."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.frames: list[dict[str, Any]] = []
-        self._changed = asyncio.Condition()
-        self._reader = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
-            async for message in self.ws:
-                if message.type == aiohttp.WSMsgType.TEXT:
-                    async with self._changed:
-                        self.frames.append(json.loads(message.data))
-                        self._changed.notify_all()
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def wait(self, predicate: Callable[[list[dict[str, Any]]], bool]) -> None:
-        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
-            await self._changed.wait_for(lambda: predicate(self.frames) or self._reader.done())
-        assert predicate(self.frames), "the page's socket closed first"
-
-    def announced(self) -> list[str]:
-        return [
-            str(f["runId"])
-            for f in self.frames
-            if f.get("type") == "message" and f.get("kind") == "announce"
-        ]
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await self._reader
-
-
-@contextlib.asynccontextmanager
-async def page(http: aiohttp.ClientSession, daemon: Daemon) -> AsyncIterator[Page]:
-    """Open a page on ``daemon``'s web chat, say hello, wait for ``ready``."""
-    async with asyncio.timeout(HANG_GUARD_SECONDS):
-        while True:
-            try:
-                ws = await http.ws_connect(f"{daemon.url}/webchat/ws")
-                break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.02)
-    client = Page(ws)
-    try:
-        await ws.send_json({"type": "hello", "clientId": CLIENT_ID})
-        await client.wait(lambda fs: any(f.get("type") == "ready" for f in fs))
-        yield client
-    finally:
-        await client.close()
-
-
 def reached(
-    received: Counter[str], chat: Page, target: int
+    received: Counter[str], chat: WebchatPage, target: int
 ) -> Callable[[list[dict[str, Any]]], bool]:
     """A predicate: ``target`` runs announced in all, counting earlier processes."""
 
@@ -215,7 +165,7 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
         for life in range(KILLS + 1):
             async with herald("run", "--config", str(config), port=port) as daemon:
                 await daemon.wait_healthy()
-                async with page(http, daemon) as chat:
+                async with webchat_page(http, daemon.url, CLIENT_ID) as chat:
                     if life == 0:
                         for batch in range(RUNS // PER_TURN):
                             await chat.ws.send_json({"type": "message", "text": f"batch {batch}"})

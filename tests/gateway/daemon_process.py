@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +123,60 @@ def daemon_config(tmp_path: Path, port: int, **extra: Any) -> Path:
     for key, value in extra.items():
         data[key] = value
     return write_config(tmp_path / "herald.json", data)
+
+
+class WebchatPage:
+    """A web chat page (a WebSocket client), keeping every frame it receives."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
+            async for message in self.ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    async with self._changed:
+                        self.frames.append(json.loads(message.data))
+                        self._changed.notify_all()
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait(self, predicate: Callable[[list[dict[str, Any]]], bool]) -> None:
+        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
+            await self._changed.wait_for(lambda: predicate(self.frames) or self._reader.done())
+        assert predicate(self.frames), "the page's socket closed first"
+
+    def announced(self) -> list[str]:
+        return [
+            str(f["runId"])
+            for f in self.frames
+            if f.get("type") == "message" and f.get("kind") == "announce"
+        ]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self._reader
+
+
+@contextlib.asynccontextmanager
+async def webchat_page(
+    http: aiohttp.ClientSession, url: str, client_id: str
+) -> AsyncIterator[WebchatPage]:
+    """Open a page on the web chat at ``url``, say hello as ``client_id``, wait for ``ready``."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            try:
+                ws = await http.ws_connect(f"{url}/webchat/ws")
+                break
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.02)
+    client = WebchatPage(ws)
+    try:
+        await ws.send_json({"type": "hello", "clientId": client_id})
+        await client.wait(lambda fs: any(f.get("type") == "ready" for f in fs))
+        yield client
+    finally:
+        await client.close()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -16,11 +13,12 @@ import pytest
 from gateway.constants import STATE_DB_NAME
 from gateway.state import FINISHED_STATUSES, StateDB
 from gateway.subagents.outbox import UNCERTAIN
-from tests.gateway.daemon_process import HANG_GUARD_SECONDS, free_port, herald, write_config
+from tests.gateway.daemon_process import free_port, herald, webchat_page, write_config
 
 pytestmark = pytest.mark.slow
 
 RUNS = 6
+CLIENT_ID = "kill9-client"
 SCRIPT = {
     "rules": [
         {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
@@ -53,55 +51,6 @@ def config(tmp_path: Path, port: int) -> Path:
     )
 
 
-class Chat:
-    """A web chat client that keeps every frame it receives."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.frames: list[dict[str, Any]] = []
-        self._changed = asyncio.Condition()
-        self._reader = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
-            async for message in self.ws:
-                if message.type == aiohttp.WSMsgType.TEXT:
-                    async with self._changed:
-                        self.frames.append(json.loads(message.data))
-                        self._changed.notify_all()
-
-    async def wait(self, predicate: Any) -> None:
-        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
-            await self._changed.wait_for(lambda: predicate(self.frames))
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await self._reader
-
-
-@contextlib.asynccontextmanager
-async def chat(http: aiohttp.ClientSession, url: str) -> Any:
-    async with asyncio.timeout(HANG_GUARD_SECONDS):
-        while True:
-            try:
-                ws = await http.ws_connect(f"{url}/webchat/ws")
-                break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-    client = Chat(ws)
-    await ws.send_json({"type": "hello", "clientId": "kill9-client"})
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-def announces(frames: list[dict[str, Any]]) -> list[str]:
-    return [
-        f["runId"] for f in frames if f.get("type") == "message" and f.get("kind") == "announce"
-    ]
-
-
 async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     tmp_path: Path,
 ) -> None:
@@ -111,27 +60,27 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     async with aiohttp.ClientSession() as http:
         async with herald("run", "--config", str(path), port=port) as first:
             await first.wait_healthy()
-            async with chat(http, first.url) as client:
+            async with webchat_page(http, first.url, CLIENT_ID) as client:
                 for n in range(RUNS):
                     await client.ws.send_json({"type": "message", "text": f"bg task-slow: {n}"})
                 await client.wait(lambda fs: sum(1 for f in fs if f.get("kind") == "reply") == RUNS)
                 # Kill once some runs are done and others are mid-run.
                 await client.wait(
                     lambda fs: (
-                        len(announces(fs)) >= 1
+                        len(client.announced()) >= 1
                         and any(f.get("type") == "run" and f.get("status") == "running" for f in fs)
                     )
                 )
                 first.process.send_signal(signal.SIGKILL)
                 assert await first.wait_exit() == -signal.SIGKILL
-                seen.update(announces(client.frames))
+                seen.update(client.announced())
         async with herald("run", "--config", str(path), port=port) as second:
             await second.wait_healthy()
-            async with chat(http, second.url) as client:
-                await client.wait(lambda fs: len(set(announces(fs)) | set(seen)) == RUNS)
+            async with webchat_page(http, second.url, CLIENT_ID) as client:
+                await client.wait(lambda fs: len(set(client.announced()) | set(seen)) == RUNS)
                 # The replay of the new process's history may repeat nothing of the old one:
                 # it only holds what this process sent.
-                seen.update(announces(client.frames))
+                seen.update(client.announced())
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
     assert len(seen) == RUNS
