@@ -10,7 +10,7 @@ same-origin. So:
   requests without ``Origin`` (curl, the CLI, Slack's servers) are not browser pages;
 - without a token, a ``Host`` other than the gateway's own address is refused
   (421 ``host_not_allowed``); with a token, the token is the defence and any name may be used
-  (a reverse proxy's, say).
+  (a reverse proxy's, say). Slack's signed events and the health probes take any name.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from aiohttp.typedefs import Handler, Middleware
 from gateway.api.errors import json_error
 
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+#: Paths any host name may reach: Slack's servers (signed requests, often through a tunnel
+#: whose name is not ours) and the probes, which tell nothing.
+ANY_HOST_PATHS = frozenset({"/slack/events", "/healthz", "/readyz"})
 
 
 def _hostname(host: str) -> str:
@@ -47,7 +50,7 @@ def origin_middleware(listen_host: Callable[[], str], token_set: Callable[[], bo
                 or parts.netloc.lower() != request.host.lower()
             ):
                 return json_error(403, "forbidden_origin", "requests from other sites are refused")
-        if not token_set():
+        if not token_set() and request.path not in ANY_HOST_PATHS:
             allowed = LOCAL_NAMES | {_hostname(listen_host())}
             if _hostname(request.host) not in allowed:
                 return json_error(

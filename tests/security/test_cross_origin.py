@@ -22,7 +22,6 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVICES_KEY, build_app
@@ -143,13 +142,6 @@ async def test_no_foreign_origin_gets_through(tmp_path: Path) -> None:
         assert await services.db.runs.list() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/api/origin.py:50 (origin_middleware): without a token the Host check "
-    "also refuses POST /slack/events (421), so Slack HTTP mode behind a tunnel or proxy that "
-    "keeps the public Host (ngrok, cloudflared, Caddy) gets no events at all; exempt "
-    "/slack/events (Slack's signature authenticates it, and its answers hold nothing to read)",
-)
 async def test_a_signed_slack_event_arrives_through_a_tunnels_host_name(tmp_path: Path) -> None:
     """Slack HTTP mode needs a public URL; on a laptop that is a tunnel (ngrok, cloudflared)
     whose requests keep their public ``Host``. Slack's signature, not the host name, is what
