@@ -21,10 +21,15 @@ sent open-loop at a fixed pace (``runs`` spread evenly over ``minutes``).
 
 Measured: RSS (``VmRSS``) and open descriptors (``/proc/self/fd``) every
 ``SAMPLE_SECONDS``; and at rest (every sent run announced, the writer flushed, a GC pass)
-once after the warm-up (the first 10 % of runs, at least 300) and once at the end. Figures: RSS and
-descriptors at rest, end against after warm-up (goals: RSS growth under 5 %, no descriptor
-growth); the RSS peak under load; runs announced and the pace achieved. The fakes and the
-load generator share the process, so their (constant) memory is in every sample.
+once after the warm-up (the first 10 % of runs, at least 300) and once at the end.
+Figures, end against after warm-up: RSS at rest (goal: growth under 5 %); descriptors at
+rest by kind: the database's, pipes and the like (goal: no growth), transcripts (the
+writer's LRU: at most 256) and sockets (idle keep-alive connections vary by a few:
+within ``SOCKET_SLACK``); the RSS peak under load and RSS late
+in the run against half-way (still growing, or a plateau of bounded caches?); runs
+announced and the pace achieved. ``--trace`` prints where the memory allocated after the
+warm-up went. The fakes and the load generator share the process, so their (constant)
+memory is in every sample.
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ import orjson
 from aiohttp import web
 
 from bench._common import HOST, Row, format_table, row, rss_bytes, running_app
+from gateway.constants import TRANSCRIPT_SUFFIX
 from gateway.services import Services
+from gateway.sessions.writer import DEFAULT_MAX_OPEN_FILES
 from gateway.settings import HeraldSettings
 
 RUNS = 10_000
@@ -65,6 +72,10 @@ WARMUP_FRACTION = 0.1
 #: (an LRU) and each run opens two transcripts, so a shorter warm-up would count that
 #: bounded cache filling up as descriptor growth.
 MIN_WARMUP_RUNS = 300
+#: Idle keep-alive connections in the HTTP pools (the provider's, the Slack client's, the
+#: load client's and the servers' ends of them) number what recent concurrency left, so
+#: the socket count at rest may differ by a few; a leak would grow with the runs.
+SOCKET_SLACK = 16
 #: Allocation sites shown by ``--trace``.
 TRACE_TOP = 15
 SAMPLE_SECONDS = 2.0
@@ -286,6 +297,37 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@dataclass(frozen=True)
+class Descriptors:
+    """Open descriptors by kind: sockets, transcripts (the writer's LRU, at most
+    ``DEFAULT_MAX_OPEN_FILES``) and the rest (database, pipes, epoll, ...)."""
+
+    sockets: int
+    transcripts: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.sockets + self.transcripts + self.other
+
+
+def descriptors() -> Descriptors:
+    """This process's open descriptors, sorted by what they point at."""
+    kinds = {"socket": 0, "transcript": 0, "other": 0}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, say)
+            continue
+        if target.startswith("socket:"):
+            kinds["socket"] += 1
+        elif TRANSCRIPT_SUFFIX in target:
+            kinds["transcript"] += 1
+        else:
+            kinds["other"] += 1
+    return Descriptors(kinds["socket"], kinds["transcript"], kinds["other"])
+
+
 @dataclass
 class Sample:
     at: float
@@ -328,8 +370,9 @@ class Soak:
                 self.progress()
         return loop.time() - start
 
-    async def settle(self) -> tuple[int, int]:
-        """Wait until every sent run is announced and written; (RSS, fds) after a GC pass."""
+    async def settle(self) -> tuple[int, Descriptors]:
+        """Wait until every sent run is announced and written; RSS and the descriptors after
+        a GC pass."""
         await self.slack.wait_announces(self.sent)
         async with asyncio.timeout(SETTLE_GUARD_SECONDS):
             await self.services.lanes.subagent.join()
@@ -337,7 +380,7 @@ class Soak:
         gc.collect()
         await asyncio.sleep(0.5)  # let connection pools and the writer go idle
         gc.collect()
-        return rss_bytes(), open_fds()
+        return rss_bytes(), descriptors()
 
     async def sample_forever(self) -> None:
         started = time.monotonic()
@@ -368,9 +411,9 @@ class SoakResult:
     runs: int
     seconds: float
     base_rss: int
-    base_fds: int
+    base: Descriptors
     end_rss: int
-    end_fds: int
+    end: Descriptors
     peak_rss: int
     peak_fds: int
     half_rss: int
@@ -392,9 +435,9 @@ async def _failed_runs(services: Services) -> int:
 @dataclass
 class _Measured:
     base_rss: int = 0
-    base_fds: int = 0
+    base: Descriptors = Descriptors(0, 0, 0)
     end_rss: int = 0
-    end_fds: int = 0
+    end: Descriptors = Descriptors(0, 0, 0)
     mark: int = 0
     load_seconds: float = 0.0
 
@@ -407,14 +450,14 @@ async def _drive(soaker: Soak, runs: int, seconds: float, *, trace: bool) -> _Me
     try:
         print(f"warm-up: {warm:,} runs", flush=True)
         out.load_seconds = await soaker.pace(0, warm, seconds * warm / runs, runs)
-        out.base_rss, out.base_fds = await soaker.settle()
+        out.base_rss, out.base = await soaker.settle()
         out.mark = len(soaker.samples)
         if trace:
             tracemalloc.start()
         print(f"measured: {runs - warm:,} runs", flush=True)
         rest = seconds * (runs - warm) / runs
         out.load_seconds += await soaker.pace(warm, runs - warm, rest, runs)
-        out.end_rss, out.end_fds = await soaker.settle()
+        out.end_rss, out.end = await soaker.settle()
         if trace:
             print_growth(tracemalloc.take_snapshot())
             tracemalloc.stop()
@@ -472,9 +515,9 @@ async def soak(runs: int, minutes: float, *, trace: bool = False) -> SoakResult:
         runs=runs,
         seconds=seconds,
         base_rss=measured.base_rss,
-        base_fds=measured.base_fds,
+        base=measured.base,
         end_rss=measured.end_rss,
-        end_fds=measured.end_fds,
+        end=measured.end,
         peak_rss=max(s.rss for s in after),
         peak_fds=max(s.fds for s in after),
         half_rss=half,
@@ -497,10 +540,24 @@ def rows_of(result: SoakResult, minutes: float) -> list[Row]:
             f"growth < {RSS_GROWTH_GOAL_PCT:g}%",
         ),
         row(
-            f"open fds at rest, end vs after warm-up ({label})",
-            float(result.end_fds),
-            float(result.base_fds),
+            f"open fds but sockets/transcripts, end vs after warm-up ({label})",
+            float(result.end.other),
+            float(result.base.other),
             "no growth",
+            digits=0,
+        ),
+        row(
+            f"open transcript fds at rest, end vs after warm-up ({label})",
+            float(result.end.transcripts),
+            float(result.base.transcripts),
+            f"<= {DEFAULT_MAX_OPEN_FILES} (the writer's cache)",
+            digits=0,
+        ),
+        row(
+            f"open sockets at rest, end vs after warm-up ({label})",
+            float(result.end.sockets),
+            float(result.base.sockets),
+            f"<= baseline + {SOCKET_SLACK}",
             digits=0,
         ),
         row(
@@ -518,7 +575,7 @@ def rows_of(result: SoakResult, minutes: float) -> list[Row]:
         row(
             f"open fds peak under load vs after warm-up ({label})",
             float(result.peak_fds),
-            float(result.base_fds),
+            float(result.base.total),
             "report",
             digits=0,
         ),
@@ -543,8 +600,13 @@ def problems(result: SoakResult) -> list[str]:
     out: list[str] = []
     if result.rss_growth_pct >= RSS_GROWTH_GOAL_PCT:
         out.append(f"RSS grew {result.rss_growth_pct:.1f}% after warm-up")
-    if result.end_fds > result.base_fds:
-        out.append(f"open descriptors grew from {result.base_fds} to {result.end_fds}")
+    base, end = result.base, result.end
+    if end.other > base.other:
+        out.append(f"open descriptors grew from {base.other} to {end.other}")
+    if end.transcripts > DEFAULT_MAX_OPEN_FILES:
+        out.append(f"{end.transcripts} transcripts open, more than the writer's cache")
+    if end.sockets > base.sockets + SOCKET_SLACK:
+        out.append(f"open sockets grew from {base.sockets} to {end.sockets}")
     if result.announced != result.runs:
         out.append(f"{result.announced} of {result.runs} runs announced")
     if result.failed:
@@ -580,7 +642,9 @@ def main(argv: list[str] | None = None) -> int:
         print("(--trace: the RSS figures include tracemalloc's own bookkeeping)")
     print(
         f"\nRSS growth after warm-up: {result.rss_growth_pct:+.2f}%  "
-        f"fds: {result.base_fds} -> {result.end_fds}  failed runs: {result.failed}"
+        f"fds (other/transcripts/sockets): {result.base.other}/{result.base.transcripts}/"
+        f"{result.base.sockets} -> {result.end.other}/{result.end.transcripts}/"
+        f"{result.end.sockets}  failed runs: {result.failed}"
     )
     missed = problems(result)
     for problem in missed:
