@@ -61,7 +61,8 @@ def build_channels(settings: HeraldSettings) -> dict[str, Channel]:
     if config.webchat.enabled:
         from channels.webchat import WebchatChannel
 
-        channels["webchat"] = WebchatChannel(config.webchat)
+        history = settings.gateway.resolved_state_dir() / "webchat"
+        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history)
     return channels
 
 

@@ -24,6 +24,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
+from pathlib import Path
 from typing import Final
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -41,6 +42,7 @@ from channels.errors import ChannelSendError
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
 from channels.webchat.connection import Connection
+from channels.webchat.history import HistoryFiles
 from channels.webchat.protocol import (
     MAX_FRAME_BYTES,
     FrameError,
@@ -97,11 +99,20 @@ def _load_assets() -> dict[str, bytes]:
 class WebchatChannel(Channel):
     """The built-in web chat; every browser client is a DM chat whose id is its client id."""
 
-    def __init__(self, config: WebchatConfig, *, name: str = "webchat") -> None:
+    def __init__(
+        self, config: WebchatConfig, *, name: str = "webchat", history_dir: Path | None = None
+    ) -> None:
+        """``history_dir`` keeps each client's history on disk across restarts (the gateway
+        passes ``<stateDir>/webchat``); without it the history lives in memory only."""
         self.name = name
         self.config = config
+        files = (
+            HistoryFiles(history_dir, history_size=config.history_size, runs_kept=RUNS_KEPT)
+            if history_dir is not None
+            else None
+        )
         self._clients = ClientRegistry(
-            max_clients=config.max_clients, history_size=config.history_size
+            max_clients=config.max_clients, history_size=config.history_size, files=files
         )
         self._connections: set[Connection] = set()
         self._handler: InboundHandler | None = None

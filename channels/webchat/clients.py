@@ -2,7 +2,9 @@
 
 A client is one browser profile (its id lives in localStorage). Everything is bounded: the
 history per client, the runs per client, and the number of clients (least recently active
-first out, never one with an open page).
+first out, never one with an open page). With a history directory, each client's messages
+and run statuses are also kept on disk (:mod:`channels.webchat.history`), so neither a
+restart nor an eviction loses them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from collections import OrderedDict, deque
 
 from channels.webchat.connection import Connection
+from channels.webchat.history import HistoryFiles, Loaded
 from channels.webchat.protocol import ready_frame, typing_frame
 
 log = logging.getLogger(__name__)
@@ -22,10 +25,17 @@ RUNS_KEPT = 100
 class ClientState:
     """One client's recent frames and open pages."""
 
-    def __init__(self, client_id: str, *, history_size: int) -> None:
+    def __init__(
+        self, client_id: str, *, history_size: int, files: HistoryFiles | None = None
+    ) -> None:
         self.client_id = client_id
         self.history: deque[str] = deque(maxlen=history_size)
         self.runs: OrderedDict[str, str] = OrderedDict()
+        self._files = files
+        if files is not None:  # what an earlier process (or an evicted state) showed
+            loaded = files.load(client_id)
+            self.history.extend(loaded.messages)
+            self.runs = loaded.runs
         self.connections: set[Connection] = set()
         #: Turns in progress for this client (the typing indicator is on while > 0).
         self.typing = 0
@@ -44,7 +54,15 @@ class ClientState:
     def add_message(self, frame: str) -> None:
         """Remember a message frame and show it on every open page."""
         self.history.append(frame)
+        self._persist(frame)
         self.broadcast(frame)
+
+    def _persist(self, frame: str) -> None:
+        if self._files is not None:
+            self._files.append(self.client_id, frame, self._kept)
+
+    def _kept(self) -> Loaded:
+        return Loaded(list(self.history), OrderedDict(self.runs))
 
     def set_run(self, run_id: str, frame: str) -> None:
         """Remember a run's latest status frame and show it on every open page."""
@@ -52,6 +70,7 @@ class ClientState:
         self.runs.move_to_end(run_id)
         while len(self.runs) > RUNS_KEPT:
             self.runs.popitem(last=False)
+        self._persist(frame)
         self.broadcast(frame)
 
     def attach(self, connection: Connection) -> None:
@@ -69,9 +88,12 @@ class ClientState:
 class ClientRegistry:
     """Client states by id, least recently active first; bounded by ``max_clients``."""
 
-    def __init__(self, *, max_clients: int, history_size: int) -> None:
+    def __init__(
+        self, *, max_clients: int, history_size: int, files: HistoryFiles | None = None
+    ) -> None:
         self._max_clients = max_clients
         self._history_size = history_size
+        self._files = files
         self._clients: OrderedDict[str, ClientState] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -88,7 +110,7 @@ class ClientRegistry:
         state = self._clients.get(client_id)
         if state is None:
             state = self._clients[client_id] = ClientState(
-                client_id, history_size=self._history_size
+                client_id, history_size=self._history_size, files=self._files
             )
             self._evict(keep=client_id)
         else:

@@ -149,6 +149,15 @@ class WebchatPage:
             await self._changed.wait_for(lambda: predicate(self.frames) or self._reader.done())
         assert predicate(self.frames), "the page's socket closed first"
 
+    def announced_ids(self) -> dict[str, str]:
+        """Announce frames by message id → run id. A page that reconnects to a restarted
+        gateway is replayed what it was sent before, with the same ids (as the page dedupes)."""
+        return {
+            str(f["id"]): str(f["runId"])
+            for f in self.frames
+            if f.get("type") == "message" and f.get("kind") == "announce"
+        }
+
     def announced(self) -> list[str]:
         return [
             str(f["runId"])

@@ -56,7 +56,7 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
 ) -> None:
     port = free_port()
     path = config(tmp_path, port)
-    seen: Counter[str] = Counter()
+    seen: dict[str, str] = {}  # announce message id → run id, across both processes
     async with aiohttp.ClientSession() as http:
         async with herald("run", "--config", str(path), port=port) as first:
             await first.wait_healthy()
@@ -73,18 +73,21 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
                 )
                 first.process.send_signal(signal.SIGKILL)
                 assert await first.wait_exit() == -signal.SIGKILL
-                seen.update(client.announced())
+                seen.update(client.announced_ids())
         async with herald("run", "--config", str(path), port=port) as second:
             await second.wait_healthy()
             async with webchat_page(http, second.url, CLIENT_ID) as client:
-                await client.wait(lambda fs: len(set(client.announced()) | set(seen)) == RUNS)
-                # The replay of the new process's history may repeat nothing of the old one:
-                # it only holds what this process sent.
-                seen.update(client.announced())
+                await client.wait(
+                    lambda fs: len(set(client.announced()) | set(seen.values())) == RUNS
+                )
+                # The page is replayed what the first process sent it (the web chat keeps a
+                # history file), with the same message ids: counted by id, never twice.
+                seen.update(client.announced_ids())
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
-    assert len(seen) == RUNS
-    assert set(seen.values()) == {1}, seen
+    per_run = Counter(seen.values())
+    assert len(per_run) == RUNS
+    assert set(per_run.values()) == {1}, per_run
     db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
     try:
         runs = await db.runs.list()

@@ -1,0 +1,86 @@
+"""The web chat's history files: a page sees its conversation after a restart."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import orjson
+import pytest
+
+from channels.base import OutboundMessage, RunUpdate
+from channels.webchat import WebchatChannel, WebchatConfig
+from channels.webchat.history import COMPACT_FACTOR, HistoryFiles, Loaded
+
+
+def announce(client: str, text: str, run_id: str = "run-1") -> OutboundMessage:
+    return OutboundMessage(
+        channel="webchat", account="local", chat_id=client, thread_id=None, text=text,
+        kind="announce", run_id=run_id,
+    )  # fmt: skip
+
+
+def frames(channel: WebchatChannel, client: str) -> list[dict[str, object]]:
+    state = channel._clients.get(client)
+    return [orjson.loads(f) for f in [*state.history, *state.runs.values()]]
+
+
+async def test_messages_and_run_statuses_survive_a_new_channel(tmp_path: Path) -> None:
+    first = WebchatChannel(WebchatConfig(), history_dir=tmp_path / "webchat")
+    sent = await first.send(announce("client-1", "the result"))
+    await first.run_update(RunUpdate("run-1", "research", "running", "client-1"))
+    await first.run_update(RunUpdate("run-1", "research", "done", "client-1"))
+    await first.stop()
+
+    second = WebchatChannel(WebchatConfig(), history_dir=tmp_path / "webchat")
+    kept = frames(second, "client-1")
+    assert [(f["type"], f.get("text"), f.get("status")) for f in kept] == [
+        ("message", "the result", None),
+        ("run", None, "done"),
+    ]
+    assert kept[0]["id"] == sent.message_ids[0]
+    path = tmp_path / "webchat" / "client-1.jsonl"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(path.parent).st_mode & 0o777 == 0o700
+
+
+async def test_without_a_directory_nothing_is_written(tmp_path: Path) -> None:
+    channel = WebchatChannel(WebchatConfig())
+    await channel.send(announce("client-1", "x"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    files = HistoryFiles(tmp_path, history_size=10, runs_kept=10)
+    good = orjson.dumps({"type": "message", "text": "kept", "id": "a"}).decode()
+    (tmp_path / "c1.jsonl").write_text(good + "\n" + '{"type": "mess', encoding="utf-8")
+    assert files.load("c1").messages == [good]
+
+
+def test_only_the_last_history_size_messages_are_loaded(tmp_path: Path) -> None:
+    files = HistoryFiles(tmp_path, history_size=3, runs_kept=2)
+    for n in range(5):
+        files.append("c1", orjson.dumps({"type": "message", "id": str(n)}).decode(), Loaded)
+    for run in ("r1", "r2", "r3"):
+        files.append("c1", orjson.dumps({"type": "run", "runId": run}).decode(), Loaded)
+    loaded = files.load("c1")
+    assert [orjson.loads(m)["id"] for m in loaded.messages] == ["2", "3", "4"]
+    assert list(loaded.runs) == ["r2", "r3"]
+
+
+def test_a_grown_file_is_compacted_to_what_is_kept(tmp_path: Path) -> None:
+    files = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
+    keep = Loaded(["m1", "m2"], OrderedDict(r1="run"))
+    limit = COMPACT_FACTOR * (2 + 1)
+    for n in range(limit + 1):
+        files.append("c1", f"line {n}", lambda: keep)
+    lines = (tmp_path / "c1.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines == ["m1", "m2", "run", f"line {limit}"]
+
+
+@pytest.mark.parametrize("client", ["../x", "a/b", "", "x" * 65, "a\nb"])
+def test_hostile_client_ids_never_become_paths(tmp_path: Path, client: str) -> None:
+    files = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
+    with pytest.raises(ValueError, match="not a web chat client id"):
+        files.load(client)
