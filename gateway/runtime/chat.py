@@ -60,6 +60,17 @@ def context_for_session(services: Services, session: SessionRecord) -> ToolConte
     )
 
 
+def origin_of(message: InboundMessage) -> Origin:
+    """Where ``message`` was written: its channel, account, chat and thread."""
+    return Origin(
+        channel=message.channel,
+        account=message.account,
+        chat_id=message.chat_id,
+        thread_id=message.thread_id,
+        chat_type=message.chat_type,
+    )
+
+
 def trim_history(history: list[ChatMessage], limit: int = HISTORY_LIMIT) -> list[ChatMessage]:
     """The last ``limit`` messages, starting at a user message so no tool result is orphaned."""
     if len(history) <= limit:
@@ -104,13 +115,7 @@ class ChatRuntime:
         except SessionError as exc:
             logger.warning("message dropped: no session key", extra={"error": str(exc)})
             return
-        origin = Origin(
-            channel=message.channel,
-            account=message.account,
-            chat_id=message.chat_id,
-            thread_id=message.thread_id,
-            chat_type=message.chat_type,
-        )
+        origin = origin_of(message)
         session = await self._s.store.ensure(key, origin=origin)
         if session.origin != origin:  # replies and announces follow the latest place
             session = await self._s.store.set_origin(session.key, origin)
@@ -145,13 +150,19 @@ class ChatRuntime:
                 try:
                     reply = await self.run_turn(key, text)
                 except asyncio.CancelledError:
-                    session = await self._s.store.get(key)
-                    if session is not None and session.origin is not None:
-                        await asyncio.shield(self._reply(session.origin, "Stopped.", "notice"))
+                    if (origin := await self._reply_to(key, inbound)) is not None:
+                        await asyncio.shield(self._reply(origin, "Stopped.", "notice"))
                     raise
-        session = await self._s.store.require(key)
-        if session.origin is not None:
-            await self._reply(session.origin, reply)
+        if (origin := await self._reply_to(key, inbound)) is not None:
+            await self._reply(origin, reply)
+
+    async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
+        """Where a turn's answer goes: the chat and thread of the message it answers (the
+        person may have moved on in the same session meanwhile), else the session's."""
+        if inbound is not None:
+            return origin_of(inbound)
+        session = await self._s.store.get(key)
+        return session.origin if session is not None else None
 
     async def run_turn(self, key: str, text: str) -> str:
         """One turn of session ``key``; returns the reply text (errors become a clear text)."""

@@ -153,3 +153,21 @@ async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(tmp_pa
         expected = (run.usage.input * 1.0 + run.usage.output * 2.0) / 1e6
         assert run.cost_usd is not None
         assert abs(run.cost_usd - expected) < 1e-12
+
+
+async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        # Hold the DM session's lane so the first turn waits while the person moves threads.
+        key = "agent:main:memory:dm:u1"
+        gate = asyncio.Event()
+        blocker = gw.services.lanes.session.submit(gate.wait, key=key)
+        await gw.say("hello", dm=True, thread_id="thread-a")
+        await gw.say("hello", dm=True, thread_id="thread-b")
+        gate.set()
+        await blocker
+        await gw.reply("c1", count=2)
+        replies = [m for m in gw.channel.sent if m.kind == "reply"]
+        assert [(m.thread_id, m.text) for m in replies] == [
+            ("thread-a", "hi there"),
+            ("thread-b", "hi there"),
+        ]
