@@ -98,8 +98,8 @@ class SessionStore:
         """The session for ``key``, created (row and transcript header) on first use.
 
         ``fresh`` says the key was just made from a new UUID (a sub-agent's spawn): there is
-        nothing to look up, and the header line is queued without waiting for the file (the
-        spawn answers at once; its run's first transcript wait reports a failed header).
+        nothing to look up. The header is always waited for: a session whose first line
+        failed (a full disk) must not exist, or later lines would form a headless file.
 
         ``agent_id`` and ``kind`` are taken from the key; when given they must agree with
         it. The other arguments only apply when the session is created. Raises
@@ -127,7 +127,6 @@ class SessionStore:
                     label=label,
                     model=model,
                     origin=origin,
-                    wait_header=not fresh,
                 )
             )
             self._creating[text] = task
@@ -147,7 +146,6 @@ class SessionStore:
         label: str | None,
         model: str | None,
         origin: Origin | None,
-        wait_header: bool = True,
     ) -> SessionRecord:
         session_id = new_session_id()
         now = self._clock()
@@ -159,7 +157,7 @@ class SessionStore:
             parent_key=parent_key,
             at=now,
         )
-        await self.writer.append(path, header, wait=wait_header)
+        await self.writer.append(path, header, wait=True)
         record = SessionRecord(
             key=str(key),
             session_id=session_id,
