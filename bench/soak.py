@@ -25,11 +25,11 @@ once after the warm-up (the first 10 % of runs, at least 300) and once at the en
 Figures, end against after warm-up: RSS at rest (goal: growth under 5 %); descriptors at
 rest by kind: the database's, pipes and the like (goal: no growth), transcripts (the
 writer's LRU: at most 256) and sockets (idle keep-alive connections vary by a few:
-within ``SOCKET_SLACK``); the RSS peak under load and RSS late
-in the run against half-way (still growing, or a plateau of bounded caches?); runs
-announced and the pace achieved. ``--trace`` prints where the memory allocated after the
-warm-up went. The fakes and the load generator share the process, so their (constant)
-memory is in every sample.
+within ``SOCKET_SLACK``); the RSS peak under load, and RSS late in the run against
+half-way (still growing, or a plateau of bounded caches?); runs announced and the pace
+achieved. ``--trace`` adds the Python heap's net growth after the warm-up and where it
+is (net: a bounded cache that replaces entries shows none). The fakes and the load
+generator share the process, so their (constant) memory is in every sample.
 """
 
 from __future__ import annotations
@@ -452,29 +452,29 @@ async def _drive(soaker: Soak, runs: int, seconds: float, *, trace: bool) -> _Me
         out.load_seconds = await soaker.pace(0, warm, seconds * warm / runs, runs)
         out.base_rss, out.base = await soaker.settle()
         out.mark = len(soaker.samples)
-        if trace:
-            tracemalloc.start()
+        before = tracemalloc.take_snapshot() if trace else None
         print(f"measured: {runs - warm:,} runs", flush=True)
         rest = seconds * (runs - warm) / runs
         out.load_seconds += await soaker.pace(warm, runs - warm, rest, runs)
         out.end_rss, out.end = await soaker.settle()
-        if trace:
-            print_growth(tracemalloc.take_snapshot())
-            tracemalloc.stop()
+        if before is not None:
+            print_growth(before, tracemalloc.take_snapshot())
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
     return out
 
 
-def print_growth(snapshot: tracemalloc.Snapshot) -> None:
-    """The allocation sites holding the most memory allocated after the warm-up and still
-    alive at the end (``--trace``: tracing starts at the baseline)."""
-    stats = snapshot.statistics("lineno")
-    total = sum(stat.size for stat in stats)
-    print(f"alive at the end, allocated after warm-up: {total / 2**20:.2f} MiB; top sites:")
-    for stat in stats[:TRACE_TOP]:
-        print(f"  {stat.size / 1024:9.1f} KiB {stat.count:7d} blocks  {stat.traceback}")
+def print_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> None:
+    """Net growth of the Python heap between the baseline and the end, and the allocation
+    sites that grew most (``--trace``). Net, so a bounded cache that replaces entries shows
+    no growth; growth that RSS shows and this does not is outside Python's objects (SQLite,
+    the allocator's fragmentation)."""
+    grown = sum(stat.size for stat in after.statistics("filename"))
+    base = sum(stat.size for stat in before.statistics("filename"))
+    print(f"Python heap (traced): {base / 2**20:.2f} -> {grown / 2**20:.2f} MiB; top growth:")
+    for stat in after.compare_to(before, "lineno")[:TRACE_TOP]:
+        print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {stat.traceback}")
 
 
 def _late_growth(samples: list[Sample]) -> tuple[int, int]:
@@ -492,8 +492,11 @@ def _late_growth(samples: list[Sample]) -> tuple[int, int]:
 
 
 async def soak(runs: int, minutes: float, *, trace: bool = False) -> SoakResult:
-    """Run the soak; see the module docstring. ``trace`` prints where the memory allocated
-    after the warm-up went (tracemalloc, which slows the gateway down)."""
+    """Run the soak; see the module docstring. ``trace`` prints the net growth of the Python
+    heap after the warm-up and where it is (tracemalloc, which slows the gateway down and
+    counts its own bookkeeping in RSS)."""
+    if trace:
+        tracemalloc.start()
     seconds = minutes * 60.0
     model, slack = FakeModel(), FakeSlackApi()
     with tempfile.TemporaryDirectory(prefix="herald-soak-") as tmp:
@@ -628,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="tracemalloc: print where memory allocated after warm-up went (slower)",
+        help="tracemalloc: the Python heap's net growth after warm-up, by site (slower)",
     )
     ns = parser.parse_args(argv)
     runs, minutes = (QUICK["runs"], QUICK["minutes"]) if ns.quick else (ns.runs, ns.minutes)
