@@ -171,7 +171,12 @@ class ArchiveScheduler:
         task = asyncio.create_task(self._archive(key))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # The scheduler is shutting down; shutdown() waits for the archive itself, and a
+            # job that raises here would be logged as an error with a traceback.
+            return
 
     async def _archive(self, key: str) -> None:
         try:

@@ -19,11 +19,13 @@ CHUNK_LIMIT: Final = 3_000
 MAX_INBOUND_CHARS: Final = 40_000
 
 #: Event ids (and channel:ts message keys) remembered to drop Slack's retries and the
-#: message/app_mention pair of one post. Slack retries within minutes; 10k ids is ~1 MB.
-DEDUPE_CAPACITY: Final = 10_000
+#: message/app_mention pair of one post. Slack retries within about a minute: 2,000 ids
+#: cover that at well over ten events a second, in ~200 KB.
+DEDUPE_CAPACITY: Final = 2_000
 
-#: Threads the bot takes part in; replies there need no mention. Bounded like the ids.
-ACTIVE_THREADS_CAPACITY: Final = 10_000
+#: Threads the bot takes part in; replies there need no mention. The most recent 2,000
+#: (an older thread needs a mention again).
+ACTIVE_THREADS_CAPACITY: Final = 2_000
 
 #: Messages whose send failed part-way: the next try resumes after the chunks that landed.
 PARTIAL_SENDS_CAPACITY: Final = 256

@@ -26,6 +26,7 @@ import builtins
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -49,7 +50,9 @@ from gateway.state import Origin, SessionRecord, StateDB
 log = logging.getLogger(__name__)
 
 #: Transcript paths remembered per session id (validating one costs more than a write).
-_PATH_CACHE_SIZE: Final = 4096
+#: Transcript paths remembered by session id: the active sessions' (each stat-free to rebuild).
+_PATH_CACHE_SIZE: Final = 1024
+_ARCHIVED_KEYS_KEPT: Final = 4096
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -75,7 +78,10 @@ class SessionStore:
         self._owns_writer = writer is None
         self._clock = clock
         self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
-        self._archived: set[str] = set()
+        # Keys archived by this process, so a caller holding a record from before the rename
+        # cannot append (and recreate the file headless). Sub-agent sessions are archived only
+        # after their run ended, so recent ones are all that can be raced: the set is bounded.
+        self._archived: OrderedDict[str, None] = OrderedDict()
         self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
@@ -373,7 +379,11 @@ class SessionStore:
         if not records:
             return {}, {}
         # From here on appends to these sessions fail, so no line can follow the rename.
-        self._archived.update(r.key for r in records)
+        for record in records:
+            self._archived[record.key] = None
+            self._archived.move_to_end(record.key)
+        while len(self._archived) > _ARCHIVED_KEYS_KEPT:
+            self._archived.popitem(last=False)
         lives = [self.transcript_path(r) for r in records]
         await self.writer.release(lives)
         at = self._clock()
@@ -384,7 +394,7 @@ class SessionStore:
         for record, outcome in zip(records, outcomes, strict=True):
             if isinstance(outcome, OSError):
                 log.error("archive %s: %s", record.key, outcome)
-                self._archived.discard(record.key)
+                self._archived.pop(record.key, None)
                 errors[record.key] = outcome
                 continue
             results[record.key] = outcome
