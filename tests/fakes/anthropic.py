@@ -13,17 +13,14 @@ Retry-After, garbage, delays and hangs) and records every request::
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from tests.fakes.openai import RecordedRequest, Step, masked_headers
+from tests.fakes.provider_server import ProviderFake, Step
 
 #: (id, name, input): a dict is the tool_use input; anything else is sent as given.
 FakeToolUse = tuple[str, str, Any]
@@ -94,33 +91,17 @@ def _shape_problem(body: Any) -> str | None:
     return None
 
 
-class FakeAnthropic:
+class FakeAnthropic(ProviderFake):
     """The fake server; start it with :func:`anthropic_server`."""
+
+    REQUEST_ID_HEADER = "request-id"
 
     def __init__(
         self, *, api_key: str | None = "sk-ant-fake-key", model: str = "claude-sonnet-4-5"
     ) -> None:
-        self.api_key = api_key
-        self.model = model
-        self.requests: list[RecordedRequest] = []
-        self._steps: deque[Step] = deque()
-        self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
-        self.base_url = ""
-
-    @property
-    def pending(self) -> int:
-        """Scripted answers not yet played."""
-        return len(self._steps)
+        super().__init__(api_key=api_key, model=model)
 
     # -- scripting ------------------------------------------------------------------------
-
-    def enqueue(self, step: Step) -> None:
-        self._steps.append(step)
-
-    def reply_json(self, body: Any, *, status: int = 200, delay: float = 0.0) -> None:
-        self.enqueue(Step(status=status, body=orjson.dumps(body), delay=delay))
 
     def message(
         self,
@@ -203,26 +184,8 @@ class FakeAnthropic:
 
     # -- serving --------------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        try:
-            body: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = None
-        key = request.headers.get("x-api-key")
-        authorized = self.api_key is None or key == self.api_key
-        self.requests.append(
-            RecordedRequest(
-                request.method, request.path, masked_headers(request.headers), authorized, body, raw
-            )
-        )
-        step = self._check(request, authorized, body) or self._next_step()
-        if step.delay:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), step.delay)
-        headers = {"Content-Type": "application/json", "request-id": f"req_{len(self.requests)}"}
-        headers.update(step.headers)
-        return web.Response(status=step.status, body=step.body, headers=headers)
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("x-api-key") == self.api_key
 
     def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
         if request.method != "POST" or request.path != "/v1/messages":
@@ -238,29 +201,10 @@ class FakeAnthropic:
             return anthropic_error(400, "invalid_request_error", problem)
         return None
 
-    def _next_step(self) -> Step:
+    def _next_step(self, body: Any) -> Step:
         if not self._steps:
             return anthropic_error(500, "api_error", "fake anthropic: script exhausted")
         return self._steps.popleft()
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        # handler_cancellation: a client that gives up (timeout) ends the handler too.
-        self._runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}"
-
-    async def close(self) -> None:
-        self._closing.set()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
 
 
 @asynccontextmanager

@@ -17,57 +17,19 @@ function of the request body that returns the :class:`Step` to answer with
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from tests.fakes.provider_server import ProviderFake, Responder, Step
+
+__all__ = ["FakeOpenAI", "FakeToolCall", "Step", "openai_error", "openai_server"]
+
 #: (id, name, arguments): a dict is sent as its JSON string, a str is sent as given.
 FakeToolCall = tuple[str, str, dict[str, Any] | str]
-
-SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedRequest:
-    """One request as the fake saw it; secret header values are masked."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    authorized: bool
-    body: Any
-    raw: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One scripted answer: sent after ``delay`` seconds (the server wakes early on close)."""
-
-    status: int = 200
-    body: bytes = b""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-#: Answers a request by its content (the decoded JSON body) when no scripted step is queued.
-Responder = Callable[[Any], Step]
-
-
-def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers with secret values replaced: ``Bearer ***``, ``***``."""
-    shown: dict[str, str] = {}
-    for name, value in headers.items():
-        if name.lower() in SECRET_HEADERS:
-            value = "Bearer ***" if value.startswith("Bearer ") else "***"
-        shown[name] = value
-    return shown
 
 
 def openai_error(status: int, message: str, kind: str, code: str | None = None) -> Step:
@@ -121,34 +83,21 @@ def _shape_problem(body: Any) -> str | None:
     return None
 
 
-class FakeOpenAI:
+class FakeOpenAI(ProviderFake):
     """The fake server; start it with :func:`openai_server`."""
 
-    def __init__(self, *, api_key: str | None = "sk-fake-openai-key", model: str = "gpt-4o-mini"):
-        self.api_key = api_key
-        self.model = model
-        self.requests: list[RecordedRequest] = []
-        self._steps: deque[Step] = deque()
-        self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-        self._ids = itertools.count(1)
-        self.base_url = ""
+    URL_SUFFIX = "/v1"
+    REQUEST_ID_HEADER = "x-request-id"
+
+    def __init__(
+        self, *, api_key: str | None = "sk-fake-openai-key", model: str = "gpt-4o-mini"
+    ) -> None:
+        super().__init__(api_key=api_key, model=model)
         #: When set, answers every request the queue has no step for, by its content: for
         #: tests whose requests interleave, so that a fixed order of answers cannot work.
         self.responder: Responder | None = None
 
-    @property
-    def pending(self) -> int:
-        """Scripted answers not yet played."""
-        return len(self._steps)
-
     # -- scripting ------------------------------------------------------------------------
-
-    def enqueue(self, step: Step) -> None:
-        self._steps.append(step)
-
-    def reply_json(self, body: Any, *, status: int = 200, delay: float = 0.0) -> None:
-        self.enqueue(Step(status=status, body=orjson.dumps(body), delay=delay))
 
     def completion(
         self,
@@ -272,30 +221,11 @@ class FakeOpenAI:
 
     # -- serving --------------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        try:
-            body: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = None
-        auth = request.headers.get("Authorization")
-        authorized = self.api_key is None or auth == f"Bearer {self.api_key}"
-        self.requests.append(
-            RecordedRequest(
-                request.method, request.path, masked_headers(request.headers), authorized, body, raw
-            )
-        )
-        step = self._check(request, auth, authorized, body) or self._next_step(body)
-        if step.delay:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), step.delay)
-        headers = {"Content-Type": "application/json", "x-request-id": f"req_{len(self.requests)}"}
-        headers.update(step.headers)
-        return web.Response(status=step.status, body=step.body, headers=headers)
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
 
-    def _check(
-        self, request: web.Request, auth: str | None, authorized: bool, body: Any
-    ) -> Step | None:
+    def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
+        auth = request.headers.get("Authorization")
         if request.method != "POST" or request.path != "/v1/chat/completions":
             message = f"Invalid URL ({request.method} {request.path})"
             return openai_error(404, message, "invalid_request_error")
@@ -321,31 +251,12 @@ class FakeOpenAI:
             return openai_error(400, problem, "invalid_request_error")
         return None
 
-    def _next_step(self, body: Any = None) -> Step:
+    def _next_step(self, body: Any) -> Step:
         if not self._steps and self.responder is not None:
             return self.responder(body)
         if not self._steps:
             return openai_error(500, "fake openai: script exhausted", "server_error")
         return self._steps.popleft()
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        # handler_cancellation: a client that gives up (timeout) ends the handler too.
-        self._runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-
-    async def close(self) -> None:
-        self._closing.set()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
 
 
 @asynccontextmanager

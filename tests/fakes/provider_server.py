@@ -1,0 +1,145 @@
+"""What the OpenAI and Anthropic fakes share: a loopback aiohttp server that records every
+request (secret headers masked) and answers from a queue of scripted :class:`Step` s.
+
+A vendor fake subclasses :class:`ProviderFake` and supplies the parts that differ: how a
+request is authorised, what a well-formed request is (``_check``, answering the vendor's
+own error shapes), what to answer when the queue is empty, and its URL prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import orjson
+from aiohttp import web
+
+SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the fake saw it; secret header values are masked."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    authorized: bool
+    body: Any
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One scripted answer: sent after ``delay`` seconds (the server wakes early on close)."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+#: Answers a request by its content (the decoded JSON body) when no scripted step is queued.
+Responder = Callable[[Any], Step]
+
+
+def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers with secret values replaced: ``Bearer ***``, ``***``."""
+    shown: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.lower() in SECRET_HEADERS:
+            value = "Bearer ***" if value.startswith("Bearer ") else "***"
+        shown[name] = value
+    return shown
+
+
+class ProviderFake:
+    """The serving skeleton of a provider fake; see the module docstring."""
+
+    #: Appended to the server's root to form :attr:`base_url` (``/v1`` for OpenAI).
+    URL_SUFFIX: ClassVar[str] = ""
+    #: The header carrying a request id, as the vendor names it.
+    REQUEST_ID_HEADER: ClassVar[str] = "x-request-id"
+
+    def __init__(self, *, api_key: str | None, model: str) -> None:
+        self.api_key = api_key
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+        self.base_url = ""
+
+    @property
+    def pending(self) -> int:
+        """Scripted answers not yet played."""
+        return len(self._steps)
+
+    def enqueue(self, step: Step) -> None:
+        self._steps.append(step)
+
+    def reply_json(self, body: Any, *, status: int = 200, delay: float = 0.0) -> None:
+        self.enqueue(Step(status=status, body=orjson.dumps(body), delay=delay))
+
+    # -- what a vendor fake supplies ------------------------------------------------------
+
+    def _authorized(self, request: web.Request) -> bool:
+        raise NotImplementedError
+
+    def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
+        """The vendor's error for a request it would refuse, or None."""
+        raise NotImplementedError
+
+    def _next_step(self, body: Any) -> Step:
+        """The answer to a request that passed ``_check``."""
+        raise NotImplementedError
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        authorized = self.api_key is None or self._authorized(request)
+        self.requests.append(
+            RecordedRequest(
+                request.method, request.path, masked_headers(request.headers), authorized, body, raw
+            )
+        )
+        step = self._check(request, authorized, body) or self._next_step(body)
+        if step.delay:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), step.delay)
+        headers = {
+            "Content-Type": "application/json",
+            self.REQUEST_ID_HEADER: f"req_{len(self.requests)}",
+        }
+        headers.update(step.headers)
+        return web.Response(status=step.status, body=step.body, headers=headers)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a client that gives up (timeout) ends the handler too.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}{self.URL_SUFFIX}"
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
