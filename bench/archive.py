@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench._common import format_table, row
 from gateway.archive import ArchiveScheduler
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionStore, archived_path, encode_line, header_record, sessions_dir
@@ -120,13 +121,12 @@ async def _measure() -> list[dict[str, Any]]:
             bare.append(_baseline(root / "bare"))
     best, base = min(herald), min(bare)
     return [
-        {
-            "figure": f"s, archive {SESSIONS:,} overdue sessions at start",
-            "herald": round(best, 3),
-            "baseline": round(base, 3),
-            "ratio": round(best / base, 2),
-            "goal": "(report: seconds and ratio)",
-        }
+        row(
+            f"s, archive {SESSIONS:,} overdue sessions at start",
+            best,
+            base,
+            "(report: seconds and ratio)",
+        )
     ]
 
 
@@ -137,13 +137,7 @@ def run() -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the benchmark's rows as a small table."""
-    rows = run()
-    print(f"{'figure':<50} {'herald':>8} {'baseline':>9} {'ratio':>6}  goal")
-    for row in rows:
-        print(
-            f"{row['figure']:<50} {row['herald']:>8} {row['baseline']:>9} "
-            f"{row['ratio']:>6}  {row['goal']}"
-        )
+    print(format_table(run()))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench._common import format_table, row
 from lanes import Lane
 
 JOBS = 100_000
@@ -123,20 +124,20 @@ async def _measure(jobs: int, rounds: int) -> list[dict[str, Any]]:
     lane_bytes = await _queued_bytes(_fill_lane, jobs)
     sem_bytes = await _queued_bytes(_fill_semaphore, jobs)
     return [
-        {
-            "figure": f"seconds for {jobs:,} no-op jobs, width {WIDTH}",
-            "herald": round(lane_time, 4),
-            "baseline": round(sem_time, 4),
-            "ratio": round(lane_time / sem_time, 3),
-            "goal": f"ratio <= {TIME_RATIO_GOAL}",
-        },
-        {
-            "figure": f"bytes per queued job ({jobs:,} queued)",
-            "herald": round(lane_bytes, 1),
-            "baseline": round(sem_bytes, 1),
-            "ratio": round(lane_bytes / sem_bytes, 3),
-            "goal": f"herald <= {BYTES_PER_QUEUED_JOB_GOAL}",
-        },
+        row(
+            f"seconds for {jobs:,} no-op jobs, width {WIDTH}",
+            lane_time,
+            sem_time,
+            f"ratio <= {TIME_RATIO_GOAL}",
+            digits=4,
+        ),
+        row(
+            f"bytes per queued job ({jobs:,} queued)",
+            lane_bytes,
+            sem_bytes,
+            f"herald <= {BYTES_PER_QUEUED_JOB_GOAL}",
+            digits=1,
+        ),
     ]
 
 
@@ -150,13 +151,7 @@ def run(jobs: int = JOBS, *, rounds: int = ROUNDS) -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the benchmark's rows as a small table."""
-    rows = run()
-    print(f"{'figure':<40} {'herald':>10} {'baseline':>10} {'ratio':>7}  goal")
-    for row in rows:
-        print(
-            f"{row['figure']:<40} {row['herald']:>10} {row['baseline']:>10} "
-            f"{row['ratio']:>7}  {row['goal']}"
-        )
+    print(format_table(run()))
 
 
 if __name__ == "__main__":

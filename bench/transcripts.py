@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._common import format_table, row
 from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.sessions import SessionKey, SessionStore, encode_line, message_record
 from gateway.state import SessionRecord, StateDB
@@ -143,27 +144,14 @@ async def _measure() -> list[dict[str, Any]]:
     total = SESSIONS * PER_SESSION
     herald, base = min(queued), min(plain)
     return [
-        {
-            "figure": f"s, {total:,} appends / {SESSIONS} sessions vs sync write",
-            "herald": round(herald, 3),
-            "baseline": round(base, 3),
-            "ratio": round(herald / base, 2),
-            "goal": f"ratio <= {RATIO_GOAL}",
-        },
-        {
-            "figure": "  same, vs writing pre-encoded bytes",
-            "herald": round(herald, 3),
-            "baseline": round(min(raw), 3),
-            "ratio": round(herald / min(raw), 2),
-            "goal": "(information)",
-        },
-        {
-            "figure": "  same, each append awaiting its write",
-            "herald": round(min(waited), 3),
-            "baseline": round(base, 3),
-            "ratio": round(min(waited) / base, 2),
-            "goal": "(information)",
-        },
+        row(
+            f"s, {total:,} appends / {SESSIONS} sessions vs sync write",
+            herald,
+            base,
+            f"ratio <= {RATIO_GOAL}",
+        ),
+        row("  same, vs writing pre-encoded bytes", herald, min(raw), "(information)"),
+        row("  same, each append awaiting its write", min(waited), base, "(information)"),
     ]
 
 
@@ -174,13 +162,7 @@ def run() -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the benchmark's rows as a small table."""
-    rows = run()
-    print(f"{'figure':<50} {'herald':>8} {'baseline':>9} {'ratio':>6}  goal")
-    for row in rows:
-        print(
-            f"{row['figure']:<50} {row['herald']:>8} {row['baseline']:>9} "
-            f"{row['ratio']:>6}  {row['goal']}"
-        )
+    print(format_table(run()))
 
 
 if __name__ == "__main__":
