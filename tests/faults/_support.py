@@ -26,7 +26,7 @@ from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.runtime.chat import context_for_session
 from gateway.services import Services
 from gateway.sessions import key_for_inbound
-from gateway.state import FINISHED_STATUSES, Origin, RunRecord
+from gateway.state import FINISHED_STATUSES, Origin, OutboxRecord, RunRecord
 from gateway.subagents.manager import SpawnRequest
 from gateway.tools import ToolContext
 
@@ -68,6 +68,25 @@ async def chat_context(services: Services, origin: Origin, agent_id: str = "main
     )
     session = await services.store.ensure(key, origin=origin)
     return context_for_session(services, session)
+
+
+async def plant_delivered_announce(
+    services: Services, run_id: str, run_changes: dict[str, object]
+) -> None:
+    """Write what a kill mid-way through the announce step leaves: the run's announce
+    recorded as delivered to chat ``c1`` of the memory channel, the run as ``run_changes``."""
+    await services.db.outbox.insert_for_run(
+        OutboxRecord(
+            channel="memory",
+            account="default",
+            chat_id="c1",
+            text="the announce",
+            created_at=0.0,
+            run_id=run_id,
+            state="delivered",
+        ),
+        run_changes,
+    )
 
 
 async def spawn_runs(

@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
-from gateway.state import FINISHED_STATUSES, Origin, OutboxRecord, StateDB
+from gateway.state import FINISHED_STATUSES, Origin, StateDB
 from gateway.subagents.manager import SpawnRequest
 from gateway.subagents.outbox import UNCERTAIN
 from tests.faults._support import (
@@ -40,6 +40,7 @@ from tests.faults._support import (
     chat_context,
     duplicates,
     fault_seed,
+    plant_delivered_announce,
     spawn_runs,
 )
 from tests.gateway.daemon_process import (
@@ -258,17 +259,8 @@ async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_resta
         ctx = await chat_context(gw.services, origin)
         (run_id,) = await spawn_runs(gw.services, ctx, ["task: x"])
         # What a kill between the outbox's two writes leaves: delivered, the run not told.
-        await gw.services.db.outbox.insert_for_run(
-            OutboxRecord(
-                channel="memory",
-                account="default",
-                chat_id="c1",
-                text="the announce",
-                created_at=0.0,
-                run_id=run_id,
-                state="delivered",
-            ),
-            {"status": "done", "outcome": "done", "announce_state": "queued"},
+        await plant_delivered_announce(
+            gw.services, run_id, {"status": "done", "outcome": "done", "announce_state": "queued"}
         )
     async with running_gateway(tmp_path, state_dir=state) as gw:
         run = await gw.services.db.runs.get(run_id)
@@ -288,16 +280,9 @@ async def test_a_cleanup_delete_child_a_kill_left_live_is_archived_after_a_resta
         result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", cleanup="delete"))
         run_id, child_key = result["runId"], result["childSessionKey"]
         # What a kill right after the announce was queued leaves: final, child still live.
-        await gw.services.db.outbox.insert_for_run(
-            OutboxRecord(
-                channel="memory",
-                account="default",
-                chat_id="c1",
-                text="the announce",
-                created_at=0.0,
-                run_id=run_id,
-                state="delivered",
-            ),
+        await plant_delivered_announce(
+            gw.services,
+            run_id,
             {"status": "done", "outcome": "done", "announce_state": "delivered"},
         )
     async with running_gateway(tmp_path, state_dir=state) as gw:
