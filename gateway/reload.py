@@ -24,11 +24,6 @@ ReloadListener = Callable[[HeraldSettings, HeraldSettings], None]
 RESTART_KEYS = ("gateway.host", "gateway.port", "gateway.stateDir", "channels")
 
 
-def secret_values(settings: HeraldSettings) -> list[str]:
-    """Every configured secret value, for the log redactor."""
-    return settings.secret_values()
-
-
 def _pick(settings: HeraldSettings, dotted: str) -> object:
     data: object = settings.model_dump(by_alias=True, mode="json")
     for part in dotted.split("."):
@@ -47,7 +42,7 @@ class SettingsHolder:
     _listeners: list[ReloadListener] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        REDACTOR.set_secrets(secret_values(self.current))
+        REDACTOR.set_secrets(self.current.secret_values())
 
     def subscribe(self, listener: ReloadListener) -> None:
         """Call ``listener(old, new)`` after every successful reload."""
@@ -77,7 +72,7 @@ class SettingsHolder:
                 extra={"keys": needs_restart},
             )
         self.current = new
-        REDACTOR.set_secrets(secret_values(new))
+        REDACTOR.set_secrets(new.secret_values())
         for listener in self._listeners:
             try:
                 listener(old, new)

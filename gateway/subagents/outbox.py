@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from channels import Channel, ChannelSendError, OutboundMessage, SentMessage
-from gateway.state import OutboxRecord, RecordNotFoundError, StateDB
+from gateway.state import OutboxRecord, StateDB
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,6 @@ class Outbox:
         """Settle items a crash left mid-send, then start delivering. Returns that count."""
         uncertain = await self._db.outbox.mark_interrupted_sends(UNCERTAIN)
         await self._db.outbox.reconcile_runs()
-        for item in await self._db.outbox.list(states=["failed"]):
-            if item.last_error == UNCERTAIN and item.run_id is not None:
-                await self._record_on_run(item, "uncertain", UNCERTAIN)
         if uncertain:
             logger.warning("outbox: sends cut off by a restart", extra={"count": uncertain})
         self._task = asyncio.create_task(self._loop(), name="outbox")
@@ -187,12 +184,6 @@ class Outbox:
             extra={"run_id": item.run_id, "channel": item.channel, "error": error},
         )
         self._notify(item)
-
-    async def _record_on_run(self, item: OutboxRecord, state: str, error: str | None) -> None:
-        if item.run_id is None:
-            return
-        with contextlib.suppress(RecordNotFoundError):
-            await self._db.runs.update(item.run_id, announce_state=state, announce_error=error)
 
     def _notify(self, item: OutboxRecord) -> None:
         for listener in self._listeners:

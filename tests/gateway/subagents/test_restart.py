@@ -111,6 +111,9 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
         assert uncertain is not None
         assert uncertain.state == "failed"
         assert uncertain.last_error == UNCERTAIN
+        cut_off = await gw.services.db.runs.get(ids[1])
+        assert cut_off is not None
+        assert (cut_off.announce_state, cut_off.announce_error) == ("uncertain", UNCERTAIN)
         assert [m.text for m in gw.channel.sent if m.kind == "announce"] == [f"text {ids[0]}"]
         for run_id in ids:
             assert (await gw.finished(run_id)).status == "done"
