@@ -26,13 +26,17 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from channels import InboundMessage, OutboundMessage, SentMessage
+from channels import Channel, InboundMessage, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway.app import SERVICES_KEY, build_app
-from gateway.components import close_services, open_services, prepare_app, resources_for
+from gateway import app as wiring
+from gateway.agent import ToolContexts
+from gateway.api.keys import SESSION_STORE
 from gateway.reload import SettingsHolder
-from gateway.services import Services
+from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
+from gateway.state import StateDB
+from gateway.subagents import RunManager, Spawner
+from gateway.tools import ToolRegistry
 
 Row = dict[str, Any]
 
@@ -209,40 +213,73 @@ class CountingChannel(MemoryChannel):
         return self.inbound(text, chat_id=chat_id)
 
 
+class Gateway:
+    """A started gateway app's parts, as the benchmarks use them."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    @property
+    def settings(self) -> HeraldSettings:
+        return self.app[wiring.SETTINGS].current
+
+    @property
+    def db(self) -> StateDB:
+        return self.app[wiring.STATE]
+
+    @property
+    def store(self) -> SessionStore:
+        return self.app[SESSION_STORE]
+
+    @property
+    def lanes(self) -> wiring.Lanes:
+        return self.app[wiring.LANES]
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self.app[wiring.TOOLS].current
+
+    @property
+    def contexts(self) -> ToolContexts:
+        return self.app[wiring.CONTEXTS]
+
+    @property
+    def runs(self) -> RunManager:
+        return self.app[wiring.SUBAGENTS].manager
+
+    @property
+    def spawner(self) -> Spawner:
+        return self.app[wiring.SUBAGENTS].spawner
+
+
 @asynccontextmanager
 async def running_services(
-    settings: HeraldSettings, config_dir: Path, channel: MemoryChannel
-) -> AsyncIterator[Services]:
-    """Every gateway service, started as the daemon starts them, with ``channel`` as the chat."""
-    holder = SettingsHolder(settings)
-    services = await open_services(holder, config_dir)
+    settings: HeraldSettings, config_dir: Path, channel: Channel
+) -> AsyncIterator[Gateway]:
+    """The gateway's app, started as the daemon starts it (no socket), ``channel`` the chat."""
+    app = wiring.build_app(
+        SettingsHolder(settings), config_dir=config_dir, channels={channel.name: channel}
+    )
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
     try:
-        services.channels[channel.name] = channel
-        await channel.start(services.require_chat().handle_inbound)
-        await services.outbox.start()
-        await services.archive.start()
-        if services.subagents is not None:
-            await services.subagents.recover()
-        yield services
+        yield Gateway(app)
     finally:
-        await channel.stop()
-        await close_services(services, drain_seconds=0)
+        await runner.cleanup()
 
 
 @asynccontextmanager
 async def running_app(
     settings: HeraldSettings, config_dir: Path
-) -> AsyncIterator[tuple[str, Services]]:
-    """The daemon's aiohttp app (``build_app`` + ``prepare_app``) on a free loopback port."""
-    holder = SettingsHolder(settings)
-    app = build_app(holder, resources=resources_for(holder, config_dir))
-    prepare_app(app, holder)
+) -> AsyncIterator[tuple[str, Gateway]]:
+    """The daemon's aiohttp app (``build_app``) on a free loopback port."""
+    app = wiring.build_app(SettingsHolder(settings), config_dir=config_dir)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     try:
         site = web.TCPSite(runner, HOST, 0)
         await site.start()
-        yield _url_of(runner), app[SERVICES_KEY]
+        yield _url_of(runner), Gateway(app)
     finally:
         await runner.cleanup()
 

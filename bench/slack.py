@@ -29,8 +29,6 @@ from bench._common import (
     running_services,
 )
 from channels.slack import SlackChannel, SlackConfig
-from gateway.components import close_services, open_services
-from gateway.reload import SettingsHolder
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 
 QUICK = {"messages": 100}
@@ -41,7 +39,6 @@ HANG_GUARD_SECONDS = 600
 async def _through_slack(messages: int, users: int, base_url: str, state: Path) -> float:
     fake = FakeSlack(channels={f"D{n}" for n in range(users)})
     await fake.start()
-    services = await open_services(SettingsHolder(bench_settings(state, base_url)), state)
     channel = SlackChannel(
         SlackConfig.model_validate(
             {
@@ -53,24 +50,21 @@ async def _through_slack(messages: int, users: int, base_url: str, state: Path) 
         )
     )
     try:
-        services.channels["slack"] = channel
-        await channel.start(services.require_chat().handle_inbound)
-        await fake.wait_connected()
-        events = [
-            fake.message(f"hello {n}", channel=f"D{n % users}", user=f"U{n % users}")
-            for n in range(messages)
-        ]
-        started = time.perf_counter()
-        for event in events:
-            await fake.push_event(event)
-        async with asyncio.timeout(HANG_GUARD_SECONDS):
-            while len(fake.posts) < messages:  # the fake's own wait gives up after 5 s
-                with contextlib.suppress(TimeoutError):
-                    await fake.wait_posts(messages)
-        return time.perf_counter() - started
+        async with running_services(bench_settings(state, base_url), state, channel):
+            await fake.wait_connected()
+            events = [
+                fake.message(f"hello {n}", channel=f"D{n % users}", user=f"U{n % users}")
+                for n in range(messages)
+            ]
+            started = time.perf_counter()
+            for event in events:
+                await fake.push_event(event)
+            async with asyncio.timeout(HANG_GUARD_SECONDS):
+                while len(fake.posts) < messages:  # the fake's own wait gives up after 5 s
+                    with contextlib.suppress(TimeoutError):
+                        await fake.wait_posts(messages)
+            return time.perf_counter() - started
     finally:
-        await channel.stop()
-        await close_services(services, drain_seconds=0)
         await fake.close()
 
 

@@ -57,9 +57,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from bench._common import HOST, Row, format_table, row, rss_bytes, running_app
+from bench._common import HOST, Gateway, Row, format_table, row, rss_bytes, running_app
 from gateway.constants import TRANSCRIPT_SUFFIX
-from gateway.services import Services
 from gateway.sessions.writer import DEFAULT_MAX_OPEN_FILES
 from gateway.settings import HeraldSettings
 
@@ -343,7 +342,7 @@ class Sample:
 @dataclass
 class Soak:
     url: str
-    services: Services
+    services: Gateway
     slack: FakeSlackApi
     http: aiohttp.ClientSession
     samples: list[Sample] = field(default_factory=list)
@@ -430,7 +429,7 @@ class SoakResult:
         return 100.0 * (self.end_rss - self.base_rss) / self.base_rss
 
 
-async def _failed_runs(services: Services) -> int:
+async def _failed_runs(services: Gateway) -> int:
     bad = ("error", "timeout", "cancelled", "interrupted")
     return len(await services.db.runs.list(statuses=bad))
 

@@ -13,7 +13,7 @@ and the same number of ``GET /healthz`` calls with the same concurrency: the HTT
 floor under the same load. Figures: p50 and p99 latency. Goal: p99 ratio ≤ 1.5×.
 
 **Memory per queued run.** With the lane held the same way, ``queued`` runs are spawned
-through ``SubagentManager.spawn``. A queued run holds, in the process: its lane entry (a job
+through ``Spawner.spawn``. A queued run holds, in the process: its lane entry (a job
 handle and the closure that will run it) and the manager's run-id → handle map entry; on
 disk: its ``runs`` and ``sessions`` rows and a transcript with its header and ``spawned``
 event (plus one event line in the parent's). Caches bounded by design (SQLite's page cache
@@ -50,6 +50,7 @@ import aiohttp
 from bench._common import (
     HOLD_TASK,
     CountingChannel,
+    Gateway,
     Row,
     bench_settings,
     fake_openai,
@@ -62,11 +63,9 @@ from bench._common import (
     running_app,
     running_services,
 )
-from gateway.runtime.chat import context_for_session
-from gateway.services import Services
 from gateway.sessions import SessionKey
 from gateway.state import Origin
-from gateway.subagents.manager import SpawnRequest, SubagentManager
+from gateway.subagents import SpawnAccepted, Spawner, SpawnRequest
 from gateway.tools import ToolContext
 
 CALLS = 10_000
@@ -82,25 +81,22 @@ QUICK: dict[str, Any] = {"calls": 200, "clients": 8, "queued": 200, "subagents":
 ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
 
 
-async def _requester(services: Services) -> ToolContext:
+async def _requester(services: Gateway) -> ToolContext:
     """The tool context of a chat session on the in-memory channel (announces go there)."""
     key = SessionKey.chat_channel("main", ORIGIN.channel, ORIGIN.chat_id, None)
     session = await services.store.ensure(key, origin=ORIGIN)
-    return context_for_session(services, session)
+    return services.contexts.for_session(session)
 
 
-def _manager(services: Services) -> SubagentManager:
-    if services.subagents is None:
-        raise SystemExit("bench.spawn: the gateway has no sub-agent manager")
-    return services.subagents
+def _manager(services: Gateway) -> Spawner:
+    return services.spawner
 
 
-async def _spawn(manager: SubagentManager, ctx: ToolContext, task: str) -> str:
+async def _spawn(manager: Spawner, ctx: ToolContext, task: str) -> str:
     result = await manager.spawn(ctx, SpawnRequest(task=task, label="bench"))
-    if result["status"] != "accepted":
+    if not isinstance(result, SpawnAccepted):
         raise SystemExit(f"bench.spawn: spawn refused: {result}")
-    run_id: str = result["runId"]
-    return run_id
+    return result.run_id
 
 
 # -- accept latency --------------------------------------------------------------------
@@ -179,7 +175,7 @@ async def _baseline_fill(count: int) -> Release:
     return release
 
 
-async def _herald_fill(services: Services, ctx: ToolContext, count: int) -> Release:
+async def _herald_fill(services: Gateway, ctx: ToolContext, count: int) -> Release:
     manager = _manager(services)
     before = services.lanes.subagent.queued
     for n in range(count):

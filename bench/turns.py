@@ -37,6 +37,7 @@ from bench._common import (
     TOOL_ARGUMENTS,
     CountingChannel,
     FakeOpenAI,
+    Gateway,
     Row,
     bench_settings,
     fake_openai,
@@ -45,7 +46,6 @@ from bench._common import (
     row,
     running_services,
 )
-from gateway.services import Services
 from gateway.tools import tools_for_agent
 
 RUNS = 1000
@@ -64,7 +64,7 @@ TEXT = "Please look at what is in the workspace, three times over."
 
 
 async def _herald_round(
-    services: Services,
+    services: Gateway,
     channel: CountingChannel,
     fake: FakeOpenAI,
     *,
@@ -92,7 +92,7 @@ async def _herald_round(
     return cpu, wall, bodies
 
 
-def _check_tool(services: Services, tool: str) -> None:
+def _check_tool(services: Gateway, tool: str) -> None:
     """The fake's tool call must be valid and allowed, or the rounds would measure errors."""
     services.tools.validate(tool, TOOL_ARGUMENTS.get(tool, {}))
     if tool not in tools_for_agent(services.settings, "main", services.tools):

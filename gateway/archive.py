@@ -9,7 +9,8 @@ for each of them), the rest get a job each. Jobs never expire as missed
 (``misfire_grace_time=None``): a job that fires late, say after the machine slept, still
 archives. ``archiveAfterMinutes: 0`` disables the scheduler: nothing is scheduled or
 archived by it (explicit archives, e.g. ``cleanup: "delete"``, still work through
-:meth:`ArchiveScheduler.archive_now` or the store).
+:meth:`ArchiveScheduler.archive_now` or the store). A reload changes the delay through
+:meth:`ArchiveScheduler.reconfigure`; turning auto-archive on rebuilds the schedule then.
 """
 
 from __future__ import annotations
@@ -89,9 +90,24 @@ class ArchiveScheduler:
         if self._started or self._stopped:
             return 0
         self._started = True
+        self._scheduler.start()
         if not self.enabled:
             log.info("auto-archive disabled (archiveAfterMinutes is 0)")
             return 0
+        return await self._rebuild()
+
+    async def reconfigure(self, archive_after_minutes: float) -> int:
+        """Take a reloaded ``archiveAfterMinutes``; when that turns auto-archive on, rebuild
+        the schedule from the database now. Returns how many overdue sessions it archived."""
+        if archive_after_minutes < 0:
+            raise ValueError("archive_after_minutes must be 0 (disabled) or more")
+        was_enabled = self.enabled
+        self._after = archive_after_minutes * 60.0
+        if self.enabled and not was_enabled and self._started and not self._stopped:
+            return await self._rebuild()
+        return 0
+
+    async def _rebuild(self) -> int:
         now = self._clock()
         # Overdue sessions in one batch, without a scheduler job each (after a long
         # downtime there may be thousands); the rest get a job each.
@@ -101,7 +117,6 @@ class ArchiveScheduler:
         pending = await self._store.db.sessions.archive_schedule(after=now)
         for key, due in pending:
             self._add_job(key, due)
-        self._scheduler.start()
         log.info(
             "auto-archive started: %d overdue archived, %d scheduled", len(results), len(pending)
         )

@@ -17,10 +17,18 @@ EXIT_CONFIG: Final = 78
 #: Session, agent and chat ids after normalising (DESIGN §7).
 ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
-#: Lane names (DESIGN §6).
+#: Lane names. The per-session lane is one keyed lane: a key runs one job at a time.
 MAIN_LANE: Final = "main"
 SUBAGENT_LANE: Final = "subagent"
-SESSION_LANE_PREFIX: Final = "session:"
+SESSION_LANE: Final = "session"
+#: Sessions that may hold a turn at once; each waits for a ``main`` slot inside its turn, so
+#: this must be wide (it bounds held turns, not model calls).
+SESSION_LANE_WIDTH: Final = 1024
+#: Chat turns waiting for their session's lane: past this a chat is told "busy" instead of
+#: memory growing without bound under a flood (a few KB per queued message).
+SESSION_LANE_MAX_QUEUED: Final = 10_000
+#: Turns waiting for a ``main`` slot: at most one per session holding its lane.
+MAIN_LANE_MAX_QUEUED: Final = SESSION_LANE_WIDTH
 
 #: Files under the state directory (DESIGN §7).
 STATE_DB_NAME: Final = "herald.db"

@@ -15,7 +15,6 @@ from aiohttp import web
 
 from channels import ChannelStartError
 from gateway.app import build_app
-from gateway.components import prepare_app, resources_for
 from gateway.constants import EXIT_CONFIG
 from gateway.reload import SettingsHolder
 from gateway.sdnotify import Notifier
@@ -58,8 +57,7 @@ async def serve(
     harden_process()
     notifier = notifier or Notifier.from_env()
     settings = holder.current
-    app = build_app(holder, resources=resources_for(holder, config_dir))
-    prepare_app(app, holder)
+    app = build_app(holder, config_dir=config_dir)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -48,6 +48,11 @@ class SettingsHolder:
         """Call ``listener(old, new)`` after every successful reload."""
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: ReloadListener) -> None:
+        """Stop calling ``listener`` (a no-op when it is not subscribed)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def reload(self) -> bool:
         """Load the config file again; apply it when valid. Returns whether it was applied."""
         from gateway.config_loader import load_settings

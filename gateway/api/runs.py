@@ -10,19 +10,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from gateway.agent import InvokeError, ToolNotAllowedError
+from gateway.agent import SessionNotFoundError as NoSessionError
 from gateway.api.errors import json_error
-from gateway.runtime.chat import context_for_session
-from gateway.services import Services
-from gateway.sessions import SessionKey, SessionKeyError, current_transcript_path
+from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.sessions import SessionKey, SessionKeyError, SessionStore, current_transcript_path
 from gateway.state import RUN_STATUSES, RunRecord
-from gateway.subagents.manager import RunFinishedError, RunNotFoundError
-from gateway.subagents.views import run_json
-from gateway.tools import ToolArgumentsError, UnknownToolError, tools_for_agent, tools_for_subagent
+from gateway.subagents import RunFinishedError, RunNotFoundError, run_json
+from gateway.tools import ToolArgumentsError, UnknownToolError
 
 MAX_RUNS_LIMIT = 500
 
@@ -42,126 +41,97 @@ async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
     return body
 
 
-def run_routes(get: Callable[[], Services]) -> list[web.RouteDef]:
-    """The tool and run routes; ``get`` returns the services once the app has started."""
+async def _describe(store: SessionStore, run: RunRecord) -> dict[str, Any]:
+    path: str | None = None
+    session = await store.get(run.child_session_key)
+    if session is not None:
+        current = current_transcript_path(store.state_dir, session)
+        path = str(current) if current else None
+    return run_json(run, transcript_path=path)
 
-    async def describe(services: Services, run: RunRecord) -> dict[str, Any]:
-        path: str | None = None
-        session = await services.store.get(run.child_session_key)
-        if session is not None:
-            current = current_transcript_path(services.store.state_dir, session)
-            path = str(current) if current else None
-        return run_json(run, transcript_path=path)
 
-    async def invoke(request: web.Request) -> web.Response:
-        services = get()
-        body = await _json_body(request)
-        if isinstance(body, web.Response):
-            return body
-        unknown = sorted(set(body) - {"tool", "args", "sessionKey"})
-        if unknown:
+async def invoke(request: web.Request) -> web.Response:
+    invoker = request.app[TOOL_INVOKER]
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
+    unknown = sorted(set(body) - {"tool", "args", "sessionKey"})
+    if unknown:
+        return json_error(400, "unknown_field", f"unknown field {unknown[0]!r}", field=unknown[0])
+    tool = body.get("tool")
+    if not isinstance(tool, str) or not tool:
+        return json_error(400, "invalid_field", "tool must be a tool name", field="tool")
+    args = body.get("args", {})
+    if not isinstance(args, dict):
+        return json_error(400, "invalid_field", "args must be an object", field="args")
+    raw_key = body.get("sessionKey", invoker.default_session_key())
+    if not isinstance(raw_key, str):
+        return json_error(400, "invalid_field", "sessionKey must be a string", field="sessionKey")
+    try:
+        key = SessionKey.parse(raw_key)
+    except SessionKeyError as exc:
+        return json_error(400, "invalid_session_key", exc.reason, field="sessionKey")
+    try:
+        output = await invoker.invoke(key, tool, args)
+    except UnknownToolError:
+        return json_error(404, "unknown_tool", f"no tool {tool!r}", field="tool")
+    except ToolArgumentsError as exc:
+        return json_error(400, "invalid_args", exc.message, field=exc.path)
+    except ToolNotAllowedError as exc:
+        return json_error(403, "tool_not_allowed", str(exc), field=exc.field)
+    except NoSessionError as exc:
+        return json_error(404, "session_not_found", str(exc), field=exc.field)
+    except InvokeError as exc:
+        return json_error(404, "agent_not_found", str(exc), field=exc.field)
+    return web.json_response({"ok": not output.is_error, "result": output.result_json()})
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    statuses: list[str] | None = None
+    if raw := request.query.get("status"):
+        statuses = [s.strip() for s in raw.split(",") if s.strip()]
+        bad = [s for s in statuses if s not in RUN_STATUSES]
+        if bad:
             return json_error(
-                400, "unknown_field", f"unknown field {unknown[0]!r}", field=unknown[0]
+                400, "invalid_parameter", f"unknown status {bad[0]!r}", field="status"
             )
-        tool = body.get("tool")
-        if not isinstance(tool, str) or not tool:
-            return json_error(400, "invalid_field", "tool must be a tool name", field="tool")
-        args = body.get("args", {})
-        if not isinstance(args, dict):
-            return json_error(400, "invalid_field", "args must be an object", field="args")
-        raw_key = body.get(
-            "sessionKey", str(SessionKey.main(services.settings.routing.default_agent))
+    try:
+        limit = int(request.query.get("limit", "50"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_RUNS_LIMIT:
+        return json_error(
+            400,
+            "invalid_parameter",
+            f"limit must be an integer from 1 to {MAX_RUNS_LIMIT}",
+            field="limit",
         )
-        if not isinstance(raw_key, str):
-            return json_error(
-                400, "invalid_field", "sessionKey must be a string", field="sessionKey"
-            )
-        try:
-            parsed = SessionKey.parse(raw_key)
-        except SessionKeyError as exc:
-            return json_error(400, "invalid_session_key", exc.reason, field="sessionKey")
-        settings = services.settings
-        if parsed.agent_id not in settings.routing.agents:
-            return json_error(
-                404, "agent_not_found", f"no agent {parsed.agent_id}", field="sessionKey"
-            )
-        if parsed.session_kind == "main":  # an agent's main session exists on first use
-            session = await services.store.ensure(parsed)
-        else:
-            found = await services.store.get(str(parsed))
-            if found is None:
-                return json_error(
-                    404, "session_not_found", f"no session {parsed}", field="sessionKey"
-                )
-            session = found
-        try:
-            params = services.tools.validate(tool, args)
-        except UnknownToolError:
-            return json_error(404, "unknown_tool", f"no tool {tool!r}", field="tool")
-        except ToolArgumentsError as exc:
-            return json_error(400, "invalid_args", exc.message, field=exc.path)
-        if session.is_subagent:
-            runs = await services.db.runs.list(child_session_key=session.key, limit=1)
-            parent_agent = runs[0].requester_agent_id if runs else session.agent_id
-            allowed = tools_for_subagent(settings, parent_agent, session.agent_id, services.tools)
-        else:
-            allowed = tools_for_agent(settings, session.agent_id, services.tools)
-        if tool not in allowed:
-            return json_error(
-                403,
-                "tool_not_allowed",
-                f"tool {tool!r} is not allowed in {session.key}",
-                field="tool",
-            )
-        output = await services.tools.execute(tool, params, context_for_session(services, session))
-        return web.json_response({"ok": not output.is_error, "result": output.result_json()})
+    runs = await request.app[RUN_RECORDS].list(
+        statuses=statuses, parent_session_key=request.query.get("sessionKey"), limit=limit
+    )
+    store = request.app[SESSION_STORE]
+    return web.json_response({"runs": [await _describe(store, run) for run in runs]})
 
-    async def list_runs(request: web.Request) -> web.Response:
-        services = get()
-        statuses: list[str] | None = None
-        if raw := request.query.get("status"):
-            statuses = [s.strip() for s in raw.split(",") if s.strip()]
-            bad = [s for s in statuses if s not in RUN_STATUSES]
-            if bad:
-                return json_error(
-                    400, "invalid_parameter", f"unknown status {bad[0]!r}", field="status"
-                )
-        try:
-            limit = int(request.query.get("limit", "50"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= MAX_RUNS_LIMIT:
-            return json_error(
-                400,
-                "invalid_parameter",
-                f"limit must be an integer from 1 to {MAX_RUNS_LIMIT}",
-                field="limit",
-            )
-        runs = await services.db.runs.list(
-            statuses=statuses, parent_session_key=request.query.get("sessionKey"), limit=limit
-        )
-        return web.json_response({"runs": [await describe(services, run) for run in runs]})
 
-    async def get_run(request: web.Request) -> web.Response:
-        services = get()
-        run = await services.db.runs.get(request.match_info["runId"])
-        if run is None:
-            return json_error(404, "run_not_found", "no such run", field="runId")
-        return web.json_response(await describe(services, run))
+async def get_run(request: web.Request) -> web.Response:
+    run = await request.app[RUN_RECORDS].get(request.match_info["runId"])
+    if run is None:
+        return json_error(404, "run_not_found", "no such run", field="runId")
+    return web.json_response(await _describe(request.app[SESSION_STORE], run))
 
-    async def abort_run(request: web.Request) -> web.Response:
-        services = get()
-        manager = services.subagents
-        if manager is None:
-            return json_error(503, "unavailable", "sub-agents are not available")
-        try:
-            run = await manager.abort(request.match_info["runId"])
-        except RunNotFoundError:
-            return json_error(404, "run_not_found", "no such run", field="runId")
-        except RunFinishedError as exc:
-            return json_error(409, "run_finished", str(exc), field="runId")
-        return web.json_response(await describe(services, run), status=202)
 
+async def abort_run(request: web.Request) -> web.Response:
+    try:
+        run = await request.app[RUN_CONTROL].abort(request.match_info["runId"])
+    except RunNotFoundError:
+        return json_error(404, "run_not_found", "no such run", field="runId")
+    except RunFinishedError as exc:
+        return json_error(409, "run_finished", str(exc), field="runId")
+    return web.json_response(await _describe(request.app[SESSION_STORE], run), status=202)
+
+
+def run_routes() -> list[web.RouteDef]:
+    """The tool and run routes."""
     return [
         web.post("/v1/tools/invoke", invoke),
         web.get("/v1/runs", list_runs),

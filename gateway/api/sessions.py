@@ -15,18 +15,11 @@ one shape: a bad query value → 400 ``invalid_parameter`` naming the field, a m
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
 from gateway.api.errors import json_error
-from gateway.sessions import (
-    DEFAULT_HISTORY_LIMIT,
-    MAX_HISTORY_LIMIT,
-    SessionKey,
-    SessionKeyError,
-    SessionStore,
-)
+from gateway.api.keys import SESSION_STORE
+from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionKey, SessionKeyError
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -67,15 +60,11 @@ def _bad(exc: _BadParameterError) -> web.Response:
     return json_error(400, "invalid_parameter", str(exc), field=exc.name)
 
 
-def session_routes(source: SessionStore | Callable[[], SessionStore]) -> list[web.RouteDef]:
-    """The session routes, reading through ``source``: a store, or a getter of the store
-    for an app whose store opens only when it starts."""
-
-    def get_store() -> SessionStore:
-        return source if isinstance(source, SessionStore) else source()
+def session_routes() -> list[web.RouteDef]:
+    """The session routes; they read the store the app holds under ``SESSION_STORE``."""
 
     async def list_sessions(request: web.Request) -> web.Response:
-        store = get_store()
+        store = request.app[SESSION_STORE]
         try:
             include_subagents = _flag(request, "includeSubagents")
             include_archived = _flag(request, "includeArchived")
@@ -87,7 +76,7 @@ def session_routes(source: SessionStore | Callable[[], SessionStore]) -> list[we
         return web.json_response({"sessions": [store.describe(r) for r in records]})
 
     async def history(request: web.Request) -> web.Response:
-        store = get_store()
+        store = request.app[SESSION_STORE]
         raw_key = request.match_info["sessionKey"]
         try:
             key = str(SessionKey.parse(raw_key))

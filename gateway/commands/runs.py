@@ -19,9 +19,8 @@ import orjson
 
 from gateway.commands.sessions import _safe, _state_dir, _when, _with_db
 from gateway.state import FINISHED_STATUSES, RunRecord, StateDB, StateError, StateMissingError
-from gateway.subagents.announce import run_name
-from gateway.subagents.views import run_json
-from gateway.usage import format_cost, format_runtime, format_tokens
+from gateway.subagents.presenter import run_json, run_name, runtime_seconds, usage_text
+from gateway.usage import format_cost, format_runtime
 
 _CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
 #: Seconds between polls of ``spawn --wait``: quick enough to feel live, light on the API.
@@ -99,12 +98,8 @@ def runs_show(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(run_json(run), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    usage = run.usage
-    runtime = (
-        format_runtime(run.ended_at - run.started_at)
-        if run.ended_at is not None and run.started_at is not None
-        else "n/a"
-    )
+    seconds = runtime_seconds(run)
+    runtime = format_runtime(seconds) if seconds is not None else "n/a"
     cost = format_cost(run.cost_usd) if run.cost_usd is not None else "n/a"
     lines = [
         f"run        {run.run_id}",
@@ -114,8 +109,7 @@ def runs_show(args: argparse.Namespace) -> int:
         f"model      {run.model}{'' if run.model_applied else ' (override ignored)'}",
         f"created    {_when(run.created_at)}",
         f"runtime    {runtime}",
-        f"tokens     {format_tokens(usage.total)} (in {format_tokens(usage.input)} / "
-        f"out {format_tokens(usage.output)})",
+        f"tokens     {usage_text(run)}",
         f"cost       {cost}",
         f"session    {run.child_session_key}",
         f"transcript {run.transcript_path}",

@@ -89,7 +89,7 @@ def build_provider(
 
 
 class ProviderRegistry:
-    """Every configured provider, built once, sharing ONE aiohttp session.
+    """Every configured provider, sharing ONE aiohttp session; rebuilt on reload.
 
     Construct it inside the running event loop when any HTTP provider is configured (an
     aiohttp session belongs to a loop). :meth:`close` is idempotent.
@@ -102,20 +102,37 @@ class ProviderRegistry:
         config_dir: Path,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._configs = dict(providers)
+        self._config_dir = config_dir
+        self._retry = retry
+        self._session: aiohttp.ClientSession | None = None
+        self._configs: dict[str, ProviderConfig] = {}
         self._providers: dict[str, Provider] = {}
         self._closed = False
+        self.reconfigure(providers)
+
+    def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
+        """Build the providers of ``providers`` (a reloaded config) in place of the current ones.
+
+        HTTP providers share this registry's one session and scripted ones hold only their
+        parsed rules, so the replaced objects own nothing to close: turns in flight finish
+        with the provider they resolved. A bad rules file raises :class:`ScriptError` and
+        leaves the current providers in force.
+        """
+        configs = dict(providers)
+        built: dict[str, Provider] = {}
         # Scripted providers first: their rules files may be bad, and failing before the
         # session exists leaves nothing to close.
-        for name, config in self._configs.items():
+        for name, config in configs.items():
             if config.api == "scripted":
-                self._providers[name] = build_provider(name, config, config_dir=config_dir)
-        http = {n: c for n, c in self._configs.items() if c.api != "scripted"}
-        self._session = aiohttp.ClientSession() if http else None
+                built[name] = build_provider(name, config, config_dir=self._config_dir)
+        http = {n: c for n, c in configs.items() if c.api != "scripted"}
+        if http and self._session is None:
+            self._session = aiohttp.ClientSession()
         for name, config in http.items():
-            self._providers[name] = build_provider(
-                name, config, config_dir=config_dir, session=self._session, retry=retry
+            built[name] = build_provider(
+                name, config, config_dir=self._config_dir, session=self._session, retry=self._retry
             )
+        self._configs, self._providers = configs, built
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from gateway.backoff import backoff
 from gateway.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ class RetryPolicy:
             if error.retry_after > self.retry_after_cap:
                 return None
             return max(0.0, error.retry_after)
-        backoff = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
-        return backoff * (1.0 - self.jitter * self.rng())
+        return backoff(
+            retry, base=self.base_delay, cap=self.max_delay, jitter=self.jitter, rng=self.rng
+        )
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -20,8 +20,8 @@ class Database(Protocol):
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
 
 
-def column_list(columns: Iterable[str]) -> str:
-    return ", ".join(columns)
+def column_list(columns: Iterable[str], *, prefix: str = "") -> str:
+    return ", ".join(prefix + column for column in columns)
 
 
 def insert_sql(table: str, columns: Iterable[str]) -> str:

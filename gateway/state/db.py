@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 from urllib.parse import quote
 
+from gateway.backoff import backoff
 from gateway.state.errors import (
     ReadOnlyStateError,
     SchemaError,
@@ -119,19 +120,22 @@ class StateDB:
         if self.readonly or self._wconn is None:
             raise ReadOnlyStateError(f"{self.path} is open read-only")
         conn = self._wconn
-        delay = LOCKED_RETRY_FIRST_SECONDS
         deadline = time.monotonic() + LOCKED_RETRY_SECONDS
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 return await self._run(self._writer, lambda: _in_transaction(conn, fn))
             except sqlite3.OperationalError as exc:
                 # Another process holds the lock past busy_timeout (a long CLI read, a backup):
                 # keep trying for a while rather than fail a run that finished fine.
+                delay = backoff(
+                    attempt, base=LOCKED_RETRY_FIRST_SECONDS, cap=LOCKED_RETRY_MAX_DELAY_SECONDS
+                )
                 if not _is_locked(exc) or time.monotonic() + delay > deadline:
                     raise
                 log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, LOCKED_RETRY_MAX_DELAY_SECONDS)
 
     async def close(self) -> None:
         """Finish queued operations, close both connections, stop the threads. Idempotent."""

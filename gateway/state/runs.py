@@ -22,7 +22,13 @@ from gateway.state._sql import (
     update_assignments,
 )
 from gateway.state.errors import RecordNotFoundError
-from gateway.state.rows import RUN_COLUMNS, RunRecord, run_from_row, to_column_value
+from gateway.state.rows import (
+    FINISHED_STATUSES,
+    RUN_COLUMNS,
+    RunRecord,
+    run_from_row,
+    to_column_value,
+)
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
@@ -124,6 +130,22 @@ class RunsTable:
 
         def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, params)]
+
+        return await self._db.read(run)
+
+    async def unarchived_finished(self) -> builtins.list[RunRecord]:
+        """Finished runs whose child session was neither archived nor scheduled for it (a
+        crash between a run's final status and its archive step), oldest first."""
+        clause, statuses = in_clause(FINISHED_STATUSES)
+        sql = (
+            f"SELECT {column_list(RUN_COLUMNS, prefix='r.')} FROM runs r"
+            " JOIN sessions s ON s.key = r.child_session_key"
+            f" WHERE r.status IN {clause} AND s.archived_at IS NULL"
+            " AND s.archive_due_at IS NULL ORDER BY r.created_at, r.run_id"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, statuses)]
 
         return await self._db.read(run)
 

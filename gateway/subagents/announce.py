@@ -1,26 +1,44 @@
-"""The announce message (DESIGN §8, pinned): the sub-agent's reply, then the stats line.
+"""The announce step of a finished run, and the announce message it posts.
 
-A run whose status is not ``done`` starts with one line saying so. When the model cannot
-give an announce (provider down, timeout), the gateway posts a system announce: that line
-and the stats line, so a finished run is never silently dropped.
+When a run stops, :class:`Announcer` runs one more model turn in the child session asking
+for the reply to post (``ANNOUNCE_SKIP`` posts nothing), composes the message — a status
+line when the run did not end ``done``, the reply, a blank line, the stats line — and queues
+it in the outbox in the same transaction that applies the run's final status. When the model
+cannot give an announce (provider down, timeout), the system announce (status line and stats
+line) is posted instead: a finished run is never silently dropped. Afterwards the child
+session is archived (``cleanup: "delete"``) or scheduled for it (``archiveAfterMinutes``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import logging
+import time
+from collections.abc import Callable
 from importlib import resources
 
+from gateway.archive import ArchiveScheduler
 from gateway.constants import ANNOUNCE_SKIP
-from gateway.state import RunRecord
+from gateway.delivery import Outbox
+from gateway.llm import ChatMessage, ModelRequest
+from gateway.metrics import Metrics
+from gateway.reload import SettingsHolder
+from gateway.sessions import SessionStore
+from gateway.state import OutboxRecord, RunRecord, RunStatus, SessionRecord, StateDB
+from gateway.subagents.child import ChildSessions
+from gateway.subagents.feed import RunFeed
+from gateway.subagents.presenter import run_name
 from gateway.usage import format_runtime, format_stats_line
 
+logger = logging.getLogger(__name__)
 
-def run_name(run: RunRecord) -> str:
-    """How people see a run: its label, else the start of its task."""
-    if run.label:
-        return run.label
-    task = " ".join(run.task.split())
-    return task if len(task) <= 40 else task[:39] + "…"
+#: Bound of the announce turn: one model call, so it needs far less than a whole run.
+ANNOUNCE_TIMEOUT_SECONDS = 120.0
+#: Statuses whose announce goes through a model turn; cancelled and interrupted runs get
+#: the system announce at once (a person asked them to stop, or the gateway did).
+MODEL_ANNOUNCED: frozenset[str] = frozenset({"done", "error", "timeout"})
 
 
 def status_line(run: RunRecord, status: str, runtime_seconds: float | None) -> str | None:
@@ -86,3 +104,147 @@ def compose_announce(
         transcript_path,
     )
     return f"{body}\n\n{stats}"
+
+
+class Announcer:
+    """Runs the announce step of finished runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        holder: SettingsHolder,
+        db: StateDB,
+        store: SessionStore,
+        children: ChildSessions,
+        outbox: Outbox,
+        archive: ArchiveScheduler,
+        feed: RunFeed,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._holder = holder
+        self._db = db
+        self._store = store
+        self._children = children
+        self._outbox = outbox
+        self._archive = archive
+        self._feed = feed
+        self._metrics = metrics
+        self._clock = clock
+
+    async def announce(self, run_id: str) -> None:
+        """Announce ``run_id``, which is ``announcing`` with its outcome recorded."""
+        run = await self._db.runs.get(run_id)
+        if run is None or run.finished:
+            return
+        if await self._db.outbox.get_by_run(run_id) is not None:
+            # Queued before a crash; only the status update was lost.
+            await self._db.runs.update(run_id, status=run.outcome or "error")
+            await self._feed.changed(run_id)
+            return
+        status: RunStatus = run.outcome or "error"
+        child = await self._store.require(run.child_session_key)
+        reply: str | None = None
+        if status in MODEL_ANNOUNCED:
+            reply = await self._announce_turn(run, child, status)
+            if reply is not None and is_skip(reply):
+                await self._db.runs.update(run_id, status=status, announce_state="skipped")
+                self._metrics.announce_delivery("skipped")
+                await self._store.append_event(child, "announce", {"skipped": True})
+                await self.settle_archive(run)
+                return
+        run = await self._db.runs.get(run_id) or run  # usage now includes the announce turn
+        runtime = (run.ended_at or self._clock()) - (run.started_at or run.created_at)
+        text = compose_announce(
+            run,
+            status=status,
+            reply=reply,
+            runtime_seconds=runtime,
+            transcript_path=run.transcript_path,
+        )
+        await self._queue(run, status, text)
+        await self._store.append_event(child, "announce", {"status": status, "text": text})
+        parent = await self._store.get(run.parent_session_key or "")
+        if parent is not None and not parent.archived:
+            await self._store.append_event(
+                parent, "subagent_announce", {"runId": run_id, "status": status, "text": text}
+            )
+        logger.info("sub-agent finished", extra={"run_id": run_id, "status": status})
+        await self.settle_archive(run)
+
+    async def _queue(self, run: RunRecord, status: RunStatus, text: str) -> None:
+        """Apply the final status and queue the announce for the origin, in one write."""
+        origin = run.origin
+        if origin is None:
+            await self._db.runs.update(
+                run.run_id, status=status, announce_state="no_origin", announce_text=text
+            )
+            self._metrics.announce_delivery("no_origin")
+            return
+        item = OutboxRecord(
+            channel=origin.channel,
+            account=origin.account,
+            chat_id=origin.chat_id,
+            thread_id=origin.thread_id,
+            text=text,
+            created_at=self._clock(),
+            run_id=run.run_id,
+        )
+        await self._db.outbox.insert_for_run(
+            item, {"status": status, "announce_state": "queued", "announce_text": text}
+        )
+        self._outbox.kick()
+
+    async def _announce_turn(
+        self, run: RunRecord, child: SessionRecord, status: RunStatus
+    ) -> str | None:
+        """One model turn in the child session asking for the reply to post; None if the
+        model could not give one (the system announce is posted instead)."""
+        try:
+            setup, sink = self._children.setup(run, child)
+            history = await self._store.chat_messages(child.key)
+            prompt = ChatMessage(
+                role="user", content=announce_prompt(status, run.result_text, run.error)
+            )
+            history.append(prompt)
+            await sink.message(prompt)
+            request = ModelRequest(
+                model=setup.model_id,
+                system=setup.system,
+                messages=tuple(history),
+                max_tokens=setup.max_tokens,
+            )
+            async with asyncio.timeout(ANNOUNCE_TIMEOUT_SECONDS):
+                reply = await setup.provider.complete(request)
+            await sink.message(
+                ChatMessage(role="assistant", content=reply.text),
+                model=reply.model,
+                usage=reply.usage,
+            )
+            await sink.save_usage()
+            return reply.text if reply.text.strip() else None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning(
+                "announce turn failed; posting the system announce",
+                extra={"run_id": run.run_id, "error": str(exc)},
+            )
+            with contextlib.suppress(Exception):
+                await self._store.append_event(child, "announce_failed", {"error": str(exc)})
+            return None
+
+    async def settle_archive(self, run: RunRecord) -> None:
+        """Archive the child (``cleanup: "delete"`` now, else at spawn + archiveAfterMinutes),
+        then tell the feed the run is final."""
+        try:
+            if run.cleanup == "delete":
+                await self._archive.archive_now(run.child_session_key)
+            else:
+                minutes = self._holder.current.agent.subagents.archive_after_minutes
+                if minutes > 0:
+                    due = max(run.created_at + minutes * 60, self._clock())
+                    await self._archive.schedule(run.child_session_key, due)
+        except Exception:
+            logger.exception("archiving a sub-agent session failed", extra={"run_id": run.run_id})
+        await self._feed.changed(run.run_id)

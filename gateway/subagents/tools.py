@@ -1,18 +1,31 @@
-"""The session tools (DESIGN §4): ``sessions_spawn``, ``agents_list``, ``sessions_list``,
+"""The session tools: ``sessions_spawn``, ``agents_list``, ``sessions_list``,
 ``sessions_history`` and ``sessions_send``. The policy keeps them from sub-agents by default;
 ``sessions_spawn`` also refuses in a sub-agent session itself (no nested fan-out).
+
+Each tool reaches only the narrow service it needs through its :class:`ToolContext`: a
+:class:`SpawnService` under :data:`SPAWNER`, a :class:`TurnQueue` under :data:`TURNS`, the
+session store under :data:`SESSIONS`. The gateway's wiring registers them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gateway.services import SERVICES, Services
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError
-from gateway.subagents.manager import SPAWN_FORBIDDEN_NESTED, SpawnRequest, SubagentManager
-from gateway.tools import Tool, ToolContext, ToolError, ToolOutput, ToolParams, ToolRegistry
+from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError, SessionStore
+from gateway.state import SessionRecord
+from gateway.subagents.spawn import SPAWN_FORBIDDEN_NESTED, SpawnRequest, SpawnResult
+from gateway.tools import (
+    ServiceKey,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolParams,
+    ToolRegistry,
+)
+from lanes import LaneClosed, LaneFullError
 
 #: Bounds that keep a single spawn from flooding a transcript or a prompt.
 MAX_TASK_CHARS = 50_000
@@ -20,15 +33,23 @@ MAX_LABEL_CHARS = 200
 MAX_SEND_CHARS = 50_000
 
 
-def _services(ctx: ToolContext) -> Services:
-    return ctx.service(SERVICES)
+class SpawnService(Protocol):
+    """What ``sessions_spawn`` and ``agents_list`` need: :class:`gateway.subagents.Spawner`."""
+
+    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult: ...
+
+    def allowed_targets(self, agent_id: str) -> set[str]: ...
 
 
-def _manager(ctx: ToolContext) -> SubagentManager:
-    manager = _services(ctx).subagents
-    if manager is None:
-        raise ToolError("sub-agents are not available in this gateway")
-    return manager
+class TurnQueue(Protocol):
+    """What ``sessions_send`` needs: queue a turn of another session (the chat runtime)."""
+
+    def submit_turn(self, session: SessionRecord, text: str) -> object: ...
+
+
+SPAWNER: ServiceKey[SpawnService] = ServiceKey("spawner")
+TURNS: ServiceKey[TurnQueue] = ServiceKey("turns")
+SESSIONS: ServiceKey[SessionStore] = ServiceKey("sessions")
 
 
 class SpawnParams(ToolParams):
@@ -76,8 +97,8 @@ class SessionsSpawnTool(Tool[SpawnParams]):
             run_timeout_seconds=params.run_timeout_seconds,
             cleanup=params.cleanup,
         )
-        result = await _manager(ctx).spawn(ctx, request)
-        return ToolOutput.json(result, is_error=result["status"] != "accepted")
+        result = await ctx.service(SPAWNER).spawn(ctx, request)
+        return ToolOutput.json(result.to_json(), is_error=result.status != "accepted")
 
 
 class NoParams(ToolParams):
@@ -91,8 +112,8 @@ class AgentsListTool(Tool[NoParams]):
     description = "List the agent ids this agent may target with sessions_spawn."
 
     async def run(self, params: NoParams, ctx: ToolContext) -> ToolOutput:
-        settings = _services(ctx).settings
-        allowed = _manager(ctx).allowed_targets(ctx.agent_id)
+        settings = ctx.settings
+        allowed = ctx.service(SPAWNER).allowed_targets(ctx.agent_id)
         agents = [
             {"id": agent_id, "name": settings.routing.agents[agent_id].name or agent_id}
             for agent_id in sorted(allowed)
@@ -112,7 +133,7 @@ class SessionsListTool(Tool[SessionsListParams]):
     description = "List sessions (conversations), most recent first."
 
     async def run(self, params: SessionsListParams, ctx: ToolContext) -> ToolOutput:
-        store = _services(ctx).store
+        store = ctx.service(SESSIONS)
         records = await store.list(include_subagents=params.include_subagents, limit=params.limit)
         return ToolOutput.json({"sessions": [store.describe(record) for record in records]})
 
@@ -131,7 +152,7 @@ class SessionsHistoryTool(Tool[SessionsHistoryParams]):
 
     async def run(self, params: SessionsHistoryParams, ctx: ToolContext) -> ToolOutput:
         try:
-            messages = await _services(ctx).store.history(
+            messages = await ctx.service(SESSIONS).history(
                 params.session_key, limit=params.limit, include_tools=params.include_tools
             )
         except SessionError as exc:
@@ -154,18 +175,20 @@ class SessionsSendTool(Tool[SessionsSendParams]):
     )
 
     async def run(self, params: SessionsSendParams, ctx: ToolContext) -> ToolOutput:
-        services = _services(ctx)
         if params.session_key == ctx.session_key:
             raise ToolError("a session cannot send to itself (it would wait on its own turn)")
-        if services.chat is None:
-            raise ToolError("chat turns are not available in this gateway")
         try:
-            session = await services.store.require(params.session_key)
+            session = await ctx.service(SESSIONS).require(params.session_key)
         except SessionError as exc:
             raise ToolError(str(exc)) from exc
         if session.is_subagent or session.archived:
             raise ToolError(f"session {session.key} does not take messages")
-        services.chat.submit_turn(session, params.message)
+        try:
+            ctx.service(TURNS).submit_turn(session, params.message)
+        except LaneFullError as exc:
+            raise ToolError(f"session {session.key} is busy; try again later") from exc
+        except LaneClosed as exc:
+            raise ToolError("the gateway is shutting down") from exc
         return ToolOutput.json({"status": "queued", "sessionKey": session.key})
 
 

@@ -22,20 +22,15 @@ from typing import TypeVar
 
 import orjson
 
-from gateway.providers import ProviderRegistry, RetryPolicy
-from gateway.runtime.chat import context_for_session
-from gateway.services import Services
 from gateway.sessions import key_for_inbound
 from gateway.state import FINISHED_STATUSES, Origin, OutboxRecord, RunRecord
-from gateway.subagents.manager import SpawnRequest
+from gateway.subagents import SpawnRequest
 from gateway.tools import ToolContext
+from tests.gateway.harness import Harness
 
 K = TypeVar("K")
 
 SEED_ENV = "HERALD_FAULT_SEED"
-#: Retries of the providers under test: the policy's timing is unit-tested elsewhere; here
-#: only the outcome of retrying matters, so waits are milliseconds.
-FAST_RETRIES = RetryPolicy(base_delay=0.005, max_delay=0.02, jitter=0.5)
 
 
 def fault_seed(default: int) -> int:
@@ -47,16 +42,7 @@ def fault_seed(default: int) -> int:
     return seed
 
 
-async def use_fast_retries(services: Services) -> None:
-    """Rebuild the provider registry with :data:`FAST_RETRIES` (before any model call)."""
-    old = services.providers
-    services.providers = ProviderRegistry(
-        services.settings.models.providers, config_dir=services.config_dir, retry=FAST_RETRIES
-    )
-    await old.close()
-
-
-async def chat_context(services: Services, origin: Origin, agent_id: str = "main") -> ToolContext:
+async def chat_context(gw: Harness, origin: Origin, agent_id: str = "main") -> ToolContext:
     """The tool context of the chat at ``origin`` (its session made as the router would)."""
     key = key_for_inbound(
         agent_id,
@@ -66,16 +52,16 @@ async def chat_context(services: Services, origin: Origin, agent_id: str = "main
         origin.thread_id,
         "u1",
     )
-    session = await services.store.ensure(key, origin=origin)
-    return context_for_session(services, session)
+    session = await gw.store.ensure(key, origin=origin)
+    return gw.contexts.for_session(session)
 
 
 async def plant_delivered_announce(
-    services: Services, run_id: str, run_changes: dict[str, object]
+    gw: Harness, run_id: str, run_changes: dict[str, object]
 ) -> None:
     """Write what a kill mid-way through the announce step leaves: the run's announce
     recorded as delivered to chat ``c1`` of the memory channel, the run as ``run_changes``."""
-    await services.db.outbox.insert_for_run(
+    await gw.db.outbox.insert_for_run(
         OutboxRecord(
             channel="memory",
             account="default",
@@ -90,7 +76,7 @@ async def plant_delivered_announce(
 
 
 async def spawn_runs(
-    services: Services,
+    gw: Harness,
     ctx: ToolContext,
     tasks: Iterable[str],
     *,
@@ -98,12 +84,9 @@ async def spawn_runs(
 ) -> list[str]:
     """Spawn one run per task from ``ctx``; returns the run ids. Every spawn must be
     accepted, unless ``refusals`` is given: then refused spawns' errors are collected there."""
-    manager = services.subagents
-    if manager is None:
-        raise LookupError("the gateway has no sub-agent manager")
     ids: list[str] = []
     for task in tasks:
-        result = await manager.spawn(ctx, SpawnRequest(task=task, label=task))
+        result = await gw.spawn(ctx, SpawnRequest(task=task, label=task))
         if result["status"] != "accepted":
             if refusals is None:
                 raise AssertionError(f"spawn of {task!r} not accepted: {result}")
@@ -113,21 +96,18 @@ async def spawn_runs(
     return ids
 
 
-async def wait_final(services: Services, run_ids: Sequence[str], guard: float) -> list[RunRecord]:
+async def wait_final(gw: Harness, run_ids: Sequence[str], guard: float) -> list[RunRecord]:
     """Wait (at most ``guard`` seconds, a hang guard) until every run has a final status.
 
     On timeout, raises AssertionError listing the runs still unfinished and their status.
     """
-    manager = services.subagents
-    if manager is None:
-        raise LookupError("the gateway has no sub-agent manager")
     try:
         async with asyncio.timeout(guard):
-            return list(await asyncio.gather(*(manager.wait(r) for r in run_ids)))
+            return list(await asyncio.gather(*(gw.runs.wait(r) for r in run_ids)))
     except TimeoutError:
         stuck = [
             f"{run.run_id[:8]}={run.status}"
-            for run in await services.db.runs.list(limit=len(run_ids) + 10)
+            for run in await gw.db.runs.list(limit=len(run_ids) + 10)
             if run.run_id in run_ids and run.status not in FINISHED_STATUSES
         ]
         raise AssertionError(f"runs without a final status after {guard:g}s: {stuck}") from None

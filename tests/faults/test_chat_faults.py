@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from channels import Channel
 from channels.discord import DiscordChannel, DiscordConfig
 from channels.slack import SlackChannel, SlackConfig
 from gateway.state import Origin, RunRecord
@@ -128,33 +129,25 @@ async def test_announces_are_delivered_once_while_chat_apis_fail_sends(tmp_path:
     )
     config = {"agent": {"subagents": {"maxConcurrent": 4}}}
     try:
-        async with running_gateway(tmp_path, config=config) as gw:
-            services = gw.services
-            handler = services.require_chat().handle_inbound
-            try:
-                for channel in (slack, discord):
-                    services.channels[channel.name] = channel
-                    await channel.start(handler)
-                origins = {
-                    "slack-c1": Origin("slack", TEAM_ID, "C1", None, "channel"),
-                    "slack-thread": Origin("slack", TEAM_ID, "C2", "1700000001.000001", "channel"),
-                    "slack-gone": Origin("slack", TEAM_ID, SLACK_GONE, None, "channel"),
-                    "discord-chat": Origin("discord", "bot", DISCORD_CHAT, None, "channel"),
-                    "discord-thread": Origin("discord", "bot", DISCORD_THREAD, None, "channel"),
-                    "discord-gone": Origin("discord", "bot", DISCORD_GONE, None, "channel"),
-                }
-                run_ids: dict[str, list[str]] = {}
-                for name, origin in origins.items():
-                    ctx = await chat_context(services, origin)
-                    tasks = [f"task: {name}-{n}" for n in range(RUNS_PER_CHAT)]
-                    run_ids[name] = await spawn_runs(services, ctx, tasks)
-                every = [r for ids in run_ids.values() for r in ids]
-                await wait_final(services, every, GUARD_SECONDS)
-                deliveries = {r: await gw.delivery(r) for r in every}
-                runs = {r: await services.db.runs.get(r) for r in every}
-            finally:
-                for channel in (discord, slack):
-                    await channel.stop()
+        chats: dict[str, Channel] = {slack.name: slack, discord.name: discord}
+        async with running_gateway(tmp_path, config=config, channels=chats) as gw:
+            origins = {
+                "slack-c1": Origin("slack", TEAM_ID, "C1", None, "channel"),
+                "slack-thread": Origin("slack", TEAM_ID, "C2", "1700000001.000001", "channel"),
+                "slack-gone": Origin("slack", TEAM_ID, SLACK_GONE, None, "channel"),
+                "discord-chat": Origin("discord", "bot", DISCORD_CHAT, None, "channel"),
+                "discord-thread": Origin("discord", "bot", DISCORD_THREAD, None, "channel"),
+                "discord-gone": Origin("discord", "bot", DISCORD_GONE, None, "channel"),
+            }
+            run_ids: dict[str, list[str]] = {}
+            for name, origin in origins.items():
+                ctx = await chat_context(gw, origin)
+                tasks = [f"task: {name}-{n}" for n in range(RUNS_PER_CHAT)]
+                run_ids[name] = await spawn_runs(gw, ctx, tasks)
+            every = [r for ids in run_ids.values() for r in ids]
+            await wait_final(gw, every, GUARD_SECONDS)
+            deliveries = {r: await gw.delivery(r) for r in every}
+            runs = {r: await gw.db.runs.get(r) for r in every}
     finally:
         await discord_fake.close()
         await slack_fake.close()

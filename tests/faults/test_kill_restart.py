@@ -32,9 +32,9 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
+from gateway.delivery import UNCERTAIN
 from gateway.state import FINISHED_STATUSES, Origin, StateDB
-from gateway.subagents.manager import SpawnRequest
-from gateway.subagents.outbox import UNCERTAIN
+from gateway.subagents import SpawnRequest
 from tests.faults._support import (
     audit_transcripts,
     chat_context,
@@ -255,15 +255,15 @@ async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_resta
     state = tmp_path / "state"
     origin = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
-        ctx = await chat_context(gw.services, origin)
-        (run_id,) = await spawn_runs(gw.services, ctx, ["task: x"])
+        gw.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
+        ctx = await chat_context(gw, origin)
+        (run_id,) = await spawn_runs(gw, ctx, ["task: x"])
         # What a kill between the outbox's two writes leaves: delivered, the run not told.
         await plant_delivered_announce(
-            gw.services, run_id, {"status": "done", "outcome": "done", "announce_state": "queued"}
+            gw, run_id, {"status": "done", "outcome": "done", "announce_state": "queued"}
         )
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        run = await gw.services.db.runs.get(run_id)
+        run = await gw.db.runs.get(run_id)
         assert gw.channel.sent == []  # never sent twice
     assert run is not None
     assert run.announce_state == "delivered", run
@@ -275,16 +275,16 @@ async def test_a_cleanup_delete_child_a_kill_left_live_is_archived_after_a_resta
     state = tmp_path / "state"
     origin = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
-        ctx = await chat_context(gw.services, origin)
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", cleanup="delete"))
+        gw.lanes.subagent.submit(asyncio.Event().wait)  # the run never starts here
+        ctx = await chat_context(gw, origin)
+        result = await gw.spawn(ctx, SpawnRequest(task="task: x", cleanup="delete"))
         run_id, child_key = result["runId"], result["childSessionKey"]
         # What a kill right after the announce was queued leaves: final, child still live.
         await plant_delivered_announce(
-            gw.services,
+            gw,
             run_id,
             {"status": "done", "outcome": "done", "announce_state": "delivered"},
         )
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        child = await gw.services.store.require(child_key)
+        child = await gw.store.require(child_key)
     assert child.archived, child

@@ -21,7 +21,6 @@ from tests.faults._support import (
     duplicates,
     fault_seed,
     spawn_runs,
-    use_fast_retries,
     wait_final,
 )
 from tests.gateway.harness import running_gateway
@@ -91,13 +90,12 @@ async def test_runs_survive_providers_failing_at_a_set_rate(tmp_path: Path) -> N
             },
         }
         async with running_gateway(tmp_path, config=config) as gw:
-            await use_fast_retries(gw.services)
-            ctx = await chat_context(gw.services, ORIGIN)
+            ctx = await chat_context(gw, ORIGIN)
             tasks = [f"task-{n:02d}" for n in range(RUNS)]
-            run_ids = await spawn_runs(gw.services, ctx, tasks)
-            await wait_final(gw.services, run_ids, GUARD_SECONDS)
+            run_ids = await spawn_runs(gw, ctx, tasks)
+            await wait_final(gw, run_ids, GUARD_SECONDS)
             deliveries = [await gw.delivery(run_id) for run_id in run_ids]
-            runs = [await gw.services.db.runs.get(run_id) for run_id in run_ids]
+            runs = [await gw.db.runs.get(run_id) for run_id in run_ids]
             announces = [m for m in gw.channel.sent if m.kind == "announce"]
 
     # The faults really happened, of every kind (else this test proves nothing).

@@ -35,7 +35,7 @@ from channels import OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
 from gateway.constants import STATE_DB_NAME
 from gateway.state import FINISHED_STATUSES, Origin
-from gateway.subagents.manager import SpawnRequest
+from gateway.subagents import SpawnRequest
 from tests.faults._support import (
     audit_transcripts,
     chat_context,
@@ -135,16 +135,16 @@ async def test_disk_full_during_transcript_writes_loses_no_run(
     run_ids: list[str] = []
     refused: list[str] = []
     async with running_gateway(tmp_path, config=config, script=script, state_dir=state) as gw:
-        ctx = await chat_context(gw.services, ORIGIN)
+        ctx = await chat_context(gw, ORIGIN)
         monkeypatch.setattr(transcript_writer, "os", disk)
         for n in range(30):
             # A spawn whose child transcript cannot be created is refused with an error
             # result, and no run is recorded for it.
-            run_ids += await spawn_runs(gw.services, ctx, [f"job {n}"], refusals=refused)
-        runs = await wait_final(gw.services, run_ids, GUARD_SECONDS)
+            run_ids += await spawn_runs(gw, ctx, [f"job {n}"], refusals=refused)
+        runs = await wait_final(gw, run_ids, GUARD_SECONDS)
         deliveries = [await gw.delivery(run_id) for run_id in run_ids]
         announces = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
-        recorded = await gw.services.db.runs.list(limit=100)
+        recorded = await gw.db.runs.list(limit=100)
         monkeypatch.undo()
 
     assert disk.counts["short"] > 0, disk.counts
@@ -169,10 +169,10 @@ async def test_disk_full_during_transcript_writes_loses_no_run(
 
     # The next start repairs every torn transcript it appends to.
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        sessions = await gw.services.store.list(include_subagents=True)
+        sessions = await gw.store.list(include_subagents=True)
         for session in sessions:
-            await gw.services.store.append_event(session, "checked", {})
-        await gw.services.store.flush()
+            await gw.store.append_event(session, "checked", {})
+        await gw.store.flush()
         ids = {s.session_id for s in sessions}
     audit = audit_transcripts(state)
     assert audit.invalid == []
@@ -186,12 +186,12 @@ async def test_a_run_whose_transcript_cannot_be_written_does_not_end_done(
     doomed: set[Path] = set()
     disk = DiskFullOS(lambda path: path in doomed, random.Random(1))
     async with running_gateway(tmp_path, script=script_with_jobs(0.05)) as gw:
-        ctx = await chat_context(gw.services, ORIGIN)
+        ctx = await chat_context(gw, ORIGIN)
         monkeypatch.setattr(transcript_writer, "os", disk)
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="job lost"))
-        child = await gw.services.store.require(result["childSessionKey"])
-        doomed.add(gw.services.store.transcript_path(child))
-        (run,) = await wait_final(gw.services, [result["runId"]], GUARD_SECONDS)
+        result = await gw.spawn(ctx, SpawnRequest(task="job lost"))
+        child = await gw.store.require(result["childSessionKey"])
+        doomed.add(gw.store.transcript_path(child))
+        (run,) = await wait_final(gw, [result["runId"]], GUARD_SECONDS)
         delivery = await gw.delivery(run.run_id)
         monkeypatch.undo()
     assert disk.counts["enospc"] > 0
@@ -220,8 +220,8 @@ async def database_locked(state_dir: Path) -> AsyncIterator[None]:
 
 async def spawn_then_lock(gw: Harness, state: Path, runs: int) -> list[str]:
     """Spawn ``runs`` runs, then lock the database for :data:`LOCK_SECONDS` while they run."""
-    ctx = await chat_context(gw.services, ORIGIN)
-    run_ids = await spawn_runs(gw.services, ctx, [f"job {n}" for n in range(runs)])
+    ctx = await chat_context(gw, ORIGIN)
+    run_ids = await spawn_runs(gw, ctx, [f"job {n}" for n in range(runs)])
     async with database_locked(state):
         await asyncio.sleep(LOCK_SECONDS)
     return run_ids
@@ -240,17 +240,17 @@ async def test_runs_hit_by_a_locked_database_finish_after_a_restart(tmp_path: Pa
     async with running_gateway(tmp_path, config=config, script=script, state_dir=state) as gw:
         run_ids = await spawn_then_lock(gw, state, 8)
         # The outbox loop outlived the lock: a run spawned now is announced.
-        ctx = await chat_context(gw.services, ORIGIN)
-        (late,) = await spawn_runs(gw.services, ctx, ["job late"])
+        ctx = await chat_context(gw, ORIGIN)
+        (late,) = await spawn_runs(gw, ctx, ["job late"])
         assert (await gw.delivery(late)).state == "delivered"
         first = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
-        left = [r.run_id for r in await gw.services.db.runs.list() if not r.finished]
+        left = [r.run_id for r in await gw.db.runs.list() if not r.finished]
     async with running_gateway(tmp_path, config=config, script=script, state_dir=state) as gw:
-        runs = await wait_final(gw.services, [*run_ids, late], GUARD_SECONDS)
-        for item in await gw.services.db.outbox.list(states=["pending"]):
+        runs = await wait_final(gw, [*run_ids, late], GUARD_SECONDS)
+        for item in await gw.db.outbox.list(states=["pending"]):
             await gw.delivery(item.run_id or "")
         second = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
-        outbox = await gw.services.db.outbox.list()
+        outbox = await gw.db.outbox.list()
     print(f"runs left unfinished by the lock until the restart: {len(left)} of {len(run_ids)}")
     assert {run.status for run in runs} <= FINISHED_STATUSES
     assert {item.state for item in outbox} <= {"delivered", "failed"}
@@ -271,7 +271,7 @@ async def test_runs_reach_a_final_status_once_a_database_lock_is_released(
     script = script_with_jobs(0.2)
     async with running_gateway(tmp_path, config=config, script=script, state_dir=state) as gw:
         run_ids = await spawn_then_lock(gw, state, 8)
-        await wait_final(gw.services, run_ids, 3.0)
+        await wait_final(gw, run_ids, 3.0)
 
 
 class LockingChannel(MemoryChannel):
@@ -299,9 +299,9 @@ async def test_a_delivery_recorded_under_a_locked_database_is_not_left_sending(
     state = tmp_path / "state"
     async with running_gateway(tmp_path, script=script_with_jobs(0.0), state_dir=state) as gw:
         channel = LockingChannel(state)
-        gw.services.channels["memory"] = channel
-        ctx = await chat_context(gw.services, ORIGIN)
-        (run_id,) = await spawn_runs(gw.services, ctx, ["job once"])
+        gw.channels["memory"] = channel
+        ctx = await chat_context(gw, ORIGIN)
+        (run_id,) = await spawn_runs(gw, ctx, ["job once"])
         try:
             async with asyncio.timeout(GUARD_SECONDS):
                 await channel.unlocked.wait()
@@ -309,8 +309,8 @@ async def test_a_delivery_recorded_under_a_locked_database_is_not_left_sending(
             if channel.lock is not None:
                 await channel.lock.__aexit__(None, None, None)
         await asyncio.sleep(LOCK_SECONDS)  # time for a retry of the record, were there one
-        item = await gw.services.db.outbox.get_by_run(run_id)
-        run = await gw.services.db.runs.get(run_id)
+        item = await gw.db.outbox.get_by_run(run_id)
+        run = await gw.db.runs.get(run_id)
     assert [m.run_id for m in channel.sent if m.kind == "announce"] == [run_id]
     assert item is not None
     assert item.state == "delivered", item

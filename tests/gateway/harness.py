@@ -1,5 +1,7 @@
-"""A running gateway in the test's own loop: real services on a temp state directory, the
-scripted provider (or a wire-level fake), and the in-memory channel as the chat."""
+"""A running gateway in the test's own loop: the real app (every resource of
+:func:`gateway.app.build_app`, started and stopped by aiohttp's runner, no socket) on a temp
+state directory, the scripted provider (or a wire-level fake), and the in-memory channel as
+the chat."""
 
 from __future__ import annotations
 
@@ -11,18 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiohttp import web
 
-from channels import OutboundMessage
+from channels import Channel, OutboundMessage
 from channels.memory import MemoryChannel
-from gateway.components import close_services, open_services
+from gateway import app as wiring
+from gateway.agent import ToolContexts, ToolInvoker
+from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.api.routes import api_routes
+from gateway.archive import ArchiveScheduler
+from gateway.delivery import Outbox
+from gateway.metrics import Metrics
+from gateway.providers import RetryPolicy
 from gateway.reload import SettingsHolder
-from gateway.runtime.chat import context_for_session
-from gateway.services import Services
+from gateway.runtime import ChatTurns, Router
+from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import OutboxRecord, RunRecord
-from gateway.subagents.manager import SubagentManager
-from gateway.subagents.outbox import Outbox
-from gateway.tools import ToolContext
+from gateway.state import OutboxRecord, RunRecord, StateDB
+from gateway.subagents import RunManager, Spawner, SpawnRequest
+from gateway.tools import ToolContext, ToolRegistry
 
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 30
@@ -106,21 +115,89 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Harness:
-    services: Services
+    app: web.Application
     channel: MemoryChannel
     settled: dict[str, OutboxRecord]
     changed: asyncio.Condition
+
+    # -- the app's parts --------------------------------------------------------------------
+
+    @property
+    def holder(self) -> SettingsHolder:
+        return self.app[wiring.SETTINGS]
+
+    @property
+    def settings(self) -> HeraldSettings:
+        return self.holder.current
+
+    @property
+    def db(self) -> StateDB:
+        return self.app[wiring.STATE]
+
+    @property
+    def store(self) -> SessionStore:
+        return self.app[SESSION_STORE]
+
+    @property
+    def lanes(self) -> wiring.Lanes:
+        return self.app[wiring.LANES]
+
+    @property
+    def outbox(self) -> Outbox:
+        return self.app[wiring.OUTBOX]
+
+    @property
+    def archive(self) -> ArchiveScheduler:
+        return self.app[wiring.ARCHIVE]
+
+    @property
+    def channels(self) -> dict[str, Channel]:
+        channels: dict[str, Channel] = self.app[wiring.CHANNELS]
+        return channels
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.app[wiring.METRICS]
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self.app[wiring.TOOLS].current
+
+    @property
+    def contexts(self) -> ToolContexts:
+        return self.app[wiring.CONTEXTS]
+
+    @property
+    def invoker(self) -> ToolInvoker:
+        return self.app[TOOL_INVOKER]
+
+    @property
+    def runs(self) -> RunManager:
+        return self.app[wiring.SUBAGENTS].manager
+
+    @property
+    def spawner(self) -> Spawner:
+        return self.app[wiring.SUBAGENTS].spawner
+
+    @property
+    def turns(self) -> ChatTurns:
+        return self.app[wiring.CHAT].turns
+
+    @property
+    def router(self) -> Router:
+        return self.app[wiring.CHAT].router
+
+    # -- acting and waiting -----------------------------------------------------------------
+
+    async def spawn(self, ctx: ToolContext, request: SpawnRequest) -> dict[str, Any]:
+        """Spawn as ``sessions_spawn`` would; the tool's JSON result."""
+        return (await self.spawner.spawn(ctx, request)).to_json()
 
     async def delivery(self, run_id: str) -> OutboxRecord:
         """Wait until the run's announce is delivered or failed for good."""
         async with asyncio.timeout(HANG_GUARD_SECONDS), self.changed:
             await self.changed.wait_for(lambda: run_id in self.settled)
             return self.settled[run_id]
-
-    @property
-    def manager(self) -> SubagentManager:
-        assert self.services.subagents is not None
-        return self.services.subagents
 
     async def say(
         self, text: str, *, chat_id: str = "c1", thread_id: str | None = None, dm: bool = False
@@ -150,12 +227,30 @@ class Harness:
 
     async def finished(self, run_id: str) -> RunRecord:
         async with asyncio.timeout(HANG_GUARD_SECONDS):
-            return await self.manager.wait(run_id)
+            return await self.runs.wait(run_id)
 
     async def context(self, key: str | None = None) -> ToolContext:
-        store = self.services.store
-        session = await store.ensure(key or "agent:main:main")
-        return context_for_session(self.services, session)
+        session = await self.store.ensure(key or "agent:main:main")
+        return self.contexts.for_session(session)
+
+
+def api_app(gw: Harness) -> web.Application:
+    """A second app serving the API routes over ``gw``'s services (the narrow keys the
+    handlers read), for tests that talk HTTP to a gateway started in the test's loop."""
+    app = web.Application()
+    app.add_routes(api_routes())
+    app[SESSION_STORE] = gw.app[SESSION_STORE]
+    app[RUN_RECORDS] = gw.app[RUN_RECORDS]
+    app[RUN_CONTROL] = gw.app[RUN_CONTROL]
+    app[TOOL_INVOKER] = gw.app[TOOL_INVOKER]
+    return app
+
+
+#: Test timing: retries are quick (their policy is unit-tested; here only outcomes matter).
+FAST_TIMING = wiring.Timing(
+    outbox_base_delay=0.01,
+    provider_retry=RetryPolicy(base_delay=0.005, max_delay=0.02, jitter=0.5),
+)
 
 
 @asynccontextmanager
@@ -166,18 +261,20 @@ async def running_gateway(
     script: dict[str, Any] | None = None,
     channel_name: str = "memory",
     state_dir: Path | None = None,
+    channels: dict[str, Channel] | None = None,
 ) -> AsyncIterator[Harness]:
-    """A gateway whose chat is an in-memory channel; closes everything on exit."""
+    """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);
+    stops and closes everything on exit, as a SIGTERM would."""
     script_path = tmp_path / "script.json5"
     script_path.write_bytes(orjson.dumps(script or TEST_SCRIPT))
     state = state_dir or tmp_path / "state"
-    data = merge(base_config(state, script_path), config or {})
+    # No drain by default (as a test's gateway stops with work still blocked on purpose).
+    quick_stop = {"gateway": {"shutdownDrainSeconds": 0}}
+    data = merge(merge(base_config(state, script_path), quick_stop), config or {})
     holder = SettingsHolder(HeraldSettings.model_validate(data))
-    services = await open_services(holder, tmp_path)
-    # Fast retries: the backoff policy itself is unit-tested; here only its outcome matters.
-    services.outbox = Outbox(services.db, services.channels, base_delay=0.01)
     settled: dict[str, OutboxRecord] = {}
     changed = asyncio.Condition()
+    notes: set[asyncio.Future[None]] = set()
 
     def on_settled(item: OutboxRecord) -> None:
         async def note() -> None:
@@ -187,19 +284,18 @@ async def running_gateway(
 
         notes.add(asyncio.ensure_future(note()))
 
-    notes: set[asyncio.Future[None]] = set()
-    services.outbox.subscribe(on_settled)
-    services.outbox.subscribe(services.metrics.outbox_listener)
     channel = MemoryChannel(channel_name)
-    services.channels[channel_name] = channel
-    await channel.start(services.require_chat().handle_inbound)
-    await services.outbox.start()
-    await services.archive.start()
-    assert services.subagents is not None
-    await services.subagents.recover()
+    app = wiring.build_app(
+        holder,
+        config_dir=tmp_path,
+        channels={channel_name: channel, **(channels or {})},
+        timing=FAST_TIMING,
+        delivery_listeners=[on_settled],
+    )
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
     try:
-        yield Harness(services, channel, settled, changed)
+        yield Harness(app, channel, settled, changed)
     finally:
-        await channel.stop()
-        await close_services(services, drain_seconds=0)
+        await runner.cleanup()
         await asyncio.gather(*notes)

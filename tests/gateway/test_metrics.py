@@ -16,7 +16,7 @@ from channels.memory import MemoryChannel
 from gateway.llm import Usage
 from gateway.metrics import CONTENT_TYPE, LaneSet, Metrics, metrics_routes
 from gateway.state import OutboxRecord, RunRecord, StateDB
-from gateway.subagents.manager import SpawnRequest
+from gateway.subagents import SpawnRequest
 from tests.gateway.harness import Harness, running_gateway
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -47,8 +47,7 @@ class Host:
 
 
 def host_of(gw: Harness, metrics: Metrics) -> Host:
-    s = gw.services
-    return Host(metrics, s.db, s.lanes, s.channels)
+    return Host(metrics, gw.db, gw.lanes, gw.channels)
 
 
 def finished(status: str, *, started: float | None, ended: float | None) -> RunRecord:
@@ -121,14 +120,14 @@ def test_each_gateway_has_its_own_registry() -> None:
 async def test_a_scrape_reads_runs_lanes_outbox_and_channels_of_a_gateway(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         metrics = Metrics()
-        metrics.watch_lanes(gw.services.lanes.all())
-        gw.services.outbox.subscribe(metrics.outbox_listener)
+        metrics.watch_lanes(gw.lanes.all())
+        gw.outbox.subscribe(metrics.outbox_listener)
         await gw.say("bg task: count me")
         run_id = (await gw.announce())[0].run_id
         assert run_id is not None
         await gw.delivery(run_id)
         await asyncio.sleep(0)  # let the listener's bookkeeping run
-        s = parse(await metrics.render(gw.services))
+        s = parse(await metrics.render(host_of(gw, metrics)))
 
     assert value(s, "herald_runs", status="done") == 1
     assert value(s, "herald_runs", status="queued") == 0
@@ -150,20 +149,19 @@ async def test_a_scrape_shows_work_in_flight(tmp_path: Path) -> None:
         await gw.say("hello")  # a chat session, so run updates reach the channel
         await gw.reply()
         context = await gw.context("agent:main:memory:channel:c1")
-        manager = gw.manager
-        slow = await manager.spawn(context, SpawnRequest(task="task-slow: a"))
-        queued = await manager.spawn(context, SpawnRequest(task="task: b"))
+        slow = await gw.spawn(context, SpawnRequest(task="task-slow: a"))
+        queued = await gw.spawn(context, SpawnRequest(task="task: b"))
         await gw.status(slow["runId"], "running")
-        gw.services.channels["idle"] = MemoryChannel("idle")  # enabled, never started
-        s = parse(await metrics.render(gw.services))
+        gw.channels["idle"] = MemoryChannel("idle")  # enabled, never started
+        s = parse(await metrics.render(host_of(gw, metrics)))
         assert value(s, "herald_runs", status="running") == 1
         assert value(s, "herald_runs", status="queued") == 1
         assert value(s, "herald_lane_active", lane="subagent") == 1
         assert value(s, "herald_lane_queued", lane="subagent") == 1
         assert value(s, "herald_channel_connected", channel="memory") == 1
         assert value(s, "herald_channel_connected", channel="idle") == 0
-        await manager.abort(slow["runId"])
-        await manager.abort(queued["runId"])
+        await gw.runs.abort(slow["runId"])
+        await gw.runs.abort(queued["runId"])
         await gw.finished(slow["runId"])
         await gw.finished(queued["runId"])
 
@@ -171,8 +169,8 @@ async def test_a_scrape_shows_work_in_flight(tmp_path: Path) -> None:
 async def test_a_closed_database_leaves_out_only_its_series(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         metrics = Metrics()
-        await gw.services.db.close()
-        s = parse(await metrics.render(gw.services))
+        await gw.db.close()
+        s = parse(await metrics.render(host_of(gw, metrics)))
     assert value(s, "herald_runs", status="done") is None
     assert value(s, "herald_lane_max_concurrent", lane="main") == 4
 
@@ -198,8 +196,8 @@ async def test_the_wired_gateway_counts_a_run_end_to_end(tmp_path: Path) -> None
         assert run_id is not None
         await gw.delivery(run_id)
         run = await gw.finished(run_id)
-        metrics: Metrics = gw.services.metrics
-        s = parse(await metrics.render(gw.services))
+        metrics: Metrics = gw.metrics
+        s = parse(await metrics.render(host_of(gw, metrics)))
     assert value(s, "herald_runs_finished_total", status="done", model="test/m1") == 1
     assert value(s, "herald_run_duration_seconds_count", status="done") == 1
     # The chat turn's calls count too: at least the run's own.

@@ -24,7 +24,6 @@ import pytest
 
 from gateway.api.auth import is_public
 from gateway.app import build_app
-from gateway.components import prepare_app, resources_for
 from gateway.config_loader import load_settings
 from gateway.errors import ConfigError
 from gateway.reload import SettingsHolder
@@ -80,8 +79,7 @@ def near_misses(token: str) -> list[dict[str, str]]:
 def app_routes(config: Path) -> list[tuple[str, str]]:
     """(method, concrete path) of every route of the app the daemon builds from ``config``."""
     holder = SettingsHolder(load_settings(str(config), environ={}).settings)
-    app = build_app(holder, resources=resources_for(holder, config.parent))
-    prepare_app(app, holder)
+    app = build_app(holder, config_dir=config.parent)
     routes: list[tuple[str, str]] = []
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource is not None else {}

@@ -24,11 +24,10 @@ import aiohttp
 import orjson
 from aiohttp.test_utils import TestServer
 
-from gateway.app import SERVICES_KEY, build_app
-from gateway.components import prepare_app, resources_for
+from gateway.app import STATE, build_app
 from gateway.reload import SettingsHolder
-from gateway.services import Services
 from gateway.settings import HeraldSettings
+from gateway.state import StateDB
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.security.support import raw_request
 
@@ -37,7 +36,7 @@ SPAWN = orjson.dumps({"tool": "sessions_spawn", "args": {"task": "mine some cryp
 
 
 @asynccontextmanager
-async def open_gateway(tmp_path: Path) -> AsyncIterator[tuple[TestServer, Services]]:
+async def open_gateway(tmp_path: Path) -> AsyncIterator[tuple[TestServer, StateDB]]:
     """The daemon's app on loopback with its defaults: web chat on, no token, demo model."""
     settings = HeraldSettings.model_validate(
         {
@@ -46,12 +45,11 @@ async def open_gateway(tmp_path: Path) -> AsyncIterator[tuple[TestServer, Servic
         }
     )
     holder = SettingsHolder(settings)
-    app = build_app(holder, resources=resources_for(holder, tmp_path))
-    prepare_app(app, holder)
+    app = build_app(holder, config_dir=tmp_path)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:
-        yield server, app[SERVICES_KEY]
+        yield server, app[STATE]
     finally:
         await server.close()
 
@@ -84,23 +82,23 @@ async def test_a_foreign_page_cannot_open_the_web_chat_socket(tmp_path: Path) ->
 
 
 async def test_an_api_client_can_post_json(tmp_path: Path) -> None:
-    async with open_gateway(tmp_path) as (server, services):
+    async with open_gateway(tmp_path) as (server, db):
         port = server.port
         assert port is not None
         headers = {"Content-Type": "application/json"}
         response = await raw_request(port, "POST", "/v1/tools/invoke", headers=headers, body=SPAWN)
         assert response.status == 200
-        assert len(await services.db.runs.list()) == 1
+        assert len(await db.runs.list()) == 1
 
 
 async def test_a_foreign_page_cannot_post_to_the_api(tmp_path: Path) -> None:
-    async with open_gateway(tmp_path) as (server, services):
+    async with open_gateway(tmp_path) as (server, db):
         port = server.port
         assert port is not None
         headers = {"Content-Type": "text/plain;charset=UTF-8", "Origin": EVIL}
         response = await raw_request(port, "POST", "/v1/tools/invoke", headers=headers, body=SPAWN)
         assert response.status in (403, 415)
-        assert await services.db.runs.list() == []
+        assert await db.runs.list() == []
 
 
 async def test_a_rebound_host_name_is_refused(tmp_path: Path) -> None:
@@ -124,7 +122,7 @@ FOREIGN_ORIGINS = [
 
 
 async def test_no_foreign_origin_gets_through(tmp_path: Path) -> None:
-    async with open_gateway(tmp_path) as (server, services):
+    async with open_gateway(tmp_path) as (server, db):
         port = server.port
         assert port is not None
         for origin in FOREIGN_ORIGINS:
@@ -139,7 +137,7 @@ async def test_no_foreign_origin_gets_through(tmp_path: Path) -> None:
                 port, "POST", "/v1/runs/any/abort", headers={"Origin": origin}
             )
             assert response.status == 403, (origin, response.status)
-        assert await services.db.runs.list() == []
+        assert await db.runs.list() == []
 
 
 async def test_a_signed_slack_event_arrives_through_a_tunnels_host_name(tmp_path: Path) -> None:
@@ -165,8 +163,7 @@ async def test_a_signed_slack_event_arrives_through_a_tunnels_host_name(tmp_path
             }
         )
         holder = SettingsHolder(settings)
-        app = build_app(holder, resources=resources_for(holder, tmp_path))
-        prepare_app(app, holder)
+        app = build_app(holder, config_dir=tmp_path)
         async with TestServer(app, host="127.0.0.1") as server:
             port = server.port
             assert port is not None

@@ -22,16 +22,14 @@ from urllib.parse import quote
 
 import orjson
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from channels.memory import MemoryChannel
 from gateway import cli
-from gateway.api.routes import api_routes
 from gateway.config_loader import load_settings
 from gateway.errors import ConfigError
 from gateway.sessions import SessionKey, read_transcript
-from tests.gateway.harness import Harness, base_config, running_gateway
+from tests.gateway.harness import Harness, api_app, base_config, running_gateway
 from tests.security.support import TRANSCRIPT_RE, raw_request, tree, unexpected_state_files
 
 #: Every hostile name carries this, so a file made from one can be found anywhere.
@@ -90,8 +88,7 @@ def outside_marks(root: Path) -> list[str]:
 
 @asynccontextmanager
 async def api_server(gw: Harness) -> AsyncIterator[TestServer]:
-    app = web.Application()
-    app.add_routes(api_routes(lambda: gw.services))
+    app = api_app(gw)
     server = TestServer(app)
     await server.start_server()
     try:
@@ -113,10 +110,10 @@ async def invoke(port: int, body: dict[str, Any]) -> tuple[int, Any]:
 
 async def chat_through_every_channel(gw: Harness) -> None:
     """Hostile ids in every part of an inbound message that reaches a session key."""
-    chat = gw.services.require_chat()
+    chat = gw.router
     channels = {name: MemoryChannel(name) for name in ("slack", "discord", "webchat")}
     for name, channel in channels.items():
-        gw.services.channels[name] = channel
+        gw.channels[name] = channel
         await channel.start(chat.handle_inbound)
     sent: dict[str, int] = {"memory": 0, "slack": 0, "discord": 0, "webchat": 0}
     for raw in ["", *HOSTILE_IDS]:
@@ -246,8 +243,8 @@ async def test_hostile_ids_never_leave_the_state_dir(tmp_path: Path) -> None:
             await spawn_with_hostile_fields(port, gw)
             await session_tools_with_hostile_keys(port)
             await http_paths_with_encoded_traversal(port)
-        await gw.services.store.flush()
-        keys = [s.key for s in await gw.services.store.list(include_subagents=True)]
+        await gw.store.flush()
+        keys = [s.key for s in await gw.store.list(include_subagents=True)]
         for key in keys:
             SessionKey.parse(key)  # every key the gateway made is well-formed
         assert len(keys) > 4 * len(HOSTILE_IDS)
@@ -301,8 +298,8 @@ def test_transcripts_show_never_reads_beyond_what_it_is_given(
         async with running_gateway(tmp_path) as gw:
             await gw.say("hello \x1b[2J\x1b]0;owned\x07 there", chat_id=f"../../{MARK}")
             await gw.reply(f"../../{MARK}")
-            (session,) = await gw.services.store.list()
-            await gw.services.store.flush()
+            (session,) = await gw.store.list()
+            await gw.store.flush()
             return session.key
 
     key = asyncio.run(make_state())

@@ -21,15 +21,16 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from aiohttp import ClientSession
+from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 from channels.slack import SlackChannel
-from gateway.app import CHANNELS, SERVICES_KEY, build_app
-from gateway.components import prepare_app, resources_for
+from gateway.api.keys import SESSION_STORE
+from gateway.app import CHANNELS, STATE, build_app
 from gateway.reload import SettingsHolder
-from gateway.services import Services
+from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
+from gateway.state import StateDB
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.gateway.harness import TEST_SCRIPT, base_config, merge
 
@@ -44,9 +45,17 @@ GUARD_SECONDS = 20
 class SlackGateway:
     server: TestServer
     fake: FakeSlack
-    services: Services
+    app: web.Application
     channel: SlackChannel
     http: ClientSession
+
+    @property
+    def db(self) -> StateDB:
+        return self.app[STATE]
+
+    @property
+    def store(self) -> SessionStore:
+        return self.app[SESSION_STORE]
 
     async def post(
         self,
@@ -76,7 +85,7 @@ class SlackGateway:
                 await asyncio.sleep(0.01)
 
     async def users_with_sessions(self) -> set[str]:
-        sessions = await self.services.store.list()
+        sessions = await self.store.list()
         return {s.key.rsplit(":", 1)[1] for s in sessions if ":slack:dm:" in s.key}
 
 
@@ -103,15 +112,14 @@ async def slack_http_gateway(tmp_path: Path) -> AsyncIterator[SlackGateway]:
         },
     )
     holder = SettingsHolder(HeraldSettings.model_validate(data))
-    app = build_app(holder, resources=resources_for(holder, tmp_path))
-    prepare_app(app, holder)
+    app = build_app(holder, config_dir=tmp_path)
     server = TestServer(app)
     try:
         await server.start_server()
         channel = app[CHANNELS]["slack"]
         assert isinstance(channel, SlackChannel)
         async with ClientSession() as http:
-            yield SlackGateway(server, fake, app[SERVICES_KEY], channel, http)
+            yield SlackGateway(server, fake, app, channel, http)
     finally:
         await server.close()
         await fake.close()
@@ -192,7 +200,7 @@ async def test_a_replayed_event_is_handled_once(tmp_path: Path) -> None:
         assert await gw.post(sentinel, signed=FakeSlack.sign(sentinel)) == 200
         await gw.settled("D3", 1)
         assert [p.channel for p in gw.fake.posts] == ["D2", "D3"]
-        history = await gw.services.store.history("agent:main:slack:dm:ureplay")
+        history = await gw.store.history("agent:main:slack:dm:ureplay")
         assert [m["content"] for m in history] == ["hello", "hi there"]
 
 
@@ -209,5 +217,5 @@ async def test_a_replayed_slash_command_is_handled_once(tmp_path: Path) -> None:
         sentinel = gw.event("hello", user="USENTINEL", channel="D3", event_id="EvSentinel")
         assert await gw.post(sentinel, signed=FakeSlack.sign(sentinel)) == 200
         await gw.settled("D3", 1)
-        runs = await gw.services.db.runs.list(parent_session_key="agent:main:slack:dm:ucmd")
+        runs = await gw.db.runs.list(parent_session_key="agent:main:slack:dm:ucmd")
         assert len(runs) == 1, [r.task for r in runs]

@@ -15,15 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.api.routes import api_routes
-from gateway.runtime.chat import context_for_session
-from gateway.subagents.manager import SPAWN_FORBIDDEN_NESTED, SpawnRequest
+from gateway.subagents import SPAWN_FORBIDDEN_NESTED, SpawnRequest
 from gateway.tools.policy import SESSION_TOOLS
 from tests.fakes.openai import FakeOpenAI, openai_server
-from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.harness import Harness, api_app, running_gateway
 
 MODEL = "gpt-4o-mini"
 KEY = "sk-isolation-test-key"
@@ -66,7 +63,7 @@ def offered(fake: FakeOpenAI, index: int) -> set[str]:
 
 
 async def spawn_child(gw: Harness, task: str) -> str:
-    result = await gw.manager.spawn(await gw.context(), SpawnRequest(task=task))
+    result = await gw.spawn(await gw.context(), SpawnRequest(task=task))
     assert result["status"] == "accepted", result
     run_id: str = result["runId"]
     return run_id
@@ -106,7 +103,7 @@ async def test_a_subagent_is_offered_no_session_tool_and_each_call_fails(tmp_pat
         assert offered(fake, 1) == child_tools
         assert offered(fake, 2) == set()  # the announce turn has no tools
 
-        history = await gw.services.store.history(run.child_session_key, include_tools=True)
+        history = await gw.store.history(run.child_session_key, include_tools=True)
         results = tool_results(history)
         assert set(results) == {call_id for call_id, _, _ in calls}
         for call_id, name, _ in calls:
@@ -120,8 +117,8 @@ async def test_a_subagent_is_offered_no_session_tool_and_each_call_fails(tmp_pat
             assert "root:" not in content
         assert not marker.exists()
         assert not (tmp_path / "state" / "escaped.txt").exists()
-        assert [r.run_id for r in await gw.services.db.runs.list()] == [run_id]
-        subagents = [s for s in await gw.services.store.list(include_subagents=True)]
+        assert [r.run_id for r in await gw.db.runs.list()] == [run_id]
+        subagents = [s for s in await gw.store.list(include_subagents=True)]
         assert [s.key for s in subagents if s.is_subagent] == [run.child_session_key]
 
 
@@ -150,7 +147,7 @@ async def test_exec_reaches_a_subagent_only_by_the_policy_rules(tmp_path: Path) 
         run = await gw.finished(await spawn_child(gw, "denied"))
         assert "exec" not in offered(fake, 0)
         (result,) = tool_results(
-            await gw.services.store.history(run.child_session_key, include_tools=True)
+            await gw.store.history(run.child_session_key, include_tools=True)
         ).values()
         assert result["isError"] is True
         assert "tool not available here" in result["content"]
@@ -163,8 +160,7 @@ async def test_no_door_lets_a_subagent_session_spawn(tmp_path: Path) -> None:
         fake.reply_text("announce")
         run = await gw.finished(await spawn_child(gw, "be spawned"))
         child = run.child_session_key
-        app = web.Application()
-        app.add_routes(api_routes(lambda: gw.services))
+        app = api_app(gw)
         async with TestClient(TestServer(app)) as client:
             tools: list[tuple[str, dict[str, Any]]] = [
                 ("sessions_spawn", {"task": "nested through the API"}),
@@ -196,16 +192,16 @@ async def test_no_door_lets_a_subagent_session_spawn(tmp_path: Path) -> None:
             )
             assert (await response.json())["ok"] is False
         # Past the policy, the tool itself refuses in a sub-agent session.
-        session = await gw.services.store.require(child)
-        ctx = context_for_session(gw.services, session)
+        session = await gw.store.require(child)
+        ctx = gw.contexts.for_session(session)
         assert ctx.is_subagent
-        params = gw.services.tools.validate("sessions_spawn", {"task": "nested, directly"})
-        output = await gw.services.tools.execute("sessions_spawn", params, ctx)
+        params = gw.tools.validate("sessions_spawn", {"task": "nested, directly"})
+        output = await gw.tools.execute("sessions_spawn", params, ctx)
         assert output.is_error
         assert orjson.loads(output.content) == {
             "status": "forbidden",
             "error": SPAWN_FORBIDDEN_NESTED,
         }
-        assert (await gw.manager.spawn(ctx, SpawnRequest(task="nested")))["status"] == "forbidden"
-        assert [r.run_id for r in await gw.services.db.runs.list()] == [run.run_id]
+        assert (await gw.spawn(ctx, SpawnRequest(task="nested")))["status"] == "forbidden"
+        assert [r.run_id for r in await gw.db.runs.list()] == [run.run_id]
         assert len(fake.requests) == 2  # no nested run ever called the model

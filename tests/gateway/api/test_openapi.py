@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from channels import Channel
 from gateway.api.openapi import (
     CHANNEL_PATHS,
     CHANNEL_PREFIXES,
@@ -25,25 +23,12 @@ from gateway.api.openapi import (
     openapi_document,
 )
 from gateway.app import build_app
-from gateway.components import prepare_app, resources_for
-from gateway.metrics import LaneSet, Metrics
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
-from gateway.state import StateDB
 from tests.gateway.harness import TEST_SCRIPT, base_config, merge
 
 TOKEN = "test-gateway-token"
 METHODS = ("get", "put", "post", "delete", "patch")
-
-
-@dataclass
-class _Host:
-    """Services plus a Metrics, for an app whose Services do not carry one yet."""
-
-    metrics: Metrics
-    db: StateDB
-    lanes: LaneSet
-    channels: dict[str, Channel]
 
 
 def daemon_app(
@@ -57,9 +42,7 @@ def daemon_app(
     if token is not None:
         data = merge(data, {"gateway": {"auth": {"token": token}}})
     holder = SettingsHolder(HeraldSettings.model_validate(merge(data, config or {})))
-    app = build_app(holder, resources=resources_for(holder, tmp_path))
-    prepare_app(app, holder)
-    return app
+    return build_app(holder, config_dir=tmp_path)
 
 
 @asynccontextmanager

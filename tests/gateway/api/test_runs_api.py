@@ -8,18 +8,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.api.routes import api_routes
-from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.harness import Harness, api_app, running_gateway
 
 
 @asynccontextmanager
 async def api(tmp_path: Path) -> AsyncIterator[tuple[Harness, TestClient[Any, Any]]]:
     async with running_gateway(tmp_path) as gw:
-        app = web.Application()
-        app.add_routes(api_routes(lambda: gw.services))
+        app = api_app(gw)
         async with TestClient(TestServer(app)) as client:
             yield gw, client
 
@@ -133,7 +130,7 @@ async def test_a_huge_task_is_refused(tmp_path: Path) -> None:
 async def test_abort_through_the_api(tmp_path: Path) -> None:
     async with api(tmp_path) as (gw, client):
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        blocker = gw.lanes.subagent.submit(gate.wait)
         _, body = await invoke(client, {"tool": "sessions_spawn", "args": {"task": "task: q"}})
         run_id = body["result"]["runId"]
         response = await client.post(f"/v1/runs/{run_id}/abort")

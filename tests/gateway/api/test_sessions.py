@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from gateway.api.keys import SESSION_STORE
 from gateway.api.sessions import session_routes
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions import SessionKey, SessionStore
@@ -29,7 +30,8 @@ async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
 @pytest.fixture
 async def client(store: SessionStore, aiohttp_client: AiohttpClient) -> Client:
     app = web.Application()
-    app.add_routes(session_routes(store))
+    app.add_routes(session_routes())
+    app[SESSION_STORE] = store
     return await aiohttp_client(app)
 
 

@@ -36,8 +36,8 @@ async def discord_gateway(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeDi
             gateway_url=fake.gateway_url,
         )
         channel = DiscordChannel(config, start_timeout=WAIT_GUARD, guild_ready_timeout=0.01)
-        gw.services.channels["discord"] = channel
-        await channel.start(gw.services.require_chat().handle_inbound)
+        gw.channels["discord"] = channel
+        await channel.start(gw.router.handle_inbound)
         try:
             yield gw, fake
         finally:
@@ -56,7 +56,7 @@ def mention() -> list[dict[str, Any]]:
 async def test_a_spawn_in_a_thread_is_announced_in_that_thread(tmp_path: Path) -> None:
     async with discord_gateway(tmp_path) as (gw, fake):
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        blocker = gw.lanes.subagent.submit(gate.wait)
         await fake.post_message(
             channel_id=THREAD,
             guild_id=GUILD,
@@ -91,7 +91,7 @@ async def test_dms_have_their_own_session_and_commands(tmp_path: Path) -> None:
         await fake.post_message(channel_id=DM_CHANNEL, author=ALICE, content="/spawn task: dm")
         (started,) = await posts(fake, DM_CHANNEL, 1)
         assert started["content"].startswith("Started sub-agent run ")
-        (run,) = await gw.services.db.runs.list()
+        (run,) = await gw.db.runs.list()
         assert run.parent_session_key == f"agent:main:discord:dm:{ALICE['id']}"
         await gw.finished(run.run_id)
         announce = (await posts(fake, DM_CHANNEL, 2))[1]

@@ -31,8 +31,8 @@ async def slack_gateway(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeSlac
                 }
             )
             channel = SlackChannel(config)
-            gw.services.channels["slack"] = channel
-            await channel.start(gw.services.require_chat().handle_inbound)
+            gw.channels["slack"] = channel
+            await channel.start(gw.router.handle_inbound)
             await fake.wait_connected()
             try:
                 yield gw, fake
@@ -47,7 +47,7 @@ async def test_a_spawn_announces_in_its_thread_after_the_conversation_moved_on(
 ) -> None:
     async with slack_gateway(tmp_path) as (gw, fake):
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)  # the run waits, queued
+        blocker = gw.lanes.subagent.submit(gate.wait)  # the run waits, queued
         first = fake.message(f"{MENTION} bg task: tides", channel="C1")
         await fake.push_event(first)
         (accepted,) = await fake.wait_posts(1)
@@ -78,10 +78,10 @@ async def test_thread_replies_stay_in_their_thread_and_session(tmp_path: Path) -
         await fake.push_event(reply)
         posts = await fake.wait_posts(2)
         assert posts[1].thread_ts == top["ts"]
-        sessions = await gw.services.store.list()
+        sessions = await gw.store.list()
         slack = [s for s in sessions if ":slack:" in s.key]
         assert len(slack) == 1
-        history = await gw.services.store.history(slack[0].key)
+        history = await gw.store.history(slack[0].key)
         assert [m["content"] for m in history] == ["hello", "hi there", "hello again", "hi there"]
 
 
@@ -90,7 +90,7 @@ async def test_chat_commands_work_in_slack_messages(tmp_path: Path) -> None:
         await fake.push_event(fake.message("!spawn task: cmd", channel="D1", user="U7"))
         (started,) = await fake.wait_posts(1)
         assert started.text.startswith("Started sub-agent run ")
-        runs = await gw.services.db.runs.list()
+        runs = await gw.db.runs.list()
         assert runs[0].parent_session_key == "agent:main:slack:dm:u7"
         await gw.finished(runs[0].run_id)
         announce = (await fake.wait_posts(2))[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from channels import ChannelSendError, OutboundMessage
-from gateway.subagents.manager import RunFinishedError, RunNotFoundError, SpawnRequest
+from gateway.subagents import RunFinishedError, RunNotFoundError, SpawnRequest
 from tests.gateway.harness import running_gateway
 
 
@@ -18,10 +18,10 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
 ) -> None:
     async with running_gateway(tmp_path) as gw:
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: never")
         run_id = (await gw.reply()).text.split()[-1]
-        await gw.manager.abort(run_id)
+        await gw.runs.abort(run_id)
         run = await gw.finished(run_id)
         assert run.status == "cancelled"
         assert run.started_at is None
@@ -29,7 +29,7 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
         assert announce.text.startswith('Sub-agent "bg" was cancelled')
         gate.set()
         await blocker
-        child = await gw.services.store.read(run.child_session_key)
+        child = await gw.store.read(run.child_session_key)
         assert not any(r["type"] == "message" for r in child.records)
 
 
@@ -38,7 +38,7 @@ async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
         await gw.say("bg task-slow: x")
         run_id = (await gw.reply()).text.split()[-1]
         await gw.status(run_id, "running")
-        await gw.manager.abort(run_id)
+        await gw.runs.abort(run_id)
         run = await gw.finished(run_id)
         assert run.status == "cancelled"
         assert run.started_at is not None
@@ -47,20 +47,20 @@ async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
 async def test_abort_errors(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         with pytest.raises(RunNotFoundError):
-            await gw.manager.abort("no-such-run")
-        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+            await gw.runs.abort("no-such-run")
+        result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         await gw.finished(result["runId"])
         with pytest.raises(RunFinishedError):
-            await gw.manager.abort(result["runId"])
+            await gw.runs.abort(result["runId"])
 
 
 async def test_spawn_from_a_subagent_session_is_forbidden(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+        result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         run = await gw.finished(result["runId"])
         child_ctx = await gw.context(run.child_session_key)
         assert child_ctx.is_subagent
-        nested = await gw.manager.spawn(child_ctx, SpawnRequest(task="task: y"))
+        nested = await gw.spawn(child_ctx, SpawnRequest(task="task: y"))
         assert nested == {
             "status": "forbidden",
             "error": "sessions_spawn is not allowed from sub-agent sessions",
@@ -70,34 +70,34 @@ async def test_spawn_from_a_subagent_session_is_forbidden(tmp_path: Path) -> Non
 async def test_target_agents_are_checked(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        forbidden = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="other"))
+        forbidden = await gw.spawn(ctx, SpawnRequest(task="x", agent_id="other"))
         assert forbidden["status"] == "forbidden"
         assert "helper" in forbidden["error"]
         assert "main" in forbidden["error"]
-        unknown = await gw.manager.spawn(ctx, SpawnRequest(task="x", agent_id="nobody"))
+        unknown = await gw.spawn(ctx, SpawnRequest(task="x", agent_id="nobody"))
         assert unknown["status"] == "error"
         assert "nobody" in unknown["error"]
-        allowed = await gw.manager.spawn(ctx, SpawnRequest(task="task: h", agent_id="helper"))
+        allowed = await gw.spawn(ctx, SpawnRequest(task="task: h", agent_id="helper"))
         assert allowed["status"] == "accepted"
         assert allowed["childSessionKey"].startswith("agent:helper:subagent:")
         assert (await gw.finished(allowed["runId"])).agent_id == "helper"
-        assert await gw.services.db.runs.list(statuses=["queued"]) == []
+        assert await gw.db.runs.list(statuses=["queued"]) == []
 
 
 async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="nope/zzz"))
+        result = await gw.spawn(ctx, SpawnRequest(task="task: x", model="nope/zzz"))
         assert result["status"] == "accepted"
         assert result["modelApplied"] is False
         assert "nope" in result["warning"]
         assert (await gw.finished(result["runId"])).model == "test/m1"
-        applied = await gw.manager.spawn(ctx, SpawnRequest(task="task: x", model="test/m2"))
+        applied = await gw.spawn(ctx, SpawnRequest(task="task: x", model="test/m2"))
         assert applied["modelApplied"] is True
         assert "warning" not in applied
         run = await gw.finished(applied["runId"])
         assert run.model == "test/m2"
-        child = await gw.services.store.read(run.child_session_key)
+        child = await gw.store.read(run.child_session_key)
         models = {
             r["message"].get("model") for r in child.messages if r["message"]["role"] == "assistant"
         }
@@ -117,7 +117,7 @@ async def test_chat_commands(tmp_path: Path) -> None:
         (started,) = await notices(1)
         match = re.fullmatch(r"Started sub-agent run ([0-9a-f]{8}); .*", started.text)
         assert match, started.text
-        runs = await gw.services.db.runs.list()
+        runs = await gw.db.runs.list()
         run = await gw.finished(runs[0].run_id)
         await gw.say("/subagents list")
         listing = (await notices(2))[-1]
@@ -139,7 +139,7 @@ async def test_chat_commands(tmp_path: Path) -> None:
 async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: a")
         await gw.reply()
         await gw.say("bg task: b")
@@ -147,7 +147,7 @@ async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
         await gw.say("/stop")
         (notice,) = await gw.wait_sent(lambda m: m.kind == "notice")
         assert notice.text.endswith("and 2 sub-agent run(s).")
-        for run in await gw.services.db.runs.list():
+        for run in await gw.db.runs.list():
             assert (await gw.finished(run.run_id)).status == "cancelled"
         gate.set()
         await blocker
@@ -156,7 +156,7 @@ async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
 async def test_transient_delivery_failures_are_retried_and_delivered_once(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)
+        blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: retry")
         run_id = (await gw.reply()).text.split()[-1]
         gw.channel.fail_next(
@@ -181,7 +181,7 @@ async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_pa
         item = await gw.delivery(run_id)
         assert item.state == "failed"
         assert item.attempts == 1
-        run = await gw.services.db.runs.get(run_id)
+        run = await gw.db.runs.get(run_id)
         assert run is not None
         assert run.announce_state == "failed"
         assert run.announce_error == "chat doomed not found"
@@ -190,11 +190,9 @@ async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_pa
 
 async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        result = await gw.manager.spawn(
-            await gw.context(), SpawnRequest(task="task: x", cleanup="delete")
-        )
+        result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x", cleanup="delete"))
         run = await gw.finished(result["runId"])
-        child = await gw.services.store.require(run.child_session_key)
+        child = await gw.store.require(run.child_session_key)
         assert child.archived
         assert child.archived_path is not None
         assert re.search(
@@ -202,14 +200,14 @@ async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Pa
         )
         assert Path(child.archived_path).exists()
         assert not Path(run.transcript_path or "").exists()
-        listed = await gw.services.store.list(include_subagents=True)
+        listed = await gw.store.list(include_subagents=True)
         assert child.key not in {s.key for s in listed}
 
 
 async def test_without_cleanup_the_child_is_scheduled_for_archive(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        result = await gw.manager.spawn(await gw.context(), SpawnRequest(task="task: x"))
+        result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         run = await gw.finished(result["runId"])
-        child = await gw.services.store.require(run.child_session_key)
+        child = await gw.store.require(run.child_session_key)
         assert child.archive_due_at == pytest.approx(run.created_at + 3600)
-        assert gw.services.archive.is_scheduled(child.key)
+        assert gw.archive.is_scheduled(child.key)

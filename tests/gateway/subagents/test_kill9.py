@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
+from gateway.delivery import UNCERTAIN
 from gateway.state import FINISHED_STATUSES, StateDB
-from gateway.subagents.outbox import UNCERTAIN
 from tests.gateway.daemon_process import free_port, herald, webchat_page, write_config
 
 pytestmark = pytest.mark.slow

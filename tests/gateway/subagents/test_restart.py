@@ -7,11 +7,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from gateway.delivery import UNCERTAIN
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions.transcript import INTERRUPTED_TOOL_RESULT
 from gateway.state import OutboxRecord
-from gateway.subagents.manager import SpawnRequest
-from gateway.subagents.outbox import UNCERTAIN
+from gateway.subagents import SpawnRequest
 from tests.gateway.harness import TEST_SCRIPT, running_gateway
 
 
@@ -27,7 +27,7 @@ def fast_slow_script() -> dict[str, Any]:
 async def test_a_queued_run_runs_after_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "state"
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # never released
+        gw.lanes.subagent.submit(asyncio.Event().wait)  # never released
         await gw.say("bg task: later")
         run_id = (await gw.reply()).text.split()[-1]
     async with running_gateway(tmp_path, state_dir=state) as gw:
@@ -44,18 +44,18 @@ async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None
         await gw.say("bg task-slow: resumable")
         run_id = (await gw.reply()).text.split()[-1]
         await gw.status(run_id, "running")
-        run = await gw.services.db.runs.get(run_id)
+        run = await gw.db.runs.get(run_id)
         assert run is not None
-        child = await gw.services.store.require(run.child_session_key)
+        child = await gw.store.require(run.child_session_key)
         # As if the process died in the middle of a tool call.
         call = ToolCall(id="call-1", name="ls", arguments={"path": "."})
-        await gw.services.store.append_message(
+        await gw.store.append_message(
             child, ChatMessage(role="assistant", content="", tool_calls=(call,))
         )
     async with running_gateway(tmp_path, state_dir=state, script=fast_slow_script()) as gw:
         run = await gw.finished(run_id)
         assert run.status == "done"
-        contents = await gw.services.store.read(run.child_session_key)
+        contents = await gw.store.read(run.child_session_key)
         tool_results = [r["message"] for r in contents.messages if r["message"]["role"] == "tool"]
         assert [t["content"] for t in tool_results] == [INTERRUPTED_TOOL_RESULT]
         assert any(r.get("event") == "resumed" for r in contents.records if r["type"] == "event")
@@ -82,13 +82,13 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
 ) -> None:
     state = tmp_path / "state"
     async with running_gateway(tmp_path, state_dir=state) as gw:
-        gw.services.lanes.subagent.submit(asyncio.Event().wait)  # no run starts here
+        gw.lanes.subagent.submit(asyncio.Event().wait)  # no run starts here
         ctx = await gw.context("agent:main:memory:channel:c1")
         ids = []
         for _ in range(2):
-            result = await gw.manager.spawn(ctx, SpawnRequest(task="task-slow: x"))
+            result = await gw.spawn(ctx, SpawnRequest(task="task-slow: x"))
             ids.append(result["runId"])
-        db = gw.services.db
+        db = gw.db
         # Simulate what a crash leaves: one announce queued, one cut off mid-send.
         for run_id, state_name in zip(ids, ("pending", "sending"), strict=True):
             await db.outbox.insert_for_run(
@@ -103,15 +103,15 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
                 ),
                 {"status": "announcing", "outcome": "done", "announce_state": "queued"},
             )
-        await gw.services.outbox.close()  # this process never delivers them
+        await gw.outbox.close()  # this process never delivers them
     async with running_gateway(tmp_path, state_dir=state) as gw:
         delivered = await gw.delivery(ids[0])
         assert delivered.state == "delivered"
-        uncertain = await gw.services.db.outbox.get_by_run(ids[1])
+        uncertain = await gw.db.outbox.get_by_run(ids[1])
         assert uncertain is not None
         assert uncertain.state == "failed"
         assert uncertain.last_error == UNCERTAIN
-        cut_off = await gw.services.db.runs.get(ids[1])
+        cut_off = await gw.db.runs.get(ids[1])
         assert cut_off is not None
         assert (cut_off.announce_state, cut_off.announce_error) == ("uncertain", UNCERTAIN)
         assert [m.text for m in gw.channel.sent if m.kind == "announce"] == [f"text {ids[0]}"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.sessions import read_transcript
-from gateway.subagents.manager import SpawnRequest
+from gateway.subagents import SpawnRequest
 from tests.gateway.harness import running_gateway
 
 STATS = re.compile(
@@ -23,8 +23,8 @@ async def test_a_chat_turn_replies_in_the_same_chat_and_thread(tmp_path: Path) -
         await gw.say("hello", chat_id="c9", thread_id="t1")
         reply = await gw.reply("c9")
         assert (reply.text, reply.thread_id, reply.channel) == ("hi there", "t1", "memory")
-        session = await gw.services.store.require("agent:main:memory:channel:c9:thread:t1")
-        lines = read_transcript(gw.services.store.transcript_path(session)).records
+        session = await gw.store.require("agent:main:memory:channel:c9:thread:t1")
+        lines = read_transcript(gw.store.transcript_path(session)).records
         roles = [r["message"]["role"] for r in lines if r["type"] == "message"]
         assert roles == ["user", "assistant"]
         assert session.usage.input > 0
@@ -52,12 +52,12 @@ async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
         assert run.status == "done"
         assert run.result_text == "done: tides"
         assert (await gw.delivery(run.run_id)).state == "delivered"
-        final = await gw.services.db.runs.get(run.run_id)
+        final = await gw.db.runs.get(run.run_id)
         assert final is not None
         assert final.announce_state == "delivered"
         # The child saw only its task, with the sub-agent tool set.
-        child = await gw.services.store.require(run.child_session_key)
-        messages = await gw.services.store.history(child.key, include_tools=True)
+        child = await gw.store.require(run.child_session_key)
+        messages = await gw.store.history(child.key, include_tools=True)
         assert messages[0]["role"] == "user"
         assert messages[0]["content"] == "task: tides"
         assert child.parent_key == "agent:main:memory:channel:c1:thread:t1"
@@ -66,14 +66,14 @@ async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
 async def test_the_announce_goes_to_the_thread_captured_at_spawn(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         gate = asyncio.Event()
-        blocker = gw.services.lanes.subagent.submit(gate.wait)  # hold the lane: run stays queued
+        blocker = gw.lanes.subagent.submit(gate.wait)  # hold the lane: run stays queued
         await gw.say("bg task: first", dm=True, thread_id="thread-a")
         accepted = await gw.reply("c1")
         run_id = accepted.text.split()[-1]
         # The conversation moves on to another thread of the same DM session.
         await gw.say("hello", dm=True, thread_id="thread-b")
         await gw.reply("c1", count=2)
-        session = await gw.services.store.require("agent:main:memory:dm:u1")
+        session = await gw.store.require("agent:main:memory:dm:u1")
         assert session.origin is not None
         assert session.origin.thread_id == "thread-b"
         gate.set()
@@ -87,10 +87,10 @@ async def test_at_most_ten_spawns_are_honoured_per_model_turn(tmp_path: Path) ->
     async with running_gateway(tmp_path) as gw:
         await gw.say("many")
         await gw.reply()
-        runs = await gw.services.db.runs.list()
+        runs = await gw.db.runs.list()
         assert len(runs) == MAX_SPAWNS_PER_TURN
-        session = await gw.services.store.require("agent:main:memory:channel:c1")
-        tool_lines = await gw.services.store.history(session.key, include_tools=True)
+        session = await gw.store.require("agent:main:memory:channel:c1")
+        tool_lines = await gw.store.history(session.key, include_tools=True)
         errors = [m for m in tool_lines if m["role"] == "tool" and "at most 10" in m["content"]]
         assert len(errors) == 2
 
@@ -98,12 +98,12 @@ async def test_at_most_ten_spawns_are_honoured_per_model_turn(tmp_path: Path) ->
 async def test_announce_skip_posts_nothing(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: SKIPME"))
+        result = await gw.spawn(ctx, SpawnRequest(task="task: SKIPME"))
         run = await gw.finished(result["runId"])
         assert run.status == "done"
         assert run.announce_state == "skipped"
         assert gw.channel.sent == []
-        assert await gw.services.db.outbox.get_by_run(run.run_id) is None
+        assert await gw.db.outbox.get_by_run(run.run_id) is None
 
 
 async def test_submit_error_ends_the_run_as_error_with_a_status_line(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ async def test_submit_error_ends_the_run_as_error_with_a_status_line(tmp_path: P
 async def test_submit_result_ends_the_run_with_its_result(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task-submit: x"))
+        result = await gw.spawn(ctx, SpawnRequest(task="task-submit: x"))
         run = await gw.finished(result["runId"])
         assert (run.status, run.result_text) == ("done", "submitted x")
 
@@ -127,8 +127,8 @@ async def test_submit_result_ends_the_run_with_its_result(tmp_path: Path) -> Non
 async def test_run_timeout_aborts_the_child(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        await gw.services.store.set_origin(ctx.session_key, None)
-        result = await gw.manager.spawn(
+        await gw.store.set_origin(ctx.session_key, None)
+        result = await gw.spawn(
             ctx, SpawnRequest(task="task-slow: x", run_timeout_seconds=0.05, label="slow")
         )
         run = await gw.finished(result["runId"])
@@ -141,10 +141,10 @@ async def test_run_timeout_aborts_the_child(tmp_path: Path) -> None:
 async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         ctx = await gw.context()
-        result = await gw.manager.spawn(ctx, SpawnRequest(task="task: sum"))
+        result = await gw.spawn(ctx, SpawnRequest(task="task: sum"))
         run = await gw.finished(result["runId"])
-        child = await gw.services.store.require(run.child_session_key)
-        contents = await gw.services.store.read(child.key)
+        child = await gw.store.require(run.child_session_key)
+        contents = await gw.store.read(child.key)
         outputs = [
             r["message"]["usage"]["output"] for r in contents.messages if r["message"].get("usage")
         ]
@@ -160,7 +160,7 @@ async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(tmp_path: Pa
         # Hold the DM session's lane so the first turn waits while the person moves threads.
         key = "agent:main:memory:dm:u1"
         gate = asyncio.Event()
-        blocker = gw.services.lanes.session.submit(gate.wait, key=key)
+        blocker = gw.lanes.session.submit(gate.wait, key=key)
         await gw.say("hello", dm=True, thread_id="thread-a")
         await gw.say("hello", dm=True, thread_id="thread-b")
         gate.set()

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class StoreSink:
-    """A :class:`gateway.runtime.turn.TranscriptSink` over the session store.
+    """A :class:`gateway.agent.turn.TranscriptSink` over the session store.
 
     Lines are queued as they happen (the writer thread writes them within microseconds);
     :meth:`save_usage` adds the turn's usage to the session (and to the sub-agent run) in

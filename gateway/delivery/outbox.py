@@ -1,7 +1,7 @@
-"""Delivery to chats: the durable announce outbox, and replies with bounded retries.
+"""The durable announce outbox: rows of the state database's ``outbox``, delivered in order.
 
-Retries live here and nowhere else (channels raise :class:`ChannelSendError` and say
-whether trying again can help). Announces are rows in the state database's ``outbox``:
+Channels raise :class:`ChannelSendError` and say whether trying again can help; the retry
+policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
 
 - ``pending`` → ``sending`` is written before each attempt; ``delivered`` or ``failed``
   after it. A transient failure goes back to ``pending`` with a backoff (the channel's
@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 
-from channels import Channel, ChannelSendError, OutboundMessage, SentMessage
+from channels import Channel, ChannelSendError, OutboundMessage
+from gateway.backoff import backoff
 from gateway.state import OutboxRecord, StateDB
 
 logger = logging.getLogger(__name__)
@@ -30,18 +30,9 @@ logger = logging.getLogger(__name__)
 BASE_DELAY = 2.0
 MAX_DELAY = 300.0
 MAX_ATTEMPTS = 12
-#: Replies are not durable: a person is waiting, so a few quick tries only.
-REPLY_ATTEMPTS = 3
-REPLY_MAX_DELAY = 10.0
 UNCERTAIN = "the gateway stopped during this send; not sent again, to keep announces at most once"
 
 DeliveryListener = Callable[[OutboxRecord], None]
-
-
-def backoff(attempt: int, *, base: float = BASE_DELAY, cap: float = MAX_DELAY) -> float:
-    """Delay before attempt ``attempt + 1``: exponential with ±20 % jitter, capped."""
-    delay: float = min(cap, base * 2.0 ** max(0, attempt - 1))
-    return delay * (0.8 + 0.4 * random.random())
 
 
 class Outbox:
@@ -64,6 +55,8 @@ class Outbox:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        #: Set by :meth:`flush`: the worker finishes its current send and exits.
+        self._stopping = False
         self._listeners: list[DeliveryListener] = []
         #: Called after each transient failure that will be retried (metrics).
         self.on_retry: Callable[[], object] | None = None
@@ -89,8 +82,38 @@ class Outbox:
         """Look for due items now (after an insert)."""
         self._wake.set()
 
+    async def flush(self, seconds: float) -> int:
+        """Deliver every item due now, within ``seconds``, then stop the worker
+        (a clean stop, while the channels are still up); returns how many were handled.
+
+        The worker finishes the send it is in (never cut off mid-send, which would leave
+        the item uncertain) and stops; items still due are then sent here, one by one.
+        Items waiting for a later retry stay ``pending`` for the next start.
+        """
+        self._stopping = True
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, seconds)
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._task), max(0.0, seconds))
+        handled = 0
+        while not self._closed and loop.time() < deadline:
+            due = await self._db.outbox.due(self._clock())
+            if not due:
+                break
+            for item in due:
+                if loop.time() >= deadline:
+                    break
+                await self._deliver(item)
+                handled += 1
+        if handled:
+            logger.info("outbox flushed at stop", extra={"count": handled})
+        return handled
+
     async def close(self) -> None:
         """Stop the worker; undelivered items stay in the database for the next start."""
+        self._stopping = True
         self._closed = True
         if self._task is not None:
             self._task.cancel()
@@ -98,10 +121,12 @@ class Outbox:
                 await self._task
 
     async def _loop(self) -> None:
-        while not self._closed:
+        while not self._closed and not self._stopping:
             try:
                 due = await self._db.outbox.due(self._clock())
                 for item in due:
+                    if self._stopping:
+                        return
                     await self._deliver(item)
                 if len(due) == 100:
                     continue  # a full batch: there may be more due at once
@@ -112,6 +137,8 @@ class Outbox:
                 logger.exception("outbox: delivery loop error")
                 next_at = self._clock() + self._base_delay
             timeout = None if next_at is None else max(0.0, next_at - self._clock())
+            if self._stopping:
+                return
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -137,7 +164,7 @@ class Outbox:
             sent = await channel.send(message)
         except ChannelSendError as exc:
             if exc.retryable and attempts < self._max_attempts:
-                delay = exc.retry_after or backoff(attempts, base=self._base_delay)
+                delay = exc.retry_after or backoff(attempts, base=self._base_delay, cap=MAX_DELAY)
                 await self._db.outbox.update(
                     item_id,
                     state="pending",
@@ -197,22 +224,3 @@ def _id_of(item: OutboxRecord) -> int:
     if item.id is None:  # only rows read back from the database reach delivery
         raise ValueError("outbox item has no id")
     return item.id
-
-
-async def send_reply(
-    channel: Channel,
-    message: OutboundMessage,
-    *,
-    attempts: int = REPLY_ATTEMPTS,
-    base_delay: float = 0.5,
-) -> SentMessage:
-    """Send a reply, retrying transient failures a few times; raises the last error."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return await channel.send(message)
-        except ChannelSendError as exc:
-            if not exc.retryable or attempt == attempts:
-                raise
-            delay = min(REPLY_MAX_DELAY, exc.retry_after or backoff(attempt, base=base_delay))
-            await asyncio.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

@@ -1,0 +1,33 @@
+"""One agent turn and what it runs with: the model/tool loop, its transcript sink, the
+agent's effective profile and the tool context of a session. Chat turns and sub-agent runs
+both use it."""
+
+from gateway.agent.context import ToolContexts
+from gateway.agent.invoke import (
+    AgentNotFoundError,
+    InvokeError,
+    SessionNotFoundError,
+    ToolInvoker,
+    ToolNotAllowedError,
+)
+from gateway.agent.profile import AgentProfile, resolve_agent, subagent_model_ref
+from gateway.agent.sink import StoreSink
+from gateway.agent.turn import EndedBy, TranscriptSink, TurnOutcome, TurnSetup, run_turn
+
+__all__ = [
+    "AgentNotFoundError",
+    "AgentProfile",
+    "EndedBy",
+    "InvokeError",
+    "SessionNotFoundError",
+    "StoreSink",
+    "ToolContexts",
+    "ToolInvoker",
+    "ToolNotAllowedError",
+    "TranscriptSink",
+    "TurnOutcome",
+    "TurnSetup",
+    "resolve_agent",
+    "run_turn",
+    "subagent_model_ref",
+]

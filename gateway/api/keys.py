@@ -1,0 +1,27 @@
+"""What the API's handlers reach on ``request.app``: narrow services under typed keys.
+
+The gateway's wiring (:mod:`gateway.app`) stores each service when its resource starts;
+handlers read only the ones they need, never the whole graph.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from aiohttp import web
+
+from gateway.agent import ToolInvoker
+from gateway.sessions import SessionStore
+from gateway.state import RunRecord, RunsTable
+
+
+class RunControl(Protocol):
+    """Stopping a run (:class:`gateway.subagents.RunManager`)."""
+
+    async def abort(self, run_id: str) -> RunRecord: ...
+
+
+SESSION_STORE = web.AppKey("session_store", SessionStore)
+RUN_RECORDS = web.AppKey("run_records", RunsTable)
+RUN_CONTROL = web.AppKey("run_control", RunControl)
+TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)

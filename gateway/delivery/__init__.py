@@ -1,0 +1,6 @@
+"""Delivery to chats: the durable announce outbox and plain replies."""
+
+from gateway.delivery.outbox import MAX_ATTEMPTS, UNCERTAIN, DeliveryListener, Outbox
+from gateway.delivery.replies import Replier, send_reply
+
+__all__ = ["MAX_ATTEMPTS", "UNCERTAIN", "DeliveryListener", "Outbox", "Replier", "send_reply"]

@@ -1,0 +1,78 @@
+"""Plain replies to a chat: not durable (a person is waiting), so a few quick tries only.
+
+Announces go through the durable :class:`gateway.delivery.outbox.Outbox`; a turn's reply, a
+command's answer and a "Stopped." notice go through :class:`Replier`, which resolves the
+origin's channel, retries transient failures with the shared backoff and logs what could
+not be delivered instead of raising into the turn that produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from channels import Channel, ChannelSendError, OutboundKind, OutboundMessage, SentMessage
+from gateway.backoff import backoff
+from gateway.state import Origin
+
+logger = logging.getLogger(__name__)
+
+REPLY_ATTEMPTS = 3
+REPLY_BASE_DELAY = 0.5
+#: A person is waiting: never sleep longer than this between tries, whatever the chat says.
+REPLY_MAX_DELAY = 10.0
+
+
+async def send_reply(
+    channel: Channel,
+    message: OutboundMessage,
+    *,
+    attempts: int = REPLY_ATTEMPTS,
+    base_delay: float = REPLY_BASE_DELAY,
+) -> SentMessage:
+    """Send a reply, retrying transient failures a few times; raises the last error."""
+    attempt = 1
+    while True:
+        try:
+            return await channel.send(message)
+        except ChannelSendError as exc:
+            if not exc.retryable or attempt >= attempts:
+                raise
+            wait = exc.retry_after or backoff(attempt, base=base_delay, cap=REPLY_MAX_DELAY)
+            await asyncio.sleep(min(REPLY_MAX_DELAY, wait))
+            attempt += 1
+
+
+class Replier:
+    """Sends replies to an origin through the gateway's live channels."""
+
+    def __init__(self, channels: Mapping[str, Channel]) -> None:
+        self._channels = channels
+
+    def __repr__(self) -> str:
+        return f"<Replier channels={sorted(self._channels)}>"
+
+    async def reply(self, origin: Origin, text: str, kind: OutboundKind = "reply") -> bool:
+        """Send ``text`` to ``origin``'s chat and thread; False when it could not be sent."""
+        channel = self._channels.get(origin.channel)
+        if channel is None:
+            logger.info("no channel for reply", extra={"channel": origin.channel})
+            return False
+        message = OutboundMessage(
+            channel=origin.channel,
+            account=origin.account,
+            chat_id=origin.chat_id,
+            thread_id=origin.thread_id,
+            text=text,
+            kind=kind,
+        )
+        try:
+            await send_reply(channel, message)
+        except ChannelSendError as exc:
+            logger.error(
+                "reply not delivered",
+                extra={"channel": origin.channel, "chat_id": origin.chat_id, "error": str(exc)},
+            )
+            return False
+        return True

@@ -1,0 +1,107 @@
+"""Carrying out chat commands: ``/spawn``, ``/subagents list|info|log|stop``, ``/stop``, ``/help``.
+
+Parsing lives in :mod:`gateway.runtime.commands`; each command here answers with one text
+for the chat it came from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gateway.agent import ToolContexts
+from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError
+from gateway.runtime.turns import ChatTurns
+from gateway.sessions import SessionStore
+from gateway.state import SessionRecord, StateDB
+from gateway.subagents import (
+    RunFinishedError,
+    RunManager,
+    RunNotFoundError,
+    SpawnAccepted,
+    Spawner,
+    SpawnRequest,
+    run_info,
+    run_line,
+)
+
+#: Runs ``/subagents list`` shows, newest first.
+LIST_RUNS = 10
+#: Runs of a conversation a ``/subagents`` argument is matched against.
+MATCH_RUNS = 50
+#: Transcript messages ``/subagents log`` shows, each cut to this many characters.
+LOG_MESSAGES = 10
+LOG_CHARS = 300
+
+
+class ChatCommands:
+    """Runs a parsed chat command in ``session`` and returns the answer."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDB,
+        store: SessionStore,
+        turns: ChatTurns,
+        spawner: Spawner,
+        runs: RunManager,
+        contexts: ToolContexts,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._store = store
+        self._turns = turns
+        self._spawner = spawner
+        self._runs = runs
+        self._contexts = contexts
+        self._clock = clock
+
+    async def run(self, command: ChatCommand | CommandUsageError, session: SessionRecord) -> str:
+        """The answer to ``command`` sent in ``session``."""
+        if isinstance(command, CommandUsageError):
+            return command.message
+        if command.name == "help":
+            return HELP_TEXT
+        if command.name == "stop":
+            turns, runs = await self.stop(session.key)
+            return f"Stopped {turns} reply(s) in progress and {runs} sub-agent run(s)."
+        if command.name == "spawn":
+            result = await self._spawner.spawn(
+                self._contexts.for_session(session), SpawnRequest(task=command.argument)
+            )
+            if not isinstance(result, SpawnAccepted):
+                return f"Not started: {result.error}"
+            return f"Started sub-agent run {result.run_id[:8]}; its result will be posted here."
+        return await self._subagents(command, session)
+
+    async def stop(self, key: str) -> tuple[int, int]:
+        """``/stop``: cancel the session's turns and its sub-agent runs (the cascade)."""
+        turns = self._turns.stop(key)
+        runs = await self._runs.stop_session(key)
+        return turns, runs
+
+    async def _subagents(self, command: ChatCommand, session: SessionRecord) -> str:
+        runs = await self._db.runs.list(parent_session_key=session.key, limit=MATCH_RUNS)
+        if command.action == "list":
+            if not runs:
+                return "No sub-agent runs in this conversation."
+            now = self._clock()
+            return "\n".join(run_line(run, now) for run in runs[:LIST_RUNS])
+        matches = [r for r in runs if r.run_id.startswith(command.argument.lower())]
+        if len(matches) != 1:
+            found = "no" if not matches else "more than one"
+            return f"{found.capitalize()} run of this conversation matches {command.argument!r}."
+        run = matches[0]
+        if command.action == "info":
+            return run_info(run)
+        if command.action == "log":
+            lines = await self._store.history(run.child_session_key, limit=LOG_MESSAGES)
+            text = "\n".join(f"{m.get('role')}: {str(m.get('content'))[:LOG_CHARS]}" for m in lines)
+            return text or "The run's transcript is empty."
+        try:
+            await self._runs.abort(run.run_id)
+        except RunFinishedError as exc:
+            return str(exc)
+        except RunNotFoundError:
+            return f"No run {run.run_id}."
+        return f"Stopping sub-agent run {run.run_id[:8]}."

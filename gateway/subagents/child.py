@@ -1,0 +1,100 @@
+"""A sub-agent's session as a turn runs in it: its setup, its sink and its conversation.
+
+Shared by the run itself (:mod:`gateway.subagents.runner`) and its announce turn
+(:mod:`gateway.subagents.announce`): both run in the child session with the target agent's
+system prompt plus the sub-agent suffix, the run's model and the sub-agent tool set.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from importlib import resources
+
+from gateway.agent import StoreSink, ToolContexts, TurnSetup, resolve_agent
+from gateway.llm import ChatMessage
+from gateway.metrics import Metrics
+from gateway.providers import ProviderRegistry
+from gateway.reload import SettingsHolder
+from gateway.sessions import SessionStore, chat_messages_from_records
+from gateway.state import RunRecord, SessionRecord
+from gateway.tools import ToolRegistry, tools_for_subagent
+
+
+@functools.cache
+def _subagent_suffix() -> str:
+    return resources.files("gateway.templates").joinpath("subagent.md").read_text("utf-8")
+
+
+class ChildSessions:
+    """Builds what a turn in a sub-agent's session runs with."""
+
+    def __init__(
+        self,
+        holder: SettingsHolder,
+        store: SessionStore,
+        providers: ProviderRegistry,
+        tools: Callable[[], ToolRegistry],
+        contexts: ToolContexts,
+        metrics: Metrics,
+    ) -> None:
+        self._holder = holder
+        self._store = store
+        self._providers = providers
+        self._tools = tools
+        self._contexts = contexts
+        self._metrics = metrics
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tool registry in force (rebuilt on reload)."""
+        return self._tools()
+
+    def setup(self, run: RunRecord, child: SessionRecord) -> tuple[TurnSetup, StoreSink]:
+        """The turn setup and transcript sink of a turn in ``run``'s child session."""
+        settings = self._holder.current
+        target = resolve_agent(settings, run.agent_id)
+        ref = run.model or target.model_ref
+        provider, model = self._providers.resolve(ref)
+        registry = self._tools()
+        setup = TurnSetup(
+            provider=provider,
+            model_id=model.id,
+            max_tokens=model.max_tokens,
+            system=target.system_prompt.rstrip() + "\n" + _subagent_suffix(),
+            tools=tools_for_subagent(settings, run.requester_agent_id, run.agent_id, registry),
+            max_iterations=target.max_iterations,
+            tool_context=self._contexts.for_session(child, run_id=run.run_id),
+        )
+        sink = StoreSink(
+            self._store,
+            child,
+            cost=model.cost,
+            run_id=run.run_id,
+            metrics=self._metrics,
+            model_ref=ref,
+        )
+        return setup, sink
+
+    async def history(
+        self, child: SessionRecord, run: RunRecord, *, resume: bool
+    ) -> list[ChatMessage]:
+        """The child's conversation: just the task, or (resuming) its transcript with every
+        tool call that lost its result answered as interrupted, in the file too."""
+        if resume:
+            records = (await self._store.read(child.key)).records
+            raw_results = {
+                (r.get("message") or {}).get("toolCallId")
+                for r in records
+                if r.get("type") == "message" and (r.get("message") or {}).get("role") == "tool"
+            }
+            history = chat_messages_from_records(records)
+            for message in history:
+                if message.role == "tool" and message.tool_call_id not in raw_results:
+                    await self._store.append_message(child, message)
+            if history:
+                await self._store.append_event(child, "resumed", {"runId": run.run_id})
+                return history
+        task = ChatMessage(role="user", content=run.task)
+        await self._store.append_message(child, task)
+        return [task]

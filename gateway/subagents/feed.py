@@ -1,0 +1,91 @@
+"""Who hears about a run's progress: the origin chat's live status, waiters and metrics.
+
+Every status change is published to the channel of the run's origin (surfaces such as the
+web chat show runs live); when a run reaches its final status, waiters of :meth:`wait`
+wake and the metrics count it. Publishing never blocks or breaks a run: status displays
+are sent from side tasks, and their failures are logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from channels import Channel, RunUpdate
+from gateway.metrics import Metrics
+from gateway.state import RunRecord, RunsTable
+from gateway.subagents.errors import RunNotFoundError
+from gateway.subagents.presenter import run_name
+
+logger = logging.getLogger(__name__)
+
+
+class RunFeed:
+    """Publishes run changes; :meth:`close` cancels status sends still in flight."""
+
+    def __init__(self, runs: RunsTable, channels: Mapping[str, Channel], metrics: Metrics) -> None:
+        self._runs = runs
+        self._channels = channels
+        self._metrics = metrics
+        self._finished = asyncio.Condition()
+        self._side_tasks: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<RunFeed sending={len(self._side_tasks)}>"
+
+    def publish(self, run: RunRecord) -> None:
+        """Tell the origin channel the run's status (for surfaces that show it live)."""
+        origin = run.origin
+        channel = self._channels.get(origin.channel) if origin else None
+        if origin is None or channel is None:
+            return
+        update = RunUpdate(
+            run_id=run.run_id,
+            name=run_name(run),
+            status=run.status,
+            chat_id=origin.chat_id,
+            thread_id=origin.thread_id,
+        )
+
+        async def send() -> None:
+            try:
+                await channel.run_update(update)
+            except Exception:  # a status display must never break a run
+                logger.warning("run update not shown", extra={"run_id": run.run_id}, exc_info=True)
+
+        self.spawn(send())
+
+    async def changed(self, run_id: str) -> None:
+        """Re-read ``run_id``, publish it, count it when final, and wake :meth:`wait`."""
+        run = await self._runs.get(run_id)
+        if run is not None:
+            self.publish(run)
+            if run.finished:
+                self._metrics.finished_run(run)
+        async with self._finished:
+            self._finished.notify_all()
+
+    async def wait(self, run_id: str) -> RunRecord:
+        """Wait until ``run_id`` has its final status; :class:`RunNotFoundError` if unknown."""
+        async with self._finished:
+            while True:
+                run = await self._runs.get(run_id)
+                if run is None:
+                    raise RunNotFoundError(run_id)
+                if run.finished:
+                    return run
+                await self._finished.wait()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a side task this feed tracks (and cancels on :meth:`close`)."""
+        task = asyncio.ensure_future(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def close(self) -> None:
+        """Cancel side tasks still running. Idempotent."""
+        for task in list(self._side_tasks):
+            task.cancel()
+        await asyncio.gather(*self._side_tasks, return_exceptions=True)

@@ -1,0 +1,161 @@
+"""Running one sub-agent run on the ``subagent`` lane, from start or resumed, to its announce.
+
+A run's life, recorded in the ``runs`` table (the source of truth after a restart)::
+
+    queued → running → announcing → done | error | timeout | cancelled | interrupted
+
+The final status is decided here, by the runtime, never by the model's text: it is kept in
+``outcome`` while the announce turn runs, and applied by the announce step in the same
+transaction that queues the announce. A run found ``running`` resumes from its transcript;
+one found ``announcing`` goes straight to its announce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from gateway.agent import TurnOutcome, run_turn
+from gateway.providers import ProviderError
+from gateway.sessions import SessionError, SessionStore
+from gateway.state import RunRecord, RunStatus, StateDB
+from gateway.subagents.announce import Announcer
+from gateway.subagents.child import ChildSessions
+from gateway.subagents.feed import RunFeed
+
+logger = logging.getLogger(__name__)
+
+
+class RunRunner:
+    """Executes runs. :meth:`cancel` aborts a run in its child phase (it ends ``cancelled``);
+    any other cancellation is a shutdown (the run stays ``running`` and resumes later). Once
+    a run has left its child phase it can no longer be cancelled by an abort, so nothing
+    cancels its status update or its announce."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDB,
+        store: SessionStore,
+        children: ChildSessions,
+        announcer: Announcer,
+        feed: RunFeed,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._store = store
+        self._children = children
+        self._announcer = announcer
+        self._feed = feed
+        self._clock = clock
+        self._aborting: set[str] = set()
+        #: Runs this runner is executing: the task, and whether it is in its child phase.
+        self._tasks: dict[str, asyncio.Task[object] | None] = {}
+        self._in_child: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<RunRunner executing={len(self._tasks)} in_child={len(self._in_child)}>"
+
+    def executing(self, run_id: str) -> bool:
+        """Whether this runner is executing ``run_id`` now (its job's body has begun)."""
+        return run_id in self._tasks
+
+    def cancel(self, run_id: str) -> bool:
+        """Abort ``run_id`` if it has not left its child phase; False when this runner is not
+        executing it or it is already recording its own end."""
+        if run_id not in self._tasks or run_id in self._aborting:
+            return False
+        if run_id in self._in_child:
+            task = self._tasks[run_id]
+            if task is not None:
+                task.cancel()
+        elif self._tasks[run_id] is None:
+            return False  # past its child phase
+        self._aborting.add(run_id)  # starting: it ends cancelled before its child runs
+        return True
+
+    async def execute(self, run_id: str) -> None:
+        """Run ``run_id`` from wherever its record says it is, through its announce."""
+        self._tasks[run_id] = asyncio.current_task()
+        try:
+            await self._execute(run_id)
+        finally:
+            self._tasks.pop(run_id, None)
+            self._in_child.discard(run_id)
+            self._aborting.discard(run_id)
+
+    async def _execute(self, run_id: str) -> None:
+        run = await self._db.runs.get(run_id)
+        if run is None or run.finished:
+            return
+        if run.status == "announcing":
+            self._tasks[run_id] = None
+            await self._announcer.announce(run_id)
+            return
+        resume = run.status == "running"
+        started = run.started_at if resume and run.started_at else self._clock()
+        status: RunStatus = "done"
+        result: str | None = None
+        error: str | None = None
+        self._in_child.add(run_id)
+        try:
+            if run_id in self._aborting:
+                raise asyncio.CancelledError  # aborted while starting
+            run = await self._db.runs.update(run_id, status="running", started_at=started)
+            self._feed.publish(run)
+            outcome = await self._run_child(run, resume=resume)
+            result = outcome.text
+            if outcome.ended_by == "submit_error":
+                status, error = "error", outcome.text
+            elif outcome.ended_by == "max_iterations":
+                status = "error"
+                error = f"stopped after {outcome.iterations} model calls (maxIterations)"
+        except TimeoutError:
+            status = "timeout"
+        except asyncio.CancelledError:
+            if run_id not in self._aborting:
+                raise  # gateway shutdown: the run stays `running` and resumes on restart
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                task.uncancel()
+            status = "cancelled"
+        except ProviderError as exc:
+            status, error = "error", str(exc)
+        except (SessionError, OSError) as exc:  # the transcript could not be written
+            status, error = "error", f"transcript: {exc}"
+        except Exception as exc:
+            logger.exception("sub-agent run crashed", extra={"run_id": run_id})
+            status, error = "error", f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            # From here on no abort can cancel this run: its end is being recorded.
+            self._in_child.discard(run_id)
+            self._tasks[run_id] = None
+        run = await self._db.runs.update(
+            run_id,
+            status="announcing",
+            outcome=status,
+            ended_at=self._clock(),
+            result_text=result,
+            error=error,
+        )
+        self._feed.publish(run)
+        await self._announcer.announce(run_id)
+
+    async def _run_child(self, run: RunRecord, *, resume: bool) -> TurnOutcome:
+        child = await self._store.require(run.child_session_key)
+        setup, sink = self._children.setup(run, child)
+        history = await self._children.history(child, run, resume=resume)
+        if resume and history and history[-1].role == "assistant" and not history[-1].tool_calls:
+            return TurnOutcome(text=history[-1].content, ended_by="reply")
+        timeout = run.run_timeout_seconds or None
+        if resume and timeout and run.started_at:
+            timeout = max(0.0, run.started_at + timeout - self._clock())
+        try:
+            async with asyncio.timeout(timeout):
+                outcome = await run_turn(setup, self._children.tools, history, sink)
+            await sink.sync()  # a line the disk refused ends the run as an error
+            return outcome
+        finally:
+            await asyncio.shield(sink.save_usage())

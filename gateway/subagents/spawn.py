@@ -1,0 +1,215 @@
+"""``sessions_spawn``'s core: decide whether a spawn may go ahead, record it, queue it.
+
+:class:`Spawner` checks the request against the policy (no spawning from a sub-agent
+session; another agent only if ``subagents.allowAgents`` names it; a model override that
+names an unknown model is ignored with a warning), records the child session and the run
+with the requester's origin captured now, and queues the run. It never waits for the run.
+The answer is a typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gateway.agent import resolve_agent, subagent_model_ref
+from gateway.reload import SettingsHolder
+from gateway.sessions import SessionError, SessionKey, SessionStore
+from gateway.settings import HeraldSettings
+from gateway.state import RunRecord, StateDB, StateError
+from gateway.subagents.feed import RunFeed
+from gateway.subagents.manager import RunManager
+from gateway.tools import ToolContext
+from lanes import LaneClosed
+
+logger = logging.getLogger(__name__)
+
+SPAWN_FORBIDDEN_NESTED = "sessions_spawn is not allowed from sub-agent sessions"
+SHUTTING_DOWN = "the gateway is shutting down; spawn refused"
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    task: str
+    label: str | None = None
+    agent_id: str | None = None
+    model: str | None = None
+    run_timeout_seconds: float | None = None
+    cleanup: Literal["delete", "keep"] = "keep"
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnAccepted:
+    """The run is recorded and queued."""
+
+    run_id: str
+    child_session_key: str
+    #: Set when the request named a model: whether the run uses it.
+    model_applied: bool | None = None
+    warning: str | None = None
+
+    @property
+    def status(self) -> Literal["accepted"]:
+        return "accepted"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "status": "accepted",
+            "runId": self.run_id,
+            "childSessionKey": self.child_session_key,
+        }
+        if self.model_applied is not None:
+            out["modelApplied"] = self.model_applied
+        if self.warning is not None:
+            out["warning"] = self.warning
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRefused:
+    """The run was not started; ``error`` says why."""
+
+    status: Literal["forbidden", "error"]
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "error": self.error}
+
+
+SpawnResult = SpawnAccepted | SpawnRefused
+
+
+def allowed_targets(settings: HeraldSettings, agent_id: str) -> set[str]:
+    """Agent ids ``agent_id`` may spawn: itself, plus ``subagents.allowAgents``."""
+    agent = settings.routing.agents.get(agent_id)
+    allowed = {agent_id}
+    if agent is None:
+        return allowed
+    if "*" in agent.subagents.allow_agents:
+        return set(settings.routing.agents)
+    return allowed | (set(agent.subagents.allow_agents) & set(settings.routing.agents))
+
+
+class Spawner:
+    """Validates, records and queues sub-agent runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        holder: SettingsHolder,
+        db: StateDB,
+        store: SessionStore,
+        manager: RunManager,
+        feed: RunFeed,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._holder = holder
+        self._db = db
+        self._store = store
+        self._manager = manager
+        self._feed = feed
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<Spawner {self._manager!r}>"
+
+    def allowed_targets(self, agent_id: str) -> set[str]:
+        """Agent ids ``agent_id`` may spawn (for ``agents_list``)."""
+        return allowed_targets(self._holder.current, agent_id)
+
+    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult:
+        """Record and queue a run for ``requester``; returns at once."""
+        try:
+            return await self._spawn(requester, request)
+        except (OSError, StateError, SessionError) as exc:
+            logger.error("spawn could not be recorded", extra={"error": str(exc)})
+            return SpawnRefused("error", f"the run could not be recorded: {exc}")
+        except LaneClosed:
+            return SpawnRefused("error", SHUTTING_DOWN)
+
+    def _decide(
+        self, settings: HeraldSettings, requester: ToolContext, request: SpawnRequest
+    ) -> SpawnRefused | tuple[str, str, bool | None, str | None]:
+        """The policy: a refusal, or (target agent, model ref, model applied, warning)."""
+        if requester.is_subagent:
+            return SpawnRefused("forbidden", SPAWN_FORBIDDEN_NESTED)
+        if self._manager.closing:
+            return SpawnRefused("error", SHUTTING_DOWN)
+        target_id = request.agent_id or requester.agent_id
+        if target_id not in settings.routing.agents:
+            known = ", ".join(settings.agent_ids())
+            return SpawnRefused("error", f"unknown agent {target_id!r} (agents: {known})")
+        if target_id != requester.agent_id:
+            allowed = allowed_targets(settings, requester.agent_id)
+            if target_id not in allowed:
+                names = ", ".join(sorted(allowed)) or requester.agent_id
+                return SpawnRefused(
+                    "forbidden",
+                    f"agent {requester.agent_id!r} may not spawn {target_id!r}; allowed: {names}",
+                )
+        model_ref = subagent_model_ref(settings, resolve_agent(settings, target_id))
+        if request.model is None:
+            return target_id, model_ref, None, None
+        problem = settings.model_ref_problem(request.model)
+        if problem is None:
+            return target_id, request.model, True, None
+        warning = f"model {request.model!r} ignored ({problem}); using {model_ref}"
+        return target_id, model_ref, False, warning
+
+    async def _spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult:
+        settings = self._holder.current
+        decision = self._decide(settings, requester, request)
+        if isinstance(decision, SpawnRefused):
+            return decision
+        target_id, model_ref, model_applied, warning = decision
+        timeout = (
+            request.run_timeout_seconds
+            if request.run_timeout_seconds is not None
+            else settings.agent.subagents.run_timeout_seconds
+        )
+        parent = await self._store.require(requester.session_key)
+        origin = parent.origin  # captured now, never re-read
+        run_id = str(uuid.uuid4())
+        child = await self._store.ensure(
+            SessionKey.subagent(target_id),
+            parent_key=parent.key,
+            label=request.label,
+            model=model_ref,
+            origin=origin,
+            fresh=True,
+        )
+        run = RunRecord(
+            run_id=run_id,
+            child_session_key=child.key,
+            child_session_id=child.session_id,
+            parent_session_key=parent.key,
+            requester_agent_id=requester.agent_id,
+            agent_id=target_id,
+            task=request.task,
+            created_at=self._clock(),
+            label=request.label,
+            model=model_ref,
+            model_applied=model_applied is not False,
+            cleanup=request.cleanup,
+            run_timeout_seconds=timeout,
+            origin_channel=origin.channel if origin else None,
+            origin_account=origin.account if origin else None,
+            origin_chat_id=origin.chat_id if origin else None,
+            origin_thread_id=origin.thread_id if origin else None,
+            origin_chat_type=origin.chat_type if origin else None,
+            transcript_path=str(self._store.transcript_path(child)),
+        )
+        await self._db.runs.insert(run)
+        self._feed.publish(run)
+        spawned = {"runId": run_id, "childSessionKey": child.key, "label": request.label}
+        await self._store.append_event(parent, "spawned", spawned)
+        await self._store.append_event(child, "spawned", {**spawned, "task": request.task})
+        self._manager.submit(run_id)
+        logger.info(
+            "sub-agent spawned", extra={"run_id": run_id, "agent": target_id, "model": model_ref}
+        )
+        return SpawnAccepted(run_id, child.key, model_applied, warning)
