@@ -28,9 +28,10 @@ from aiohttp import web
 
 from channels import Channel, InboundMessage, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway import app as wiring
+from gateway import wiring
 from gateway.agent import ToolContexts
 from gateway.api.keys import SESSION_STORE
+from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
@@ -257,7 +258,7 @@ async def running_services(
     settings: HeraldSettings, config_dir: Path, channel: Channel
 ) -> AsyncIterator[Gateway]:
     """The gateway's app, started as the daemon starts it (no socket), ``channel`` the chat."""
-    app = wiring.build_app(
+    app = build_app(
         SettingsHolder(settings), config_dir=config_dir, channels={channel.name: channel}
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -273,7 +274,7 @@ async def running_app(
     settings: HeraldSettings, config_dir: Path
 ) -> AsyncIterator[tuple[str, Gateway]]:
     """The daemon's aiohttp app (``build_app``) on a free loopback port."""
-    app = wiring.build_app(SettingsHolder(settings), config_dir=config_dir)
+    app = build_app(SettingsHolder(settings), config_dir=config_dir)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     try:

@@ -17,10 +17,11 @@ from aiohttp import web
 
 from channels import Channel, OutboundMessage
 from channels.memory import MemoryChannel
-from gateway import app as wiring
+from gateway import wiring
 from gateway.agent import ToolContexts, ToolInvoker
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.api.routes import api_routes
+from gateway.app import build_app
 from gateway.archive import ArchiveScheduler
 from gateway.delivery import Outbox
 from gateway.metrics import Metrics
@@ -285,7 +286,7 @@ async def running_gateway(
         notes.add(asyncio.ensure_future(note()))
 
     channel = MemoryChannel(channel_name)
-    app = wiring.build_app(
+    app = build_app(
         holder,
         config_dir=tmp_path,
         channels={channel_name: channel, **(channels or {})},

@@ -24,10 +24,11 @@ import aiohttp
 import orjson
 from aiohttp.test_utils import TestServer
 
-from gateway.app import STATE, build_app
+from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
+from gateway.wiring import STATE
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.security.support import raw_request
 

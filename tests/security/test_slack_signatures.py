@@ -26,11 +26,12 @@ from aiohttp.test_utils import TestServer
 
 from channels.slack import SlackChannel
 from gateway.api.keys import SESSION_STORE
-from gateway.app import CHANNELS, STATE, build_app
+from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
+from gateway.wiring import CHANNELS, STATE
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.gateway.harness import TEST_SCRIPT, base_config, merge
 

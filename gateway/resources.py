@@ -1,0 +1,317 @@
+"""The gateway's resources: one aiohttp ``cleanup_ctx`` generator each, in start-up order.
+
+Each sets up its part before ``yield`` and stores it under its key (:mod:`gateway.wiring`);
+teardown runs in reverse by itself::
+
+    state (database, sessions) → providers → tools → lanes → archive → outbox
+      → sub-agents → chat → reload listener → channels (connect; then deliveries and
+      recovery start)
+
+A clean stop is :func:`drain`, an ``on_shutdown`` hook that runs before any teardown while
+every channel is still connected: stop chat intake and drain turns, finish or park
+sub-agent runs, then flush the outbox. Teardown then closes channels, and the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from channels import Channel
+from gateway.agent import ToolContexts, ToolInvoker
+from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.archive import ArchiveScheduler
+from gateway.constants import (
+    STATE_DB_NAME,
+)
+from gateway.delivery import Outbox, Replier
+from gateway.providers import ProviderRegistry
+from gateway.runtime import ChatCommands, ChatTurns, Router
+from gateway.sessions import SessionStore
+from gateway.settings import HeraldSettings
+from gateway.state import StateDB
+from gateway.subagents import (
+    SESSIONS,
+    SPAWNER,
+    TURNS,
+    Announcer,
+    ChildSessions,
+    RunFeed,
+    RunManager,
+    RunRunner,
+    Spawner,
+    recover,
+    settle_archives,
+)
+from gateway.tools import ServiceKey
+from gateway.wiring import (
+    ARCHIVE,
+    CHAT,
+    CONFIG_DIR,
+    CONTEXTS,
+    DELIVERY_LISTENERS,
+    LANES,
+    METRICS,
+    OUTBOX,
+    PROVIDERS,
+    SETTINGS,
+    STATE,
+    SUBAGENTS,
+    TIMING,
+    TOOL_SERVICES,
+    TOOLS,
+    ChatParts,
+    Lanes,
+    SubagentParts,
+    ToolBox,
+    channels_of,
+    settings_of,
+    tool_services,
+)
+
+logger = logging.getLogger(__name__)
+
+#: A resource: an async generator that sets up before ``yield`` and tears down after.
+Resource = Callable[[web.Application], AsyncIterator[None]]
+
+
+async def _state(app: web.Application) -> AsyncIterator[None]:
+    state_dir = settings_of(app).gateway.resolved_state_dir()
+    db = await StateDB.open(state_dir / STATE_DB_NAME)
+    store = SessionStore(state_dir, db)
+    app[STATE] = db
+    app[SESSION_STORE] = store
+    app[RUN_RECORDS] = db.runs
+    services: dict[ServiceKey[Any], object] = {SESSIONS: store}
+    app[TOOL_SERVICES] = services
+    logger.info("state ready", extra={"state_dir": str(state_dir)})
+    try:
+        yield
+    finally:
+        await store.aclose()
+        await db.close()
+
+
+async def _providers(app: web.Application) -> AsyncIterator[None]:
+    registry = ProviderRegistry(
+        settings_of(app).models.providers,
+        config_dir=app[CONFIG_DIR],
+        retry=app[TIMING].provider_retry,
+    )
+    app[PROVIDERS] = registry
+    try:
+        yield
+    finally:
+        await registry.close()
+
+
+async def _tools(app: web.Application) -> AsyncIterator[None]:
+    holder = app[SETTINGS]
+    tools = app[TOOLS] = ToolBox(holder.current)
+    app[CONTEXTS] = ToolContexts(holder, tool_services(app))
+    app[TOOL_INVOKER] = ToolInvoker(
+        holder=holder,
+        store=app[SESSION_STORE],
+        runs=app[STATE].runs,
+        tools=tools.get,
+        contexts=app[CONTEXTS],
+    )
+    yield
+
+
+async def _lanes(app: web.Application) -> AsyncIterator[None]:
+    lanes = app[LANES] = Lanes.from_settings(settings_of(app))
+    app[METRICS].watch_lanes(lanes.all())
+    try:
+        yield
+    finally:
+        for lane in lanes.all():  # idempotent: the drain has shut them down already
+            await lane.shutdown(0)
+
+
+async def _archive(app: web.Application) -> AsyncIterator[None]:
+    archive = app[ARCHIVE] = ArchiveScheduler(
+        app[SESSION_STORE],
+        archive_after_minutes=settings_of(app).agent.subagents.archive_after_minutes,
+    )
+    await archive.start()
+    try:
+        yield
+    finally:
+        await archive.shutdown()
+
+
+async def _outbox(app: web.Application) -> AsyncIterator[None]:
+    metrics = app[METRICS]
+    outbox = Outbox(app[STATE], channels_of(app), base_delay=app[TIMING].outbox_base_delay)
+    app[OUTBOX] = outbox
+    outbox.subscribe(metrics.outbox_listener)
+    for listener in app[DELIVERY_LISTENERS]:
+        outbox.subscribe(listener)
+    outbox.on_retry = lambda: metrics.announce_delivery("retry")
+    try:
+        yield
+    finally:
+        await outbox.close()
+
+
+async def _subagents(app: web.Application) -> AsyncIterator[None]:
+    holder, db, store = app[SETTINGS], app[STATE], app[SESSION_STORE]
+    feed = RunFeed(db.runs, channels_of(app), app[METRICS])
+    children = ChildSessions(
+        holder, store, app[PROVIDERS], app[TOOLS].get, app[CONTEXTS], app[METRICS]
+    )
+    announcer = Announcer(
+        holder=holder,
+        db=db,
+        store=store,
+        children=children,
+        outbox=app[OUTBOX],
+        archive=app[ARCHIVE],
+        feed=feed,
+        metrics=app[METRICS],
+    )
+    runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
+    manager = RunManager(
+        db=db, lane=app[LANES].subagent, runner=runner, announcer=announcer, feed=feed
+    )
+    spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
+    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
+    app[RUN_CONTROL] = manager
+    app[TOOL_SERVICES][SPAWNER] = spawner
+    try:
+        yield
+    finally:
+        await manager.close(0)  # idempotent: the drain has closed it already
+
+
+async def _chat(app: web.Application) -> AsyncIterator[None]:
+    holder, store, subagents = app[SETTINGS], app[SESSION_STORE], app[SUBAGENTS]
+    lanes, replier = app[LANES], Replier(channels_of(app))
+    turns = ChatTurns(
+        holder=holder,
+        store=store,
+        providers=app[PROVIDERS],
+        tools=app[TOOLS].get,
+        contexts=app[CONTEXTS],
+        session_lane=lanes.session,
+        main_lane=lanes.main,
+        channels=channels_of(app),
+        replier=replier,
+        metrics=app[METRICS],
+    )
+    commands = ChatCommands(
+        db=app[STATE],
+        store=store,
+        turns=turns,
+        spawner=subagents.spawner,
+        runs=subagents.manager,
+        contexts=app[CONTEXTS],
+    )
+    router = Router(holder=holder, store=store, turns=turns, commands=commands, replier=replier)
+    app[CHAT] = ChatParts(turns, router)
+    app[TOOL_SERVICES][TURNS] = turns
+    try:
+        yield
+    finally:
+        await turns.close(0)
+
+
+async def _channels(app: web.Application) -> AsyncIterator[None]:
+    router = app[CHAT].router
+    started: list[tuple[str, Channel]] = []
+    try:
+        for name, channel in channels_of(app).items():
+            started.append((name, channel))
+            await channel.start(router.handle_inbound)
+            logger.info("channel connected", extra={"channel": name})
+        # Deliveries and recovered runs need their chats: start them once channels are up,
+        # or an announce for a channel still connecting would fail as "not started".
+        await app[OUTBOX].start()
+        subagents = app[SUBAGENTS]
+        await recover(
+            holder=app[SETTINGS],
+            db=app[STATE],
+            manager=subagents.manager,
+            announcer=subagents.announcer,
+        )
+        logger.info("gateway ready")
+        yield
+    finally:
+        for name, channel in reversed(started):
+            try:
+                await channel.stop()
+            except Exception:
+                logger.exception("channel stop failed", extra={"channel": name})
+            logger.info("channel stopped", extra={"channel": name})
+
+
+async def drain(app: web.Application) -> None:
+    """A clean stop, while channels are up: stop intake and drain turns, finish or park
+    runs, then deliver what is due. Each step is bounded by ``shutdownDrainSeconds``."""
+    if CHAT not in app:  # start-up did not get this far: nothing runs
+        return
+    drain = settings_of(app).gateway.shutdown_drain_seconds
+    await app[CHAT].turns.close(drain)
+    await app[SUBAGENTS].manager.close(drain)
+    await app[OUTBOX].flush(drain)
+    logger.info("drained")
+
+
+async def _reload(app: web.Application) -> AsyncIterator[None]:
+    """Apply reloaded settings (SIGHUP): lane widths now; tools, providers and the archive
+    delay for what starts next."""
+    holder = app[SETTINGS]
+    pending: set[asyncio.Task[None]] = set()
+
+    async def archive_changed(minutes: float) -> None:
+        try:
+            await app[ARCHIVE].reconfigure(minutes)
+            if minutes > 0:
+                await settle_archives(holder, app[STATE], app[SUBAGENTS].announcer)
+        except Exception:
+            logger.exception("applying archiveAfterMinutes failed")
+
+    def apply(old: HeraldSettings, new: HeraldSettings) -> None:
+        app[LANES].apply(new)
+        app[TOOLS].rebuild(new)
+        if old.models != new.models:
+            app[PROVIDERS].reconfigure(new.models.providers)
+        minutes = new.agent.subagents.archive_after_minutes
+        if minutes != old.agent.subagents.archive_after_minutes:
+            task = asyncio.ensure_future(archive_changed(minutes))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        logger.info(
+            "config applied",
+            extra={
+                "main_lane": new.agent.max_concurrent,
+                "subagent_lane": new.agent.subagents.max_concurrent,
+            },
+        )
+
+    holder.subscribe(apply)
+    try:
+        yield
+    finally:
+        holder.unsubscribe(apply)
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+#: Every resource, in start-up order.
+RESOURCES: tuple[Resource, ...] = (
+    _state,
+    _providers,
+    _tools,
+    _lanes,
+    _archive,
+    _outbox,
+    _subagents,
+    _chat,
+    _reload,
+    _channels,
+)

@@ -1,0 +1,170 @@
+"""The gateway's parts and the typed keys they live under on the aiohttp application.
+
+:mod:`gateway.resources` builds each part when its resource starts and stores it here;
+:mod:`gateway.app` assembles the application. Nothing reaches a part except through its key.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from channels import Channel
+from gateway.agent import ToolContexts
+from gateway.archive import ArchiveScheduler
+from gateway.constants import (
+    MAIN_LANE,
+    MAIN_LANE_MAX_QUEUED,
+    SESSION_LANE,
+    SESSION_LANE_MAX_QUEUED,
+    SESSION_LANE_WIDTH,
+    SUBAGENT_LANE,
+)
+from gateway.delivery import DeliveryListener, Outbox
+from gateway.delivery.outbox import BASE_DELAY as OUTBOX_BASE_DELAY
+from gateway.metrics import Metrics
+from gateway.providers import ProviderRegistry, RetryPolicy
+from gateway.reload import SettingsHolder
+from gateway.runtime import ChatTurns, Router
+from gateway.settings import HeraldSettings
+from gateway.state import StateDB
+from gateway.subagents import (
+    Announcer,
+    RunManager,
+    Spawner,
+    register_session_tools,
+)
+from gateway.tools import ServiceKey, ToolRegistry, default_registry
+from lanes import Lane
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    """``main`` (agent.maxConcurrent), ``subagent`` (agent.subagents.maxConcurrent) and the
+    keyed per-session lane; chat lanes bound their queues, the sub-agent lane's queue is the
+    runs table (durable, and about 200 bytes a queued run in memory)."""
+
+    main: Lane
+    subagent: Lane
+    session: Lane
+
+    @classmethod
+    def from_settings(cls, settings: HeraldSettings) -> Lanes:
+        return cls(
+            main=Lane(MAIN_LANE, settings.agent.max_concurrent, max_queued=MAIN_LANE_MAX_QUEUED),
+            subagent=Lane(SUBAGENT_LANE, settings.agent.subagents.max_concurrent),
+            session=Lane(SESSION_LANE, SESSION_LANE_WIDTH, max_queued=SESSION_LANE_MAX_QUEUED),
+        )
+
+    def apply(self, settings: HeraldSettings) -> None:
+        """Take new widths from reloaded settings."""
+        self.main.max_concurrent = settings.agent.max_concurrent
+        self.subagent.max_concurrent = settings.agent.subagents.max_concurrent
+
+    def all(self) -> tuple[Lane, ...]:
+        return (self.main, self.subagent, self.session)
+
+
+class ToolBox:
+    """The tool registry in force: rebuilt from reloaded settings (limits live in tools)."""
+
+    def __init__(self, settings: HeraldSettings) -> None:
+        self.current = build_tools(settings)
+
+    def rebuild(self, settings: HeraldSettings) -> None:
+        self.current = build_tools(settings)
+
+    def get(self) -> ToolRegistry:
+        return self.current
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Retry timing that is not configuration: tests and benchmarks make retries quick."""
+
+    outbox_base_delay: float = OUTBOX_BASE_DELAY
+    provider_retry: RetryPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentParts:
+    manager: RunManager
+    spawner: Spawner
+    announcer: Announcer
+
+
+@dataclass(frozen=True, slots=True)
+class ChatParts:
+    turns: ChatTurns
+    router: Router
+
+
+SETTINGS = web.AppKey("settings", SettingsHolder)
+CONFIG_DIR = web.AppKey("config_dir", Path)
+CHANNELS = web.AppKey("channels", dict[str, Channel])
+
+
+def channels_of(app: web.Application) -> dict[str, Channel]:
+    channels: dict[str, Channel] = app[CHANNELS]
+    return channels
+
+
+METRICS = web.AppKey("metrics", Metrics)
+STATE = web.AppKey("state", StateDB)
+PROVIDERS = web.AppKey("providers", ProviderRegistry)
+TOOLS = web.AppKey("tools", ToolBox)
+#: The services session tools reach through their context; filled as they are built.
+TOOL_SERVICES = web.AppKey("tool_services", dict[ServiceKey[Any], object])
+
+
+def tool_services(app: web.Application) -> dict[ServiceKey[Any], object]:
+    services: dict[ServiceKey[Any], object] = app[TOOL_SERVICES]
+    return services
+
+
+CONTEXTS = web.AppKey("contexts", ToolContexts)
+LANES = web.AppKey("lanes", Lanes)
+ARCHIVE = web.AppKey("archive", ArchiveScheduler)
+OUTBOX = web.AppKey("outbox", Outbox)
+SUBAGENTS = web.AppKey("subagents", SubagentParts)
+CHAT = web.AppKey("chat", ChatParts)
+TIMING = web.AppKey("timing", Timing)
+DELIVERY_LISTENERS = web.AppKey("delivery_listeners", list[DeliveryListener])
+
+
+def build_tools(settings: HeraldSettings) -> ToolRegistry:
+    """Every tool: the built-ins, then the session tools."""
+    registry = default_registry(settings)
+    register_session_tools(registry)
+    return registry
+
+
+def build_channels(settings: HeraldSettings) -> dict[str, Channel]:
+    """The enabled channels, not yet started."""
+    channels: dict[str, Channel] = {}
+    config = settings.channels
+    if config.slack.enabled:
+        from channels.slack import SlackChannel
+
+        channels["slack"] = SlackChannel(config.slack)
+    if config.discord.enabled:
+        from channels.discord import DiscordChannel
+
+        channels["discord"] = DiscordChannel(config.discord)
+    if config.webchat.enabled:
+        from channels.webchat import WebchatChannel
+
+        history = settings.gateway.resolved_state_dir() / "webchat"
+        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history)
+    return channels
+
+
+def settings_of(app: web.Application) -> HeraldSettings:
+    """The settings in force for ``app`` (reloads included)."""
+    return app[SETTINGS].current
