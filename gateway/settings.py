@@ -87,6 +87,17 @@ class ExecConfig(ConfigModel):
     max_output_bytes: PositiveInt = 64 * 1024
 
 
+class WebFetchAccessConfig(ConfigModel):
+    #: Let ``web_fetch`` reach loopback, link-local, private, CGNAT and multicast addresses.
+    allow_private_networks: bool = False
+
+
+class AgentToolsConfig(ToolPolicyConfig):
+    """``agent.tools``: the global tool policy layer, plus settings of the tools themselves."""
+
+    web_fetch: WebFetchAccessConfig = WebFetchAccessConfig()
+
+
 class WebFetchConfig(ConfigModel):
     timeout_seconds: PositiveFloat = 15.0
     max_bytes: PositiveInt = 1024 * 1024
@@ -109,7 +120,7 @@ class AgentDefaults(ConfigModel):
     max_iterations: PositiveInt = 20
     timeout_seconds: PositiveFloat = 600
     max_concurrent: PositiveInt = 4
-    tools: ToolPolicyConfig = ToolPolicyConfig()
+    tools: AgentToolsConfig = AgentToolsConfig()
     subagents: SubagentDefaults = SubagentDefaults()
     exec: ExecConfig = ExecConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()

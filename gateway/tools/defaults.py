@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.settings import HeraldSettings
 from gateway.tools.exec import ExecTool
 from gateway.tools.fs import EditTool, LsTool, ReadTool, WriteTool
+from gateway.tools.netguard import NetworkGuard
 from gateway.tools.registry import ToolRegistry
 from gateway.tools.subagent import SubmitErrorTool, SubmitResultTool
 from gateway.tools.web import WebFetchTool
@@ -24,7 +25,10 @@ def default_registry(settings: HeraldSettings) -> ToolRegistry:
         WriteTool(),
         EditTool(),
         LsTool(),
-        WebFetchTool(settings.agent.web_fetch),
+        WebFetchTool(
+            settings.agent.web_fetch,
+            guard=NetworkGuard(allow_private=settings.agent.tools.web_fetch.allow_private_networks),
+        ),
         ExecTool(settings.agent.exec),
         SubmitResultTool(),
         SubmitErrorTool(),

@@ -2,7 +2,8 @@
 
 The body is streamed and reading stops at the byte cap (after decompression, so a small
 compressed body cannot expand without bound). Limits come from ``agent.webFetch``; the
-model may ask for fewer bytes, never more.
+model may ask for fewer bytes, never more. Only public addresses are reached unless
+``agent.tools.webFetch.allowPrivateNetworks`` says otherwise (see :mod:`.netguard`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from pydantic import Field
+from yarl import URL
 
 from gateway.settings import WebFetchConfig
 from gateway.tools.base import Tool, ToolContext, ToolOutput, ToolParams
 from gateway.tools.errors import ToolError
+from gateway.tools.netguard import BlockedAddressError, GuardedResolver, NetworkGuard
 
 USER_AGENT: Final = "Herald-web_fetch/0.1"
 CHUNK_BYTES: Final = 64 * 1024
@@ -50,30 +54,55 @@ class WebFetchTool(Tool[WebFetchParams]):
         "Large bodies are truncated; binary content is not returned."
     )
 
-    def __init__(self, config: WebFetchConfig) -> None:
+    def __init__(
+        self,
+        config: WebFetchConfig,
+        *,
+        guard: NetworkGuard | None = None,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.config = config
+        self.guard = guard or NetworkGuard(allow_private=False)
+        #: Where names are resolved before the guard filters them (tests inject their own).
+        self._resolver = resolver
 
     async def run(self, params: WebFetchParams, ctx: ToolContext) -> ToolOutput:
         url = _checked_url(params.url)
         limit = min(params.max_bytes or self.config.max_bytes, self.config.max_bytes)
         timeout = aiohttp.ClientTimeout(total=self.config.timeout_seconds)
+        connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.guard, self._resolver))
         try:
-            async with (
-                aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": USER_AGENT}) as http,
-                http.get(url, max_redirects=MAX_REDIRECTS) as resp,
-            ):
-                return await _response_output(resp, limit)
+            async with aiohttp.ClientSession(
+                timeout=timeout, headers={"User-Agent": USER_AGENT}, connector=connector
+            ) as http:
+                return await self._follow(http, url, limit)
+        except BlockedAddressError as exc:
+            raise ToolError(f"{url}: {exc}") from None
         except TimeoutError:
             raise ToolError(
                 f"{url}: no complete response within {self.config.timeout_seconds:g}s"
             ) from None
-        except aiohttp.TooManyRedirects:
-            raise ToolError(f"{url}: more than {MAX_REDIRECTS} redirects") from None
         except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, BlockedAddressError):
+                raise ToolError(f"{url}: {exc.os_error}") from None
             reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
             raise ToolError(f"{url}: cannot connect to {exc.host}: {reason}") from None
         except aiohttp.ClientError as exc:
             raise ToolError(f"{url}: request failed: {type(exc).__name__}: {exc}") from None
+
+    async def _follow(self, http: aiohttp.ClientSession, url: str, limit: int) -> ToolOutput:
+        """GET ``url``, following redirects one hop at a time so every hop is checked."""
+        target = URL(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            self.guard.check_literal(target.host or "")
+            async with http.get(target, allow_redirects=False) as resp:
+                location = resp.headers.get("Location")
+                if resp.status in (301, 302, 303, 307, 308) and location:
+                    target = target.join(URL(location))
+                    _checked_url(str(target))
+                    continue
+                return await _response_output(resp, limit)
+        raise ToolError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
 def _checked_url(raw: str) -> str:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gateway.settings import (
     AgentConfig,
     AgentDefaults,
+    AgentToolsConfig,
     HeraldSettings,
     RoutingConfig,
     SubagentDefaults,
@@ -80,7 +81,7 @@ def make_settings(
     agents = {"main": P(), **agents}
     return HeraldSettings(
         agent=AgentDefaults(
-            tools=global_policy or P(),
+            tools=AgentToolsConfig.model_validate((global_policy or P()).model_dump()),
             subagents=SubagentDefaults(tools=subagent_policy or P()),
         ),
         routing=RoutingConfig(

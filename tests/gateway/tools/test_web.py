@@ -14,6 +14,7 @@ from pytest_aiohttp import AiohttpServer
 from gateway.llm import ToolCall
 from gateway.settings import WebFetchConfig
 from gateway.tools import ToolOutput, ToolRegistry
+from gateway.tools.netguard import NetworkGuard
 from gateway.tools.web import WebFetchParams, WebFetchTool
 from tests.gateway.tools.conftest import MakeCtx
 
@@ -97,7 +98,10 @@ def fetch(make_ctx: MakeCtx) -> Fetch:
 
     async def run(*, config: WebFetchConfig | None = None, **args: Any) -> ToolOutput:
         registry = ToolRegistry()
-        registry.register(WebFetchTool(config or WebFetchConfig(timeout_seconds=5)))
+        # The test server is on loopback: these tests opt out of the public-only guard
+        # (tests/gateway/tools/test_web_guard.py tests the guard itself).
+        guard = NetworkGuard(allow_private=True)
+        registry.register(WebFetchTool(config or WebFetchConfig(timeout_seconds=5), guard=guard))
         call = ToolCall("c", "web_fetch", args)
         return await registry.invoke(call, make_ctx(), registry.names())
 
