@@ -114,6 +114,11 @@ class SubagentDefaults(ConfigModel):
     on_restart: Literal["resume", "fail"] = "resume"
 
 
+class SessionToolsConfig(ConfigModel):
+    #: Sessions the session tools see: "tree" (this one and its sub-agents), "agent", "all".
+    visibility: Literal["tree", "agent", "all"] = "tree"
+
+
 class AgentDefaults(ConfigModel):
     model: str = "demo/scripted"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -121,6 +126,7 @@ class AgentDefaults(ConfigModel):
     timeout_seconds: PositiveFloat = 600
     max_concurrent: PositiveInt = 4
     tools: AgentToolsConfig = AgentToolsConfig()
+    session_tools: SessionToolsConfig = SessionToolsConfig()
     subagents: SubagentDefaults = SubagentDefaults()
     exec: ExecConfig = ExecConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()

@@ -1,6 +1,8 @@
 """The session tools: ``sessions_spawn``, ``agents_list``, ``sessions_list``,
 ``sessions_history`` and ``sessions_send``. The policy keeps them from sub-agents by default;
-``sessions_spawn`` also refuses in a sub-agent session itself (no nested fan-out).
+``sessions_spawn`` also refuses in a sub-agent session itself (no nested fan-out). The
+sessions these tools see are those of ``agent.sessionTools.visibility``
+(:mod:`gateway.subagents.visibility`); any other key answers as unknown.
 
 Each tool reaches only the narrow service it needs through its :class:`ToolContext`: a
 :class:`SpawnService` under :data:`SPAWNER`, a :class:`TurnQueue` under :data:`TURNS`, the
@@ -16,6 +18,7 @@ from pydantic import Field
 from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError, SessionStore
 from gateway.state import SessionRecord
 from gateway.subagents.spawn import SPAWN_FORBIDDEN_NESTED, SpawnRequest, SpawnResult
+from gateway.subagents.visibility import SessionScope
 from gateway.tools import (
     ServiceKey,
     Tool,
@@ -134,7 +137,15 @@ class SessionsListTool(Tool[SessionsListParams]):
 
     async def run(self, params: SessionsListParams, ctx: ToolContext) -> ToolOutput:
         store = ctx.service(SESSIONS)
-        records = await store.list(include_subagents=params.include_subagents, limit=params.limit)
+        scope = SessionScope(store, ctx)
+        # "agent" narrows in the query; "tree" is checked per session (parent links).
+        agent_id = ctx.agent_id if scope.visibility == "agent" else None
+        every = await store.list(
+            include_subagents=params.include_subagents,
+            agent_id=agent_id,
+            limit=params.limit if scope.visibility != "tree" else None,
+        )
+        records = (await scope.only_visible(every))[: params.limit]
         return ToolOutput.json({"sessions": [store.describe(record) for record in records]})
 
 
@@ -151,8 +162,10 @@ class SessionsHistoryTool(Tool[SessionsHistoryParams]):
     description = "Read a session's recent messages (a sub-agent's, say, from its announce)."
 
     async def run(self, params: SessionsHistoryParams, ctx: ToolContext) -> ToolOutput:
+        store = ctx.service(SESSIONS)
         try:
-            messages = await ctx.service(SESSIONS).history(
+            await SessionScope(store, ctx).require(params.session_key)
+            messages = await store.history(
                 params.session_key, limit=params.limit, include_tools=params.include_tools
             )
         except SessionError as exc:
@@ -178,7 +191,7 @@ class SessionsSendTool(Tool[SessionsSendParams]):
         if params.session_key == ctx.session_key:
             raise ToolError("a session cannot send to itself (it would wait on its own turn)")
         try:
-            session = await ctx.service(SESSIONS).require(params.session_key)
+            session = await SessionScope(ctx.service(SESSIONS), ctx).require(params.session_key)
         except SessionError as exc:
             raise ToolError(str(exc)) from exc
         if session.is_subagent or session.archived:

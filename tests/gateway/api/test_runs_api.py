@@ -14,8 +14,10 @@ from tests.gateway.harness import Harness, api_app, running_gateway
 
 
 @asynccontextmanager
-async def api(tmp_path: Path) -> AsyncIterator[tuple[Harness, TestClient[Any, Any]]]:
-    async with running_gateway(tmp_path) as gw:
+async def api(
+    tmp_path: Path, config: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[Harness, TestClient[Any, Any]]]:
+    async with running_gateway(tmp_path, config=config) as gw:
         app = api_app(gw)
         async with TestClient(TestServer(app)) as client:
             yield gw, client
@@ -159,7 +161,9 @@ async def test_run_list_parameters_are_checked(tmp_path: Path) -> None:
 
 
 async def test_session_tools_through_the_api(tmp_path: Path) -> None:
-    async with api(tmp_path) as (gw, client):
+    """With ``visibility: "agent"`` the main session reads and writes the agent's chats."""
+    config = {"agent": {"sessionTools": {"visibility": "agent"}}}
+    async with api(tmp_path, config) as (gw, client):
         await gw.say("hello", chat_id="r1")
         await gw.reply("r1")
         _, agents = await invoke(client, {"tool": "agents_list"})
@@ -182,3 +186,54 @@ async def test_session_tools_through_the_api(tmp_path: Path) -> None:
         assert sent["result"] == {"status": "queued", "sessionKey": "agent:main:memory:channel:r1"}
         second = await gw.reply("r1", count=2)
         assert second.text == "hi there"
+
+
+async def test_session_tools_see_only_their_own_tree_by_default(tmp_path: Path) -> None:
+    """One person's chat cannot list, read or write another's; its own sub-agents it can."""
+    async with api(tmp_path) as (gw, client):
+        await gw.say("hello", chat_id="alice")
+        await gw.reply("alice")
+        await gw.say("hello", chat_id="bob")
+        await gw.reply("bob")
+        alice, bob = "agent:main:memory:channel:alice", "agent:main:memory:channel:bob"
+        _, spawned = await invoke(
+            client, {"tool": "sessions_spawn", "args": {"task": "task: mine"}, "sessionKey": alice}
+        )
+        child = spawned["result"]["childSessionKey"]
+        await gw.finished(spawned["result"]["runId"])
+        _, listed = await invoke(
+            client,
+            {"tool": "sessions_list", "args": {"includeSubagents": True}, "sessionKey": alice},
+        )
+        assert {s["key"] for s in listed["result"]["sessions"]} == {alice, child}
+        _, own = await invoke(
+            client, {"tool": "sessions_history", "args": {"sessionKey": child}, "sessionKey": alice}
+        )
+        assert own["ok"] is True
+        assert own["result"]["messages"][0]["content"] == "task: mine"
+        _, other = await invoke(
+            client, {"tool": "sessions_history", "args": {"sessionKey": bob}, "sessionKey": alice}
+        )
+        _, unknown = await invoke(
+            client,
+            {
+                "tool": "sessions_history",
+                "args": {"sessionKey": "agent:main:memory:channel:nobody"},
+                "sessionKey": alice,
+            },
+        )
+        assert other["ok"] is False
+        assert other["result"]["content"] == f"sessions_history: no session {bob!r}"
+        # Out of scope answers exactly as unknown: nothing tells that bob's chat exists.
+        assert unknown["result"]["content"].replace("nobody", "bob") == other["result"]["content"]
+        _, sent = await invoke(
+            client,
+            {
+                "tool": "sessions_send",
+                "args": {"sessionKey": bob, "message": "from alice"},
+                "sessionKey": alice,
+            },
+        )
+        assert sent["ok"] is False
+        assert sent["result"]["content"] == f"sessions_send: no session {bob!r}"
+        assert [m.text for m in gw.channel.sent if m.chat_id == "bob"] == ["hi there"]
