@@ -28,23 +28,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gateway.api.openapi import ERROR_CODES, openapi_document
-from tests.gateway.api.test_openapi import TOKEN, channel_owned, daemon_app, serve, served
-
-schemathesis = pytest.importorskip("schemathesis")
-requests = pytest.importorskip("requests")
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from schemathesis import GenerationMode  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
+
+from gateway.api.openapi import ERROR_CODES, openapi_document
+from tests.gateway.api.test_openapi import TOKEN, channel_owned, daemon_app, serve, served
 
 #: Generated requests per operation and generation mode: enough to reach every branch of a
 #: handler's validation, small enough that the whole file stays well under a minute.

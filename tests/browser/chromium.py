@@ -1,0 +1,76 @@
+"""Headless Chromium for the browser tests: Debian's ``chromium``, driven by Playwright.
+
+Playwright's own browser builds are never downloaded (no ``playwright install``): the
+machine's ``chromium`` is launched through ``executable_path``, with a fresh profile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, ViewportSize, async_playwright
+
+INSTALL = "apt-get install chromium"
+#: Headless and offline: no sandbox (CI runs as root), no GPU, and none of the background
+#: traffic to Google hosts, which this machine's closed network refuses anyway.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # Containers often have a small /dev/shm; a renderer that runs out of it crashes.
+    "--disable-dev-shm-usage",
+]
+VIEWPORT = ViewportSize(width=1280, height=800)
+
+
+def chromium() -> str:
+    """The path of Debian's ``chromium``.
+
+    When it is missing, CI (``CI=true``) fails the test, since ``.ci/run`` installs it and a
+    skip there would hide a browser test that never ran; elsewhere the test is skipped.
+    Either way the message says how to install it.
+    """
+    path = shutil.which("chromium")
+    if path is not None:
+        return path
+    problem = f"chromium is not installed; install it with `{INSTALL}` (Debian)"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"{problem}. .ci/run installs it when missing", pytrace=False)
+    pytest.skip(problem)
+
+
+@dataclass
+class Tab:
+    """The browser's one page, and the uncaught JavaScript exceptions it has thrown."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def launch(executable: str, parent: Path) -> AsyncIterator[Tab]:
+    """Start headless ``executable`` with a new profile directory under ``parent``; close
+    the browser, and with it every process it started, on exit."""
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=parent)
+    async with async_playwright() as playwright:
+        context = await playwright.chromium.launch_persistent_context(
+            profile, executable_path=executable, headless=True, args=FLAGS, viewport=VIEWPORT
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            tab = Tab(page)
+            page.on("pageerror", lambda error: tab.errors.append(error.stack or str(error)))
+            yield tab
+        finally:
+            await context.close()
