@@ -57,7 +57,8 @@ class _Scrape:
 def _token_getter(holder: SettingsHolder) -> Callable[[], str | None]:
     def get() -> str | None:
         token = holder.current.gateway.auth.token
-        return token.get_secret_value() or None if token is not None else None
+        # A blank token is no token (it could never be sent: header values are stripped).
+        return (token.get_secret_value().strip() or None) if token is not None else None
 
     return get
 

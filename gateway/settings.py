@@ -283,7 +283,7 @@ class HeraldSettings(BaseSettings):
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
         token = self.gateway.auth.token
-        if not self.gateway.is_loopback and (token is None or not token.get_secret_value()):
+        if not self.gateway.is_loopback and (token is None or not token.get_secret_value().strip()):
             problems.append(
                 (
                     "gateway.auth.token",

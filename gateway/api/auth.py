@@ -21,13 +21,26 @@ def is_public(path: str) -> bool:
 
 
 def bearer_token(request: web.Request) -> str | None:
-    """The token of an ``Authorization: Bearer`` header, or of ``?token=`` (for WebSockets and
-    EventSource, which cannot set headers from a browser)."""
+    """The token of an ``Authorization: Bearer`` header; for a WebSocket handshake only, which
+    a browser cannot give headers, also of ``?token=``. A token in a REST URL would end up in
+    proxy and access logs, so REST routes never take one."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value:
+    if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.query.get("token") or None
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return request.query.get("token") or None
+    return None
+
+
+def _matches(given: str, expected: str) -> bool:
+    """Constant-time comparison; a header that is not valid text never matches."""
+    try:
+        # aiohttp keeps undecodable header bytes as surrogates; they round-trip here.
+        given_bytes = given.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(given_bytes, expected.encode("utf-8"))
 
 
 def auth_middleware(get_token: Callable[[], str | None]) -> Middleware:
@@ -42,7 +55,7 @@ def auth_middleware(get_token: Callable[[], str | None]) -> Middleware:
         if expected is None or is_public(request.path):
             return await handler(request)
         given = bearer_token(request)
-        if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
+        if given is None or not _matches(given, expected):
             response = json_error(401, "unauthorized", "missing or wrong bearer token")
             response.headers["WWW-Authenticate"] = 'Bearer realm="herald"'
             return response

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from gateway.constants import EXIT_CONFIG
 from tests.gateway.daemon_process import (
@@ -53,8 +54,13 @@ async def test_serves_health_reloads_on_sighup_and_stops_cleanly(tmp_path: Path)
         assert all("Traceback" not in line for line in daemon.raw)
 
 
-async def test_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
-    config = daemon_config(tmp_path, free_port(), gateway={"host": "0.0.0.0", "port": 9})
+@pytest.mark.parametrize("token", [None, "", "   ", "\t\n"])
+async def test_refuses_a_public_address_without_a_token(tmp_path: Path, token: str | None) -> None:
+    """No token, an empty one or a blank one: a public bind is refused before it starts."""
+    gateway: dict[str, object] = {"host": "0.0.0.0", "port": 9}
+    if token is not None:
+        gateway["auth"] = {"token": token}
+    config = daemon_config(tmp_path, free_port(), gateway=gateway)
     async with herald("run", "--config", str(config)) as daemon:
         assert await daemon.wait_exit() == EXIT_CONFIG
     output = "\n".join(daemon.raw)

@@ -160,9 +160,11 @@ async def test_every_route_needs_the_token_except_the_public_ones(tmp_path: Path
                 assert status == 401, (method, path, query)
             status, _ = await call(http, daemon, method, path, right)
             assert status != 401, (method, path)
+            # Only a WebSocket handshake may carry the token in its URL (a browser cannot
+            # give it headers); in a REST URL it would end up in proxy and access logs.
             sep = "&" if "?" in path else "?"
             status, _ = await call(http, daemon, method, f"{path}{sep}token={TOKEN}", {})
-            assert status != 401, (method, path)
+            assert status == 401, (method, path)
         # The bearer token does not stand in for Slack's signature.
         status, _ = await call(http, daemon, "POST", "/slack/events", right)
         assert status == 401
@@ -210,3 +212,17 @@ def test_an_empty_token_is_refused_on_a_public_address(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"gateway\.auth\.token"):
         load_settings(str(config), environ={"HERALD_TOKEN": ""})
+
+
+async def test_an_authorization_header_that_is_not_utf8_is_refused_cleanly(
+    tmp_path: Path,
+) -> None:
+    """Undecodable bytes in the header get a 401 in the API's shape, not a 500."""
+    async with guarded_daemon(tmp_path) as (daemon, _):
+        for value in ("Bearer \xff\xfe\xfd", "\xc3\x28 token", f"Bearer {TOKEN}\xff"):
+            response = await raw_request(
+                daemon.port, "GET", "/v1/runs", headers={"Authorization": value}
+            )
+            assert response.status == 401, value
+            assert orjson.loads(response.body)["error"]["code"] == "unauthorized"
+        assert not any("Traceback" in line for line in daemon.raw)
