@@ -2,7 +2,9 @@
 
 Every record passes through :class:`SecretRedactor`, which replaces the configured secret
 values wherever they appear, so a token that slips into an exception message or a library's
-debug output still never reaches the log.
+debug output still never reaches the log. :class:`RepeatLimiter` keeps a flood of identical
+warnings (one client hammering a bad request, a database that stays locked) to a few lines
+a minute, and says how many it held back.
 """
 
 from __future__ import annotations
@@ -60,6 +62,48 @@ class SecretRedactor(logging.Filter):
         return True
 
 
+class RepeatLimiter(logging.Filter):
+    """Lets through at most ``burst`` records of one (logger, level, message template) per
+    ``window`` seconds; the first one after a quiet spell carries ``suppressed``: how many
+    were held back. Errors and worse always pass (they are rare and each may matter)."""
+
+    def __init__(
+        self, *, burst: int = 5, window: float = 60.0, clock: Any = time.monotonic
+    ) -> None:
+        super().__init__()
+        self._burst = burst
+        self._window = window
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            start, count, held = self._seen.get(key, (now, 0, 0))
+            if now - start >= self._window:
+                start, count = now, 0
+            if count >= self._burst:
+                self._seen[key] = (start, count, held + 1)
+                return False
+            self._seen[key] = (start, count + 1, 0)
+            if len(self._seen) > MAX_TRACKED_MESSAGES:  # bounded: drop the oldest windows
+                for old in sorted(self._seen, key=lambda k: self._seen[k][0])[
+                    : len(self._seen) // 2
+                ]:
+                    del self._seen[old]
+        if held:
+            record.suppressed = held
+        return True
+
+
+#: Distinct message templates the limiter remembers (templates, not formatted messages).
+MAX_TRACKED_MESSAGES = 4096
+
+
 def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
 
@@ -106,6 +150,7 @@ def setup_logging(level: str = "info", *, stream: IO[str] | None = None) -> None
     """Route every logger to ``stream`` (stdout) with the redactor and the right format."""
     out = stream if stream is not None else sys.stdout
     handler = logging.StreamHandler(out)
+    handler.addFilter(RepeatLimiter())
     handler.addFilter(REDACTOR)
     isatty = getattr(out, "isatty", None)
     handler.setFormatter(TextFormatter() if isatty and isatty() else JsonFormatter())

@@ -308,8 +308,26 @@ class SlackChannel(Channel):
         app = self._app
         if app is None:
             return web.json_response({"error": "slack channel is not running"}, status=503)
-        response = await app.async_dispatch(await to_bolt_request(request))
+        # Anyone can post here: bad requests get a short answer, never a traceback.
+        body = await request.read()
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return web.json_response({"error": "the body is not UTF-8"}, status=400)
+        stamp = request.headers.get(TIMESTAMP_HEADER, "")
+        if not stamp.strip().isdigit():
+            log.warning("slack: request without a valid signature timestamp refused")
+            return web.json_response({"error": "invalid request signature"}, status=401)
+        try:
+            bolt_request = await to_bolt_request(request)
+        except ValueError:  # bolt parses the body when the request is built
+            return web.json_response({"error": "the body is not a Slack request"}, status=400)
+        response = await app.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
+
+
+#: Slack's request timestamp header: an integer, seconds since the epoch.
+TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 
 
 async def _deliver(handler: InboundHandler, message: InboundMessage) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
@@ -38,6 +40,7 @@ from tests.gateway.harness import TEST_SCRIPT, base_config, merge
 TOKEN = "gateway-token-for-signature-tests"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
+TS = "X-Slack-Request-Timestamp"
 #: Guard against a hung test; never an assertion about speed.
 GUARD_SECONDS = 20
 
@@ -220,3 +223,23 @@ async def test_a_replayed_slash_command_is_handled_once(tmp_path: Path) -> None:
         await gw.settled("D3", 1)
         runs = await gw.db.runs.list(parent_session_key="agent:main:slack:dm:ucmd")
         assert len(runs) == 1, [r.task for r in runs]
+
+
+async def test_malformed_requests_get_a_400_or_401_never_a_500(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone can reach /slack/events: a bad body or header is answered, not a traceback."""
+    async with slack_http_gateway(tmp_path) as gw:
+        good = gw.event("hello", user="UBAD", channel="D9", event_id="EvBad")
+        cases: list[tuple[str, bytes, dict[str, str], tuple[int, ...]]] = [
+            ("not json, signed", b"{not json", FakeSlack.sign(b"{not json"), (400,)),
+            ("not utf-8", b'{"type": "\xff\xfe"}', FakeSlack.sign(b'{"type": "\xff\xfe"}'), (400,)),
+            ("timestamp not an int", good, {**FakeSlack.sign(good), TS: "12.5e3"}, (401,)),
+            ("timestamp text", good, {**FakeSlack.sign(good), TS: "yesterday"}, (401,)),
+            ("no timestamp", good, {"X-Slack-Signature": "v0=00"}, (401,)),
+        ]
+        with caplog.at_level(logging.DEBUG):
+            for name, body, headers, expected in cases:
+                assert await gw.post(body, signed=headers) in expected, name
+        assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+        assert gw.fake.posts == []
