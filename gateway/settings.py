@@ -1,8 +1,8 @@
 """The configuration schema (DESIGN §2, pinned keys).
 
 Files use camelCase keys; Python uses snake_case attributes. Every section rejects unknown
-keys. Loading (file sources, environment, ``${VAR}``) lives in :mod:`gateway.config_loader`;
-this module only says what a valid configuration is.
+keys. Loading (file, environment, ``${VAR}``, command-line overrides) lives in
+:mod:`gateway.config`; this module only says what a valid configuration is.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ class HeraldSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # BaseSettings would otherwise read any variable named like a section (``AGENT``,
         # ``MODELS``...) from the environment. Constructing this class only validates what it
-        # is given; the file and ``HERALD_*`` sources are added by gateway.config_loader.
+        # is given; gateway.config layers the file, ``HERALD_*`` and flags itself.
         return (init_settings,)
 
     @model_validator(mode="after")
