@@ -45,7 +45,7 @@ def env_value(raw: str, annotation: Any) -> object:
     """
     try:
         parsed: object = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # absurdly nested JSON is left to validation as text
         return raw
     inner, nullable = unwrap(annotation)
     if parsed is None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from gateway.config import load_settings
 from gateway.config._environment import env_overrides, env_value
 from gateway.config._interpolation import Unresolved
 from gateway.config._schema import annotation_at
+from gateway.errors import ConfigError
 
 
 def test_env_value_parses_json_but_keeps_text_for_string_fields() -> None:
@@ -16,6 +20,16 @@ def test_env_value_parses_json_but_keeps_text_for_string_fields() -> None:
     assert env_value("null", annotation_at(("agent", "subagents", "model"))) is None
     assert env_value("null", annotation_at(("gateway", "host"))) == "null"
     assert env_value("0.0.0.0", annotation_at(("gateway", "host"))) == "0.0.0.0"
+
+
+def test_absurdly_nested_json_is_a_config_error_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    assert env_value(deep, annotation_at(("agent", "tools", "deny"))) == deep
+    with pytest.raises(ConfigError) as excinfo:
+        load_settings(None, environ={"HERALD_AGENT__TOOLS__DENY": deep})
+    [issue] = excinfo.value.issues
+    assert issue.key == "agent.tools.deny"
+    assert "HERALD_AGENT__TOOLS__DENY" in issue.message
 
 
 def test_env_overrides_map_segments_loosely_and_dict_keys_lowercased() -> None:
