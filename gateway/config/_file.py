@@ -41,8 +41,12 @@ class ConfigFile:
 
     def issue(self, path: KeyPath, message: str) -> ConfigIssue:
         """An issue about the key at ``path``, at its line and column in this file."""
-        line, column = self.locator.find(path) or (None, None)
-        return ConfigIssue(message, self.name, dotted(path) or None, line, column)
+        return _issue_at(self.locator, self.name, path, message)
+
+
+def _issue_at(locator: KeyLocator, name: str, path: KeyPath, message: str) -> ConfigIssue:
+    line, column = locator.find(path) or (None, None)
+    return ConfigIssue(message, name, dotted(path) or None, line, column)
 
 
 def _fail(name: str, message: str, where: tuple[int, int] | None = None) -> ConfigError:
@@ -75,10 +79,8 @@ def read_config_file(path: str | os.PathLike[str], environ: Mapping[str, str]) -
     # Both steps keep the top level a dict, which the parsers checked.
     data = cast(dict[str, object], canonical_keys(data, HeraldSettings))
     data = cast(dict[str, object], substitute_tree(data, environ, (), problems))
-    config = ConfigFile(absolute, name, data, locator)
-    config.issues.extend(config.issue(where, message) for where, message in problems)
-    config.bad_paths.extend(where for where, _ in problems)
-    return config
+    issues = [_issue_at(locator, name, where, message) for where, message in problems]
+    return ConfigFile(absolute, name, data, locator, issues, [where for where, _ in problems])
 
 
 def _read_text(path: Path, name: str) -> str:

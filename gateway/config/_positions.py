@@ -241,9 +241,9 @@ def _record_keys(
                 brace = text.find("{", cursor)
                 if brace < 0:
                     break
-                locator.record((*path, key, index), start + brace)
-                where_item = (*path, key, index)
-                cursor = _record_keys(locator, element, where_item, text, start, brace, None)
+                item_path = (*path, key, index)
+                locator.record(item_path, start + brace)
+                cursor = _record_keys(locator, element, item_path, text, start, brace, None)
     return cursor
 
 
