@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict, SecretStr
 from pydantic.alias_generators import to_camel
 
@@ -24,3 +26,24 @@ def secret_value(secret: SecretStr | None) -> str | None:
         return None
     value = secret.get_secret_value()
     return value or None
+
+
+def secrets_in(value: object) -> list[str]:
+    """The plain value of every set secret inside ``value``, found by walking the schema.
+
+    Every ``SecretStr`` counts, at any depth: in a model's fields, in dicts and in lists (a
+    provider's ``apiKey`` under ``models.providers``). A field added to the schema as a
+    SecretStr is therefore masked in logs without being listed anywhere.
+    """
+    if isinstance(value, SecretStr):
+        plain = value.get_secret_value()
+        return [plain] if plain else []
+    if isinstance(value, BaseModel):
+        items: list[object] = [getattr(value, name) for name in type(value).model_fields]
+    elif isinstance(value, Mapping):
+        items = list(value.values())
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return []
+    return [secret for item in items for secret in secrets_in(item)]

@@ -55,7 +55,7 @@ class SettingsHolder:
 
     def reload(self) -> bool:
         """Load the config file again; apply it when valid. Returns whether it was applied."""
-        from gateway.config_loader import load_settings
+        from gateway.config import load_settings
 
         try:
             loaded = load_settings(

@@ -1,8 +1,8 @@
 """The configuration schema (DESIGN §2, pinned keys).
 
 Files use camelCase keys; Python uses snake_case attributes. Every section rejects unknown
-keys. Loading (file sources, environment, ``${VAR}``) lives in :mod:`gateway.config_loader`;
-this module only says what a valid configuration is.
+keys. Loading (file, environment, ``${VAR}``, command-line overrides) lives in
+:mod:`gateway.config`; this module only says what a valid configuration is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from channels.config_base import ConfigModel
+from channels.config_base import ConfigModel, secrets_in
 from channels.discord.config import DiscordConfig
 from channels.slack.config import SlackConfig
 from channels.webchat.config import WebchatConfig
@@ -260,7 +260,7 @@ class HeraldSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # BaseSettings would otherwise read any variable named like a section (``AGENT``,
         # ``MODELS``...) from the environment. Constructing this class only validates what it
-        # is given; the file and ``HERALD_*`` sources are added by gateway.config_loader.
+        # is given; gateway.config layers the file, ``HERALD_*`` and flags itself.
         return (init_settings,)
 
     @model_validator(mode="after")
@@ -312,13 +312,8 @@ class HeraldSettings(BaseSettings):
         return sorted(self.routing.agents)
 
     def secret_values(self) -> list[str]:
-        """Every configured secret's value (for masking logs and scrubbing environments)."""
-        candidates = [
-            self.gateway.auth.token,
-            self.channels.slack.bot_token,
-            self.channels.slack.app_token,
-            self.channels.slack.signing_secret,
-            self.channels.discord.token,
-            *(p.api_key for p in self.models.providers.values()),
-        ]
-        return [s.get_secret_value() for s in candidates if s is not None and s.get_secret_value()]
+        """Every configured secret's value (for masking logs and scrubbing environments).
+
+        Every SecretStr field of the schema counts, wherever it sits; nothing is listed here.
+        """
+        return secrets_in(self)

@@ -21,7 +21,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from gateway.config_loader import load_settings
+    from gateway.config import load_settings
 
     loaded = load_settings(args.config, environ=os.environ)
     source = str(loaded.path) if loaded.path else "embedded defaults"
@@ -32,7 +32,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def show_config(args: argparse.Namespace) -> int:
-    from gateway.config_loader import load_settings, render_settings
+    from gateway.config import load_settings, render_settings
 
     loaded = load_settings(args.config, environ=os.environ)
     text = render_settings(loaded, args.format)

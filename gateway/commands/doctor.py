@@ -99,7 +99,7 @@ async def diagnose(
 ) -> list[Finding]:
     """Every finding, in the order they print. Stops after the configuration when it does
     not load: the other checks need it."""
-    from gateway.config_loader import load_settings
+    from gateway.config import load_settings
 
     try:
         loaded = load_settings(config, environ=environ)

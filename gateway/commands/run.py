@@ -29,7 +29,7 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.config_loader import load_settings
+    from gateway.config import load_settings
     from gateway.daemon import serve
     from gateway.reload import SettingsHolder
 

@@ -123,7 +123,7 @@ def runs_show(args: argparse.Namespace) -> int:
 
 
 def spawn_command(args: argparse.Namespace) -> int:
-    from gateway.config_loader import load_settings
+    from gateway.config import load_settings
 
     settings = load_settings(args.config, environ=os.environ).settings
     host = settings.gateway.host

@@ -179,7 +179,7 @@ def transcripts_show(args: argparse.Namespace) -> int:
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
-    from gateway.config_loader import load_settings
+    from gateway.config import load_settings
 
     loaded = load_settings(args.config, environ=os.environ)
     return loaded.settings.gateway.resolved_state_dir()

@@ -11,8 +11,8 @@ import pyjson5
 import pytest
 from pydantic import BaseModel
 
-from gateway.config_loader import MASK, LoadedSettings, load_settings, render_settings
-from gateway.config_sources import model_class, unwrap
+from gateway.config import MASK, LoadedSettings, load_settings, render_settings
+from gateway.config._schema import model_class, unwrap
 from gateway.settings import HeraldSettings
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

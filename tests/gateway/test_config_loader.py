@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from gateway.config_loader import LoadedSettings, load_settings
+from gateway.config import LoadedSettings, load_settings
 from gateway.errors import ConfigError, ConfigIssue
 from gateway.settings import HeraldSettings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.errors import ConfigError, ConfigIssue
 
 KEYS = st.sampled_from(

@@ -24,7 +24,7 @@ import pytest
 
 from gateway.api.auth import is_public
 from gateway.app import build_app
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.errors import ConfigError
 from gateway.reload import SettingsHolder
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack

@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestServer
 
 from channels.memory import MemoryChannel
 from gateway import cli
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.errors import ConfigError
 from gateway.sessions import SessionKey, read_transcript
 from tests.gateway.harness import Harness, api_app, base_config, running_gateway

@@ -28,7 +28,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.llm import ChatMessage, ModelRequest
 from gateway.providers import ProviderError, ProviderRegistry
 from tests.fakes.discord import FakeDiscord, user_payload

@@ -1,4 +1,4 @@
-"""Parsing, locating keys, ``${VAR}`` and environment overrides (gateway/config_sources.py)."""
+"""Reading the config file: formats, syntax errors at line and column (gateway/config/_file.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config_sources import (
-    Unresolved,
-    annotation_at,
-    env_overrides,
-    env_value,
-    json5_keys,
-    read_config_file,
-    substitute,
-    toml_keys,
-)
+from gateway.config._file import read_config_file
+from gateway.config._interpolation import Unresolved
 from gateway.errors import ConfigError, ConfigIssue
 
 WriteFile = Callable[[str, str | bytes], Path]
@@ -38,39 +30,6 @@ def write(tmp_path: Path) -> WriteFile:
 def only_issue(excinfo: pytest.ExceptionInfo[ConfigError]) -> ConfigIssue:
     assert len(excinfo.value.issues) == 1, excinfo.value.issues
     return excinfo.value.issues[0]
-
-
-# --- ${VAR} --------------------------------------------------------------------------------
-
-
-def test_substitute_replaces_variables_inside_text() -> None:
-    env = {"HOST": "example.org", "PORT": "443"}
-    assert substitute("https://${HOST}:${PORT}/v1", env) == "https://example.org:443/v1"
-
-
-def test_substitute_default_applies_when_unset_or_empty() -> None:
-    assert substitute("${A:-fallback}", {}) == "fallback"
-    assert substitute("${A:-fallback}", {"A": ""}) == "fallback"
-    assert substitute("${A:-fallback}", {"A": "set"}) == "set"
-    assert substitute("${A:-}", {}) == ""
-
-
-def test_substitute_empty_variable_without_default_is_empty_not_missing() -> None:
-    assert substitute("${A}", {"A": ""}) == ""
-
-
-def test_substitute_missing_variable_makes_the_value_unresolved() -> None:
-    assert substitute("Bearer ${TOKEN}", {}) == Unresolved("TOKEN")
-
-
-def test_substitute_double_dollar_is_a_literal() -> None:
-    assert substitute("$${HOME}/x and $5", {"HOME": "/root"}) == "${HOME}/x and $5"
-
-
-@pytest.mark.parametrize("text", ["${UNCLOSED", "${1BAD}", "${}", "a ${B C}"])
-def test_substitute_rejects_malformed_references(text: str) -> None:
-    with pytest.raises(ValueError, match="malformed variable reference"):
-        substitute(text, {"UNCLOSED": "x"})
 
 
 # --- syntax errors: file:line:column ------------------------------------------------------
@@ -189,103 +148,9 @@ def test_malformed_reference_in_the_file_is_an_issue_at_its_key(write: WriteFile
     assert config.bad_paths == [("agent", "model")]
 
 
-# --- locating keys ------------------------------------------------------------------------
-
-
-def test_json5_locator_finds_nested_keys_list_items_and_falls_back() -> None:
-    text = (
-        "{\n"
-        "  // a comment with { braces: and colons }\n"
-        '  "gateway": { host: "a:b}", port: 1 },\n'
-        "  models: { providers: { demo: { models: [\n"
-        "    { id: 'x', /* block */ cost: { input: 1 } },\n"
-        "  ] } } },\n"
-        "}\n"
-    )
-    locator = json5_keys(text)
-    assert locator.find(("gateway",)) == (3, 3)
-    assert locator.find(("gateway", "port")) == (3, 30)
-    assert locator.find(("models", "providers", "demo", "models", 0)) == (5, 5)
-    assert locator.find(("models", "providers", "demo", "models", 0, "cost", "input")) == (5, 36)
-    # Not in the text: the nearest enclosing key.
-    assert locator.find(("gateway", "auth", "token")) == (3, 3)
-    assert locator.find(("channels",)) is None
-
-
-def test_json5_locator_matches_snake_case_spelling_loosely() -> None:
-    locator = json5_keys("{gateway: {state_dir: 'x'}}")
-    assert locator.find(("gateway", "stateDir")) == (1, 12)
-
-
-def test_toml_locator_handles_tables_arrays_of_tables_and_inline_tables() -> None:
-    text = (
-        "[gateway]\n"
-        "port = 1\n"
-        "auth.token = 'x'\n"
-        'note = """\n'
-        "fake = 1\n"
-        '"""\n'
-        "[[models.providers.demo.models]]\n"
-        'id = "a"\n'
-        "[[models.providers.demo.models]]\n"
-        'id = "b"\n'
-        "cost = { input = 1, output = 2 }\n"
-        "[models.providers.demo.models.extra]\n"
-        "x = 1\n"
-    )
-    locator = toml_keys(text)
-    assert locator.find(("gateway", "port")) == (2, 1)
-    assert locator.find(("gateway", "auth", "token")) == (3, 1)
-    assert locator.find(("gateway", "fake")) == (1, 2)  # inside a multi-line string: not a key
-    assert locator.find(("models", "providers", "demo", "models", 0, "id")) == (8, 1)
-    assert locator.find(("models", "providers", "demo", "models", 1, "id")) == (10, 1)
-    assert locator.find(("models", "providers", "demo", "models", 1, "cost", "output")) == (11, 21)
-    assert locator.find(("models", "providers", "demo", "models", 1, "extra", "x")) == (13, 1)
-
-
-# --- environment overrides ----------------------------------------------------------------
-
-
-def test_env_value_parses_json_but_keeps_text_for_string_fields() -> None:
-    assert env_value("9000", annotation_at(("gateway", "port"))) == 9000
-    assert env_value('["exec"]', annotation_at(("agent", "tools", "deny"))) == ["exec"]
-    assert env_value("true", annotation_at(("channels", "slack", "enabled"))) is True
-    assert env_value("12345", annotation_at(("channels", "discord", "token"))) == "12345"
-    assert env_value("true", annotation_at(("gateway", "host"))) == "true"
-    assert env_value("null", annotation_at(("agent", "subagents", "model"))) is None
-    assert env_value("null", annotation_at(("gateway", "host"))) == "null"
-    assert env_value("0.0.0.0", annotation_at(("gateway", "host"))) == "0.0.0.0"
-
-
-def test_env_overrides_map_segments_loosely_and_dict_keys_lowercased() -> None:
-    found = env_overrides(
-        {
-            "HERALD_GATEWAY__STATE_DIR": "/srv",
-            "HERALD_agent__subagents__MAXCONCURRENT": "3",
-            "HERALD_ROUTING__AGENTS__HELPER__MODEL": "demo/scripted",
-            "HERALD_CONFIG": "ignored.json5",
-            "HERALD_TOKEN": "ignored",
-            "OTHER__THING": "ignored",
-        }
-    )
-    assert found.issues == []
-    assert found.data == {
-        "gateway": {"stateDir": "/srv"},
-        "agent": {"subagents": {"maxConcurrent": 3}},
-        "routing": {"agents": {"helper": {"model": "demo/scripted"}}},
-    }
-    assert found.origins[("gateway", "stateDir")] == "HERALD_GATEWAY__STATE_DIR"
-
-
-def test_env_override_of_unknown_key_names_the_variable_and_suggests() -> None:
-    found = env_overrides({"HERALD_GATEWAY__PROT": "1", "HERALD_ROUTING__AGENTS__MAIN__MODLE": "x"})
-    messages = [str(issue) for issue in found.issues]
-    assert messages == [
-        "gateway.prot: unknown key (set by HERALD_GATEWAY__PROT); did you mean 'port'?",
-        "routing.agents.main.modle: unknown key (set by HERALD_ROUTING__AGENTS__MAIN__MODLE); "
-        "did you mean 'model'?",
-    ]
-    assert found.data == {}
+def test_malformed_reference_in_a_toml_file_is_an_issue_at_its_key(write: WriteFile) -> None:
+    config = read_config_file(write("herald.toml", '[agent]\n\nmodel = "${MODEL"\n'), {})
+    assert [(i.key, i.line, i.column) for i in config.issues] == [("agent.model", 3, 1)]
 
 
 @pytest.mark.parametrize(
