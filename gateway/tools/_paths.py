@@ -25,9 +25,17 @@ WORKSPACE_MODE = 0o700
 
 
 def ensure_workspace(workspace: Path) -> Path:
-    """Create the workspace (mode 0700) when missing; return its fully resolved path."""
+    """Create the workspace (mode 0700) when missing; return its fully resolved path.
+
+    Every directory made on the way (``<stateDir>/workspaces`` itself, say) is 0700 too:
+    ``mkdir(parents=True)`` would give those the umask's default, usually 0755.
+    """
     try:
-        workspace.mkdir(mode=WORKSPACE_MODE, parents=True, exist_ok=True)
+        missing = [d for d in (workspace, *workspace.parents) if not d.exists()]
+        for directory in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                directory.mkdir(mode=WORKSPACE_MODE)
+                os.chmod(directory, WORKSPACE_MODE)  # mkdir's mode is also cut by the umask
         return workspace.resolve(strict=True)
     except OSError as exc:
         raise ToolError(f"workspace is not usable: {exc.strerror}") from None

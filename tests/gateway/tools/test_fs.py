@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.llm import ToolCall
+from gateway.tools import ToolRegistry
 from gateway.tools.fs import EDIT_MAX_BYTES, READ_MAX_BYTES
-from tests.gateway.tools.conftest import CallTool
+from tests.gateway.tools.conftest import CallTool, MakeCtx
 
 
 def names(folder: Path) -> list[str]:
@@ -125,6 +127,23 @@ async def test_write_creates_workspace_and_parents(workspace: Path, call_tool: C
     assert out.data == {"path": "deep/er/f.txt", "bytes": 6}
     assert (workspace / "deep/er/f.txt").read_text() == "héllo"
     assert mode(workspace) == 0o700
+
+
+async def test_directories_made_for_a_workspace_are_private_too(
+    tmp_path: Path, make_ctx: MakeCtx, registry: ToolRegistry
+) -> None:
+    """``<stateDir>/workspaces/<agent>``: the ``workspaces`` folder made on the way is 0700,
+    whatever the umask would give it."""
+    workspace = tmp_path / "state" / "workspaces" / "main"
+    old = os.umask(0o022)
+    try:
+        call = ToolCall("c", "ls", {})
+        out = await registry.invoke(call, make_ctx(workspace=workspace), registry.names())
+    finally:
+        os.umask(old)
+    assert not out.is_error
+    for directory in (workspace, workspace.parent, workspace.parent.parent):
+        assert mode(directory) == 0o700, directory
 
 
 async def test_write_replaces_atomically_and_keeps_mode(ws: Path, call_tool: CallTool) -> None:
