@@ -7,8 +7,9 @@ model list). Probes never raise for network or HTTP failures: every failure is a
 whose ``fix`` names the setting to change when the probe can tell. Neither ever carries a
 secret: anything the remote side echoes back is masked with :func:`scrub`.
 
-The model providers' result extends :class:`ProbeResult`; it lives here, in the lower
-layer, so that the gateway reads every probe the same way.
+Model providers probe too, and their result (``gateway.llm.ProviderProbe``) extends
+:class:`ProbeResult` with the models they list. The base type lives here, in the lower
+layer both build on, so that whoever asks reads every probe's outcome the same way.
 """
 
 from __future__ import annotations
