@@ -11,6 +11,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelError, ChannelSendError, ChannelStartError
+from channels.probe import ProbeOutcome, ProbeResult
 
 __all__ = [
     "Channel",
@@ -22,6 +23,8 @@ __all__ = [
     "InboundMessage",
     "OutboundKind",
     "OutboundMessage",
+    "ProbeOutcome",
+    "ProbeResult",
     "RunUpdate",
     "SentMessage",
 ]

@@ -15,6 +15,8 @@ from typing import Literal
 
 from aiohttp import web
 
+from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
 
@@ -104,6 +106,19 @@ class Channel(abc.ABC):
     async def run_update(self, update: RunUpdate) -> None:
         """Show a run's new status. Default: nothing (chat surfaces get the announce only)."""
         return None
+
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
+        """Check that the chat service is reachable and accepts the configured credentials,
+        with one cheap request bounded by ``timeout_seconds``. Default: nothing to check.
+
+        Works on a channel that was never started (``herald doctor`` builds one just to call
+        this): a channel's constructor only keeps its configuration, so the probe reads
+        exactly what :meth:`start` would use, and a running daemon can ask the same question
+        of its live channels. The deadline is a parameter rather than the caller's
+        ``asyncio.timeout`` so that a slow service is reported as such, naming its URL.
+        Never raises for network or HTTP failures; see :class:`channels.probe.ProbeResult`.
+        """
+        return ProbeResult("ok", "nothing to check")
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+
 Role = Literal["user", "assistant", "tool"]
 
 
@@ -118,11 +120,24 @@ class ModelReply:
     stop_reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderProbe(ProbeResult):
+    """What a provider's :meth:`Provider.probe` found: the verdict every probe gives, and
+    the model ids the provider serves when its listing can settle whether a configured id
+    is among them (None when it cannot: no listing, or one that leaves ids out)."""
+
+    models: tuple[str, ...] | None = None
+
+
 class Provider(Protocol):
-    """A model provider. ``complete`` raises :class:`gateway.providers.ProviderError`."""
+    """A model provider. ``complete`` raises :class:`gateway.providers.ProviderError`;
+    ``probe`` checks reachability and the key with the cheapest request the provider's API
+    has, and never raises for network or HTTP failures."""
 
     name: str
 
     async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe: ...
 
     async def close(self) -> None: ...

@@ -23,11 +23,19 @@ from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessa
 from channels.config_base import secret_value
 from channels.discord._sdk import discord
 from channels.discord.config import DiscordConfig
-from channels.discord.endpoints import Endpoints, claim_endpoints, release_endpoints
+from channels.discord.endpoints import (
+    DEFAULT_API_BASE_URL,
+    DEFAULT_GATEWAY_URL,
+    Endpoints,
+    claim_endpoints,
+    release_endpoints,
+)
 from channels.discord.errors import send_error, start_error
 from channels.discord.events import to_inbound
 from channels.discord.format import chunk_message
+from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
+from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,12 @@ class DiscordChannel(Channel):
     def bot_user_id(self) -> str | None:
         """The bot's user id once logged in: the ``account`` of every inbound message."""
         return None if self._me is None else str(self._me)
+
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
+        """``GET /users/@me`` with the bot token, as discord.py's login begins; see
+        :mod:`channels.discord.probe`. Needs no :meth:`start`, opens no gateway connection
+        and leaves discord.py's process-wide URLs alone."""
+        return await probe_login(self._config, timeout_seconds=timeout_seconds)
 
     async def start(self, handler: InboundHandler) -> None:
         """Log in and connect; return once READY, else raise ``ChannelStartError``.
@@ -285,10 +299,8 @@ class DiscordChannel(Channel):
     def _talking_to(self) -> str:
         """What the client was talking to last: the REST API until logged in, then the gateway."""
         if self._logged_in:
-            return (
-                f"the Discord gateway at {self._config.gateway_url or 'wss://gateway.discord.gg/'}"
-            )
-        return f"the Discord API at {self._config.api_base_url or 'https://discord.com/api/v10'}"
+            return f"the Discord gateway at {self._config.gateway_url or DEFAULT_GATEWAY_URL}"
+        return f"the Discord API at {self._config.api_base_url or DEFAULT_API_BASE_URL}"
 
     def _set_connected(self, connected: bool, why: str) -> None:
         if self._stopping:

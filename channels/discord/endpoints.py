@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 import yarl
 
@@ -20,6 +21,10 @@ from channels.errors import ChannelStartError
 
 Route = discord.http.Route
 DiscordWebSocket = discord.gateway.DiscordWebSocket
+
+#: discord.py's own defaults, named for messages and for requests made without discord.py.
+DEFAULT_API_BASE_URL: Final = "https://discord.com/api/v10"
+DEFAULT_GATEWAY_URL: Final = "wss://gateway.discord.gg/"
 
 log = logging.getLogger(__name__)
 

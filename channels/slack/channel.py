@@ -35,6 +35,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
 from channels.config_base import secret_value
 from channels.errors import ChannelSendError, ChannelStartError
+from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.slack.config import SlackConfig
 from channels.slack.constants import (
     ACTIVE_THREADS_CAPACITY,
@@ -42,19 +43,19 @@ from channels.slack.constants import (
     COMMANDS,
     CONNECT_TIMEOUT,
     DEDUPE_CAPACITY,
-    DEFAULT_API_BASE_URL,
     EVENTS_PATH,
     MAX_PENDING_INBOUND,
     STOP_GRACE,
     WORKING_REACTION,
 )
-from channels.slack.delivery import Poster, send_error
+from channels.slack.delivery import Poster, send_error, web_client
 from channels.slack.events import (
     EventContext,
     RecentKeys,
     inbound_from_command,
     inbound_from_event,
 )
+from channels.slack.probe import probe_auth
 
 log = logging.getLogger(__name__)
 _sdk_log = logging.getLogger(f"{__name__}.sdk")
@@ -112,6 +113,11 @@ class SlackChannel(Channel):
         app.router.add_post(EVENTS_PATH, self._handle_http)
         self._routes_added = True
 
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
+        """``auth.test`` with the bot token, as :meth:`start` begins; see
+        :mod:`channels.slack.probe`. Needs no :meth:`start` and leaves nothing open."""
+        return await probe_auth(self._config, timeout_seconds=timeout_seconds)
+
     async def start(self, handler: InboundHandler) -> None:
         """Check the bot token with ``auth.test``, then connect (socket) or accept requests."""
         if self._app is not None:
@@ -129,13 +135,7 @@ class SlackChannel(Channel):
             )
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=API_TIMEOUT))
         try:
-            client = AsyncWebClient(
-                token=bot_token,
-                base_url=cfg.api_base_url or DEFAULT_API_BASE_URL,
-                session=self._session,
-                logger=_sdk_log,
-                retry_handlers=[],  # retries live in the outbox: see channels.slack.delivery
-            )
+            client = web_client(cfg, bot_token, self._session, logger=_sdk_log)
             auth = await _call_or_fail("auth.test", client.auth_test())
             self._team_id = str(auth.get("team_id") or "") or None
             bot_user_id = str(auth.get("user_id") or "")

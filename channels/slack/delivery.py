@@ -32,8 +32,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import OutboundMessage, SentMessage
 from channels.errors import ChannelSendError
+from channels.slack.config import SlackConfig
 from channels.slack.constants import (
     CHUNK_LIMIT,
+    DEFAULT_API_BASE_URL,
     INLINE_RETRY_AFTER_MAX,
     PARTIAL_SENDS_CAPACITY,
     TRANSIENT_ERRORS,
@@ -41,6 +43,20 @@ from channels.slack.constants import (
 from channels.slack.format import split_text, to_mrkdwn
 
 log = logging.getLogger(__name__)
+
+
+def web_client(
+    config: SlackConfig, token: str, session: aiohttp.ClientSession, *, logger: logging.Logger
+) -> AsyncWebClient:
+    """The Web API client for ``config``: its ``apiBaseUrl``, ``session``, and no slack_sdk
+    retry handlers (retries live in the outbox: see the module docstring)."""
+    return AsyncWebClient(
+        token=token,
+        base_url=config.api_base_url or DEFAULT_API_BASE_URL,
+        session=session,
+        logger=logger,
+        retry_handlers=[],
+    )
 
 
 def send_error(method: str, exc: BaseException) -> ChannelSendError:

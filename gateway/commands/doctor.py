@@ -3,15 +3,16 @@
 Checks, in order: the configuration loads; tool policies name known tools; the state
 directory exists (or can be created), is ours, private and writable, and its database opens
 read-only with a schema this Herald knows; each model provider is usable (a scripted
-provider's rules file loads; an HTTP provider has its key and answers one cheap, free
-request: ``GET {baseUrl}/models`` for OpenAI-compatible APIs, ``GET /v1/models`` for
-Anthropic); and each enabled chat accepts its token (Slack ``auth.test``, Discord
-``GET /users/@me``). Web requests run concurrently, each bounded by ``--timeout``.
+provider's rules file loads; an HTTP provider passes its own probe, one free request for
+its model list) and lists the configured models where its list can tell; and each enabled
+chat channel passes its own probe (Slack ``auth.test``, Discord ``GET /users/@me``), run on
+a channel that is never started. Remote checks run concurrently, each bounded by
+``--timeout``.
 
 Each finding prints as ``ok``, ``warn`` or ``FAIL`` with what is wrong and how to fix it.
 Exit status: 1 when anything FAILs (a configuration that does not load included), else 0;
-warnings do not fail. Secrets are never printed: every message from a remote API is
-scrubbed of the key it was sent with.
+warnings (a remote answer with no verdict, a model the provider does not list) do not fail.
+Secrets are never printed: the probes mask the key they sent in everything they report.
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import quote, urlsplit
-
-import aiohttp
-import orjson
+from urllib.parse import quote
 
 from channels.config_base import secret_value
 from channels.discord.config import DiscordConfig
+from channels.probe import ProbeOutcome, ProbeResult
 from channels.slack.config import SlackConfig
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
@@ -42,15 +41,6 @@ Level = Literal["ok", "warn", "FAIL"]
 
 #: Seconds each remote check may take: long enough for a slow API, short for a person.
 DEFAULT_TIMEOUT: Final = 5.0
-#: Enough of an error body to recognise it.
-EXCERPT_CHARS: Final = 200
-OPENAI_DEFAULT_BASE: Final = "https://api.openai.com/v1"
-OPENAI_HOST: Final = "api.openai.com"
-ANTHROPIC_DEFAULT_BASE: Final = "https://api.anthropic.com"
-ANTHROPIC_HOST: Final = "api.anthropic.com"
-ANTHROPIC_VERSION: Final = "2023-06-01"
-SLACK_DEFAULT_BASE: Final = "https://slack.com/api/"
-DISCORD_DEFAULT_BASE: Final = "https://discord.com/api/v10"
 _CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
 
 
@@ -117,17 +107,16 @@ async def diagnose(
     findings = [Finding("ok", "config", f"loads ({source})")]
     findings += check_tools(settings)
     findings += check_state_dir(settings.gateway.resolved_state_dir())
-    client_timeout = aiohttp.ClientTimeout(total=request_seconds)
-    async with aiohttp.ClientSession(timeout=client_timeout) as session:
-        remote: list[Awaitable[Finding]] = []
-        used = _used_providers(settings)
-        for name, provider in settings.models.providers.items():
-            remote.append(check_provider(session, name, provider, loaded.config_dir, name in used))
-        if settings.channels.slack.enabled:
-            remote.append(check_slack(session, settings.channels.slack))
-        if settings.channels.discord.enabled:
-            remote.append(check_discord(session, settings.channels.discord))
-        findings += await asyncio.gather(*remote)
+    used = _used_providers(settings)
+    remote: list[Awaitable[Finding]] = [
+        check_provider(name, provider, loaded.config_dir, name in used, request_seconds)
+        for name, provider in settings.models.providers.items()
+    ]
+    if settings.channels.slack.enabled:
+        remote.append(check_slack(settings.channels.slack, request_seconds))
+    if settings.channels.discord.enabled:
+        remote.append(check_discord(settings.channels.discord, request_seconds))
+    findings += await asyncio.gather(*remote)
     return findings
 
 
@@ -239,20 +228,31 @@ def _used_providers(settings: HeraldSettings) -> set[str]:
     return {ref.partition("/")[0] for ref in refs if ref}
 
 
-# -- remote checks ----------------------------------------------------------------------------
+# -- remote checks: each provider's and channel's own probe ----------------------------------
+
+#: How a probe's outcome reads as a finding: an answer with no verdict on the credentials (a
+#: server error, a rate limit, no model list) may pass next time, so it only warns.
+_LEVELS: Final[dict[ProbeOutcome, Level]] = {
+    "ok": "ok",
+    "missing": "FAIL",
+    "misconfigured": "FAIL",
+    "unreachable": "FAIL",
+    "refused": "FAIL",
+    "unexpected": "warn",
+}
+
+
+def _finding(subject: str, probe: ProbeResult) -> Finding:
+    return Finding(_LEVELS[probe.outcome], subject, probe.detail, probe.fix)
 
 
 async def check_provider(
-    session: aiohttp.ClientSession,
-    name: str,
-    config: ProviderConfig,
-    config_dir: Path,
-    used: bool,
+    name: str, config: ProviderConfig, config_dir: Path, used: bool, seconds: float
 ) -> Finding:
     """One provider; problems of a provider no agent uses are warnings (a spawn may still
     name it as a model override)."""
     subject = f"provider {name}"
-    finding = await _provider_finding(session, subject, name, config, config_dir)
+    finding = await _provider_finding(subject, name, config, config_dir, seconds)
     if finding.level == "FAIL" and not used:
         message = f"{finding.message}; no agent uses it, but a spawn's model override could"
         return Finding("warn", subject, message, finding.fix)
@@ -260,57 +260,25 @@ async def check_provider(
 
 
 async def _provider_finding(
-    session: aiohttp.ClientSession,
-    subject: str,
-    name: str,
-    config: ProviderConfig,
-    config_dir: Path,
+    subject: str, name: str, config: ProviderConfig, config_dir: Path, seconds: float
 ) -> Finding:
-    if config.api == "scripted":
-        return _scripted_finding(subject, config, config_dir)
-    key = secret_value(config.api_key) or None
-    key_name = f"models.providers.{name}.apiKey"
-    if config.api == "openai-completions":
-        base = (config.base_url or OPENAI_DEFAULT_BASE).rstrip("/")
-        url, official = f"{base}/models", urlsplit(base).hostname == OPENAI_HOST
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        variable = "OPENAI_API_KEY"
-    else:
-        base = (config.base_url or ANTHROPIC_DEFAULT_BASE).rstrip("/").removesuffix("/v1")
-        url, official = f"{base}/v1/models", urlsplit(base).hostname == ANTHROPIC_HOST
-        headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
-        variable = "ANTHROPIC_API_KEY"
-    if key is None and official:
+    from gateway.providers import ScriptError, build_provider
+
+    try:
+        provider = build_provider(name, config, config_dir=config_dir)
+    except ScriptError as exc:  # a scripted provider reads its rules file when built
         return Finding(
             "FAIL",
             subject,
-            f"no API key ({key_name} is unset)",
-            f'set {key_name}, e.g. apiKey: "${{{variable}}}", and export {variable}',
+            "rules file does not load:\n      " + "\n      ".join(str(i) for i in exc.issues),
+            "correct the rules file",
         )
     try:
-        async with session.get(url, headers=headers) as response:
-            status, raw = response.status, await response.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return _unreachable(subject, url, exc, key, f"check models.providers.{name}.baseUrl")
-    if status in (401, 403):
-        return Finding(
-            "FAIL",
-            subject,
-            f"the API key was refused (HTTP {status}: {_detail(raw, key)})",
-            f"check {key_name}" + (f" ({variable})" if official else ""),
-        )
-    if status == 404:
-        return Finding(
-            "warn",
-            subject,
-            f"{url} answered 404: the server may not list models, or baseUrl is wrong",
-            "OpenAI-compatible baseUrl ends in /v1" if config.api == "openai-completions" else None,
-        )
-    if status >= 300:
-        return Finding(
-            "warn", subject, f"reachable, but answered HTTP {status}: {_detail(raw, key)}"
-        )
-    missing = _unlisted_models(config, raw) if config.api == "openai-completions" else []
+        probe = await provider.probe(timeout_seconds=seconds)
+    finally:
+        await provider.close()
+    listed = probe.models if probe.ok else None
+    missing = [m.id for m in config.models if listed is not None and m.id not in listed]
     if missing:
         return Finding(
             "warn",
@@ -318,146 +286,28 @@ async def _provider_finding(
             f"key accepted, but {', '.join(missing)} not among the models it lists",
             f"check the model ids in models.providers.{name}.models",
         )
-    return Finding("ok", subject, f"reachable at {base}, key accepted")
+    return _finding(subject, probe)
 
 
-def _scripted_finding(subject: str, config: ProviderConfig, config_dir: Path) -> Finding:
-    from gateway.providers import ScriptError, default_script_path, load_script
+async def check_slack(config: SlackConfig, seconds: float) -> Finding:
+    """The Slack channel's probe (``auth.test``); in Socket Mode, the app token's shape."""
+    from channels.slack import SlackChannel
 
-    path = (config_dir / config.script).expanduser() if config.script else default_script_path()
-    try:
-        load_script(path)
-    except ScriptError as exc:
-        return Finding(
-            "FAIL",
-            subject,
-            "rules file does not load:\n      " + "\n      ".join(str(i) for i in exc.issues),
-            "correct the rules file",
-        )
-    return Finding("ok", subject, f"scripted rules load ({path})")
-
-
-def _unlisted_models(config: ProviderConfig, raw: bytes) -> list[str]:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return []
-    listed = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(listed, list):
-        return []
-    ids = {item.get("id") for item in listed if isinstance(item, dict)}
-    return [model.id for model in config.models if model.id not in ids]
-
-
-async def check_slack(session: aiohttp.ClientSession, config: SlackConfig) -> Finding:
-    """``auth.test`` with the bot token."""
-    subject = "slack"
-    token = secret_value(config.bot_token)
-    if not token:
-        return Finding("FAIL", subject, "no bot token", "set channels.slack.botToken")
-    base = config.api_base_url or SLACK_DEFAULT_BASE
-    if not base.endswith("/"):
-        # slack_sdk joins method names onto the root like a relative URL: without the slash
-        # the last path segment is replaced ("…/api" + "auth.test" → "…/auth.test").
-        return Finding(
-            "FAIL",
-            subject,
-            f"apiBaseUrl {base} does not end with '/'",
-            f"set channels.slack.apiBaseUrl to {base}/",
-        )
-    url = base + "auth.test"
-    try:
-        async with session.post(url, headers={"Authorization": f"Bearer {token}"}) as response:
-            status, raw = response.status, await response.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return _unreachable(subject, url, exc, token, "check channels.slack.apiBaseUrl")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
-        return Finding("FAIL", subject, f"auth.test answered HTTP {status}: {_detail(raw, token)}")
-    if not data.get("ok"):
-        error = _scrub(str(data.get("error") or f"HTTP {status}"), token)
-        return Finding(
-            "FAIL",
-            subject,
-            f"the bot token was refused ({error})",
-            "check channels.slack.botToken (SLACK_BOT_TOKEN): the app's xoxb- token",
-        )
-    who = f"@{data.get('user', '?')} in {data.get('team', '?')}"
-    if config.mode == "socket" and not (secret_value(config.app_token) or "").startswith("xapp-"):
+    probe = await SlackChannel(config).probe(timeout_seconds=seconds)
+    # The probe tries the bot token only; of the app token, Socket Mode needs an xapp- one.
+    app_token = secret_value(config.app_token) or ""
+    if probe.ok and config.mode == "socket" and not app_token.startswith("xapp-"):
         return Finding(
             "warn",
-            subject,
-            f"bot token accepted ({who}), but the app token does not look like xapp-…",
+            "slack",
+            f"{probe.detail}, but the app token does not look like xapp-…",
             "set channels.slack.appToken to the app-level token with connections:write",
         )
-    return Finding("ok", subject, f"bot token accepted ({who})")
+    return _finding("slack", probe)
 
 
-async def check_discord(session: aiohttp.ClientSession, config: DiscordConfig) -> Finding:
-    """``GET /users/@me`` with the bot token."""
-    subject = "discord"
-    token = secret_value(config.token)
-    if not token:
-        return Finding("FAIL", subject, "no bot token", "set channels.discord.token")
-    url = (config.api_base_url or DISCORD_DEFAULT_BASE) + "/users/@me"
-    try:
-        async with session.get(url, headers={"Authorization": f"Bot {token}"}) as response:
-            status, raw = response.status, await response.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return _unreachable(subject, url, exc, token, "check channels.discord.apiBaseUrl")
-    if status in (401, 403):
-        return Finding(
-            "FAIL",
-            subject,
-            f"the bot token was refused (HTTP {status})",
-            "check channels.discord.token (DISCORD_TOKEN): Developer Portal → Bot → token",
-        )
-    if status >= 300:
-        return Finding("warn", subject, f"/users/@me answered HTTP {status}: {_detail(raw, token)}")
-    try:
-        user = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        user = {}
-    name = user.get("username", "?") if isinstance(user, dict) else "?"
-    return Finding("ok", subject, f"bot token accepted (@{_scrub(str(name), token)})")
+async def check_discord(config: DiscordConfig, seconds: float) -> Finding:
+    """The Discord channel's probe (``GET /users/@me``)."""
+    from channels.discord import DiscordChannel
 
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
-def _detail(raw: bytes, secret: str | None) -> str:
-    """The error message of a JSON error body, or an excerpt of the body; secret masked."""
-    text = raw.decode("utf-8", errors="replace").strip()
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
-    if isinstance(data, dict):
-        error = data.get("error")
-        message = error.get("message") if isinstance(error, dict) else error or data.get("message")
-        if isinstance(message, str) and message:
-            text = message
-    if len(text) > EXCERPT_CHARS:
-        text = text[:EXCERPT_CHARS] + "…"
-    return _scrub(text, secret) or "(empty body)"
-
-
-def _unreachable(
-    subject: str, url: str, exc: BaseException, secret: str | None, fix: str
-) -> Finding:
-    reason = (
-        "no answer in time" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-    )
-    return Finding(
-        "FAIL",
-        subject,
-        f"cannot reach {url}: {_scrub(reason, secret)}",
-        f"{fix}; check the network, proxy and firewall",
-    )
+    return _finding("discord", await DiscordChannel(config).probe(timeout_seconds=seconds))

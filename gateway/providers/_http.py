@@ -1,19 +1,23 @@
-"""One JSON POST to a model API, with every failure turned into a typed ProviderError.
+"""One JSON POST to a model API, with every failure turned into a typed ProviderError; and
+the probe, one GET of the model list read as a :class:`ProviderProbe`.
 
 Shared by the OpenAI and Anthropic providers: both put a human message at
 ``error.message`` of their error bodies, both send Retry-After, both mark retryable answers
-with ``x-should-retry``.
+with ``x-should-retry``, both list their models at ``GET …/models`` behind the same key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
 from channels.config_base import secret_value
+from channels.probe import DEFAULT_PROBE_TIMEOUT
+from gateway.llm import ProviderProbe
 from gateway.providers._retry import (
     DEFAULT_RETRY_POLICY,
     RetryPolicy,
@@ -69,6 +73,11 @@ def _error_details(raw: bytes) -> tuple[str, str | None]:
     return _excerpt(raw), None
 
 
+def _masked(raw: bytes, secret: str | None) -> bytes:
+    # Mask before any excerpt is cut: a key cut in half would escape the mask.
+    return raw.replace(secret.encode(), b"***") if secret else raw
+
+
 def http_error(
     provider: str,
     model: str,
@@ -78,9 +87,7 @@ def http_error(
     secret: str | None,
 ) -> ProviderError:
     """The ProviderError for a non-2xx answer."""
-    if secret:  # mask before any excerpt: a key cut in half would escape the mask
-        raw = raw.replace(secret.encode(), b"***")
-    message, kind = _error_details(raw)
+    message, kind = _error_details(_masked(raw, secret))
     retryable = status in RETRYABLE_STATUSES or status >= 500
     if kind in NON_RETRYABLE_ERROR_TYPES:
         retryable = False
@@ -146,11 +153,23 @@ async def post_json(
 
 
 class HttpProvider:
-    """What the HTTP providers share: the session, the key, the timeout and the retries.
+    """What the HTTP providers share: the session, the key, the timeout, the retries and
+    the probe.
 
     With ``session`` given (the registry's shared one) the provider never closes it;
-    without, it opens its own on first use and closes it in :meth:`close`.
+    without, it opens its own on first use and closes it in :meth:`close`. A subclass sets
+    the class attributes below, ``_models_url`` and ``_auth_headers``, and says what its
+    model list settles in :meth:`_listed_models`.
     """
+
+    #: The environment variable the vendor's own tools read the key from.
+    API_KEY_ENV: ClassVar[str]
+    #: What to check when the model list is not found (404), if there is a likely cause.
+    NOT_FOUND_FIX: ClassVar[str | None] = None
+    #: Where the model list is, and the headers that authenticate a request (set in
+    #: the subclass's ``__init__``).
+    _models_url: str
+    _auth_headers: dict[str, str]
 
     def __init__(
         self,
@@ -163,6 +182,8 @@ class HttpProvider:
     ) -> None:
         self.name = name
         self.base_url = (config.base_url or default_base_url).rstrip("/")
+        #: The vendor's own API is the one its default URL names.
+        self.official = urlsplit(self.base_url).hostname == urlsplit(default_base_url).hostname
         self._api_key = secret_value(config.api_key)
         self._max_retries = config.max_retries
         self._timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
@@ -184,15 +205,18 @@ class HttpProvider:
     def closed(self) -> bool:
         return self._closed
 
-    async def _post(
-        self, url: str, headers: dict[str, str], payload: dict[str, Any], model: str
-    ) -> dict[str, Any]:
-        """POST ``payload`` with retries; the decoded 2xx answer."""
+    def _open_session(self, model: str) -> aiohttp.ClientSession:
         if self._closed:
             raise ProviderError(self.name, model, "provider is closed")
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        session = self._session
+        return self._session
+
+    async def _post(
+        self, url: str, headers: dict[str, str], payload: dict[str, Any], model: str
+    ) -> dict[str, Any]:
+        """POST ``payload`` with retries; the decoded 2xx answer."""
+        session = self._open_session(model)
         body = orjson.dumps(payload)
 
         def attempt() -> Awaitable[dict[str, Any]]:
@@ -208,6 +232,51 @@ class HttpProvider:
             )
 
         return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
+
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe:
+        """``GET`` the model list: free, generates nothing, and needs a valid key.
+
+        One attempt, no retries: a probe reports what the API says now. A missing key for
+        the vendor's own API fails before any request. Never raises for network or HTTP
+        failures; a closed provider raises :class:`ProviderError` as :meth:`complete` does.
+        """
+        session = self._open_session("models")
+        setting = f"models.providers.{self.name}"
+        key_setting, key, env = f"{setting}.apiKey", self._api_key, self.API_KEY_ENV
+        if key is None and self.official:
+            fix = f'set {key_setting}, e.g. apiKey: "${{{env}}}", and export {env}'
+            return ProviderProbe("missing", f"no API key ({key_setting} is unset)", fix)
+        url = self._models_url
+        try:
+            async with session.get(
+                url,
+                headers=self._auth_headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_seconds),
+            ) as response:
+                status, raw = response.status, _masked(await response.read(), key)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return ProviderProbe.unreachable(url, exc, secret=key, setting=f"{setting}.baseUrl")
+        if status in (401, 403):
+            detail = f"the API key was refused (HTTP {status}: {_error_details(raw)[0]})"
+            fix = f"check {key_setting}" + (f" ({env})" if self.official else "")
+            return ProviderProbe("refused", scrub(detail, key), fix)
+        if status == 404:
+            detail = f"{url} answered 404: the server may not list models, or baseUrl is wrong"
+            return ProviderProbe("unexpected", detail, self.NOT_FOUND_FIX)
+        if status >= 300:
+            detail = f"reachable, but answered HTTP {status}: {_error_details(raw)[0]}"
+            return ProviderProbe("unexpected", scrub(detail, key))
+        try:
+            listing = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            listing = None
+        accepted = "key accepted" if key else "no key needed"
+        detail = f"reachable at {self.base_url}, {accepted}"
+        return ProviderProbe("ok", detail, models=self._listed_models(listing))
+
+    def _listed_models(self, listing: Any) -> tuple[str, ...] | None:
+        """The ids in a decoded model list, if they settle which ids work. Default: None."""
+        return None
 
     async def close(self) -> None:
         """Refuse new calls; close the session if this provider opened it. Idempotent."""

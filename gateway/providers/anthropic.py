@@ -146,7 +146,15 @@ def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
 
 
 class AnthropicProvider(HttpProvider):
-    """``POST {baseUrl}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
+    """``POST {baseUrl}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the
+    probe lists ``GET {baseUrl}/v1/models``.
+
+    The probe reports no model ids: the list leaves out the aliases most configurations
+    use (``claude-sonnet-4-5`` is listed only by its dated id) and comes in pages, so an id
+    missing from it proves nothing.
+    """
+
+    API_KEY_ENV = "ANTHROPIC_API_KEY"
 
     def __init__(
         self,
@@ -162,9 +170,11 @@ class AnthropicProvider(HttpProvider):
         # Accept a baseUrl given with the version segment too ("…/v1").
         root = self.base_url.removesuffix("/v1")
         self._url = f"{root}/v1/messages"
-        self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
+        self._models_url = f"{root}/v1/models"
+        self._auth_headers = {"anthropic-version": API_VERSION}
         if self._api_key:
-            self._headers["x-api-key"] = self._api_key
+            self._auth_headers["x-api-key"] = self._api_key
+        self._headers = {"Content-Type": "application/json", **self._auth_headers}
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """One model call; raises :class:`gateway.providers.ProviderError` on failure."""

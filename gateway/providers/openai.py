@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -24,7 +23,6 @@ from gateway.settings import ProviderConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-OFFICIAL_HOST = "api.openai.com"
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
@@ -159,7 +157,11 @@ def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
 
 
 class OpenAIProvider(HttpProvider):
-    """``POST {baseUrl}/chat/completions`` with ``Authorization: Bearer <apiKey>``."""
+    """``POST {baseUrl}/chat/completions`` with ``Authorization: Bearer <apiKey>``; the
+    probe lists ``GET {baseUrl}/models``."""
+
+    API_KEY_ENV = "OPENAI_API_KEY"
+    NOT_FOUND_FIX = "OpenAI-compatible baseUrl ends in /v1"
 
     def __init__(
         self,
@@ -173,14 +175,24 @@ class OpenAIProvider(HttpProvider):
             name, config, default_base_url=DEFAULT_BASE_URL, session=session, retry=retry
         )
         self._url = f"{self.base_url}/chat/completions"
-        official = urlsplit(self.base_url).hostname == OFFICIAL_HOST
-        self.limit_key = "max_completion_tokens" if official else "max_tokens"
-        self._headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            self._headers["Authorization"] = f"Bearer {self._api_key}"
+        self._models_url = f"{self.base_url}/models"
+        self.limit_key = "max_completion_tokens" if self.official else "max_tokens"
+        self._auth_headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        self._headers = {"Content-Type": "application/json", **self._auth_headers}
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """One model call; raises :class:`gateway.providers.ProviderError` on failure."""
         payload = build_payload(request, limit_key=self.limit_key)
         data = await self._post(self._url, self._headers, payload, request.model)
         return parse_reply(self.name, request.model, data)
+
+    def _listed_models(self, listing: Any) -> tuple[str, ...] | None:
+        """Every id under ``data``: OpenAI and compatible servers list all they serve."""
+        entries = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(entries, list):
+            return None
+        return tuple(
+            entry["id"]
+            for entry in entries
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+        )

@@ -62,8 +62,17 @@ import pyjson5
 from pydantic import Field, ValidationError
 
 from channels.config_base import ConfigModel
+from channels.probe import DEFAULT_PROBE_TIMEOUT
 from gateway.errors import ConfigIssue
-from gateway.llm import ChatMessage, ModelReply, ModelRequest, ToolCall, ToolSpec, Usage
+from gateway.llm import (
+    ChatMessage,
+    ModelReply,
+    ModelRequest,
+    ProviderProbe,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from gateway.providers.errors import ScriptError
 
 log = logging.getLogger(__name__)
@@ -408,6 +417,11 @@ class ScriptedProvider:
             model=request.model,
             stop_reason="tool_use" if calls else "end_turn",
         )
+
+    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe:
+        """Nothing remote to check: the rules were read when this provider was built (a bad
+        file fails there, with :class:`ScriptError`). No model ids: any id gets an answer."""
+        return ProviderProbe("ok", f"scripted rules load ({self.script.path})")
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -1,9 +1,10 @@
 """A fake Anthropic Messages API server on loopback, speaking the real wire format.
 
 It checks ``x-api-key`` and ``anthropic-version`` and the request's shape the way the real
-API does (401/400 in Anthropic's ``{"type":"error","error":{…}}`` shape), plays a queue of
-scripted answers (text, tool_use, usage with cache reads and writes, errors with
-Retry-After, garbage, delays and hangs) and records every request::
+API does (401/400 in Anthropic's ``{"type":"error","error":{…}}`` shape), lists
+:attr:`FakeAnthropic.models` at ``GET /v1/models``, plays a queue of scripted answers
+(text, tool_use, usage with cache reads and writes, errors with Retry-After, garbage,
+delays and hangs) and records every request::
 
     async with anthropic_server(api_key="sk-ant-test") as fake:
         fake.reply_text("hello", input_tokens=12, output_tokens=3)
@@ -100,6 +101,8 @@ class FakeAnthropic(ProviderFake):
         self, *, api_key: str | None = "sk-ant-fake-key", model: str = "claude-sonnet-4-5"
     ) -> None:
         super().__init__(api_key=api_key, model=model)
+        #: What ``GET /v1/models`` lists (after any scripted step, which it plays first).
+        self.models: list[str] = [model]
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -182,13 +185,33 @@ class FakeAnthropic(ProviderFake):
         """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
         self.reply_json(self.message(text="too late"), delay=seconds)
 
+    def models_step(self) -> Step:
+        """``GET /v1/models`` as the real API answers it: one page holding :attr:`models`."""
+        data = [
+            {
+                "type": "model",
+                "id": model,
+                "display_name": model.replace("-", " ").title(),
+                "created_at": "2025-09-29T00:00:00Z",
+            }
+            for model in self.models
+        ]
+        page = {
+            "data": data,
+            "has_more": False,
+            "first_id": self.models[0] if self.models else None,
+            "last_id": self.models[-1] if self.models else None,
+        }
+        return Step(body=orjson.dumps(page))
+
     # -- serving --------------------------------------------------------------------------
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("x-api-key") == self.api_key
 
     def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
-        if request.method != "POST" or request.path != "/v1/messages":
+        route = (request.method, request.path)
+        if route not in (("POST", "/v1/messages"), ("GET", "/v1/models")):
             return anthropic_error(404, "not_found_error", "Not Found")
         if not authorized:
             return anthropic_error(401, "authentication_error", "invalid x-api-key")
@@ -196,6 +219,8 @@ class FakeAnthropic(ProviderFake):
             return anthropic_error(
                 400, "invalid_request_error", "anthropic-version: header is required"
             )
+        if route == ("GET", "/v1/models"):
+            return self._steps.popleft() if self._steps else self.models_step()
         problem = _shape_problem(body)
         if problem:
             return anthropic_error(400, "invalid_request_error", problem)

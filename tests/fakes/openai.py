@@ -1,9 +1,10 @@
 """A fake OpenAI Chat Completions server on loopback, speaking the real wire format.
 
 It checks the bearer key and the request's shape the way the real API does (401 and 400 in
-OpenAI's error shape), plays a queue of scripted answers (text, tool calls, usage with cached
-tokens, HTTP errors with Retry-After, garbage bodies, delays and hangs) and records every
-request so tests can assert what the provider really sent::
+OpenAI's error shape), lists :attr:`FakeOpenAI.models` at ``GET /v1/models``, plays a queue
+of scripted answers (text, tool calls, usage with cached tokens, HTTP errors with
+Retry-After, garbage bodies, delays and hangs) and records every request so tests can
+assert what the provider really sent::
 
     async with openai_server(api_key="sk-test") as fake:
         fake.reply_text("hello", prompt_tokens=12, completion_tokens=3)
@@ -96,6 +97,8 @@ class FakeOpenAI(ProviderFake):
         #: When set, answers every request the queue has no step for, by its content: for
         #: tests whose requests interleave, so that a fixed order of answers cannot work.
         self.responder: Responder | None = None
+        #: What ``GET /v1/models`` lists (after any scripted step, which it plays first).
+        self.models: list[str] = [model]
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -190,6 +193,14 @@ class FakeOpenAI(ProviderFake):
         """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
         self.reply_json(self.completion(content="too late"), delay=seconds)
 
+    def models_step(self) -> Step:
+        """``GET /v1/models`` as the real API answers it: every id in :attr:`models`."""
+        data = [
+            {"id": model, "object": "model", "created": 1_686_935_002, "owned_by": "system"}
+            for model in self.models
+        ]
+        return Step(body=orjson.dumps({"object": "list", "data": data}))
+
     # -- steps for a responder ------------------------------------------------------------
 
     def text_step(self, text: str | None, *, delay: float = 0.0, **usage: Any) -> Step:
@@ -226,7 +237,8 @@ class FakeOpenAI(ProviderFake):
 
     def _check(self, request: web.Request, authorized: bool, body: Any) -> Step | None:
         auth = request.headers.get("Authorization")
-        if request.method != "POST" or request.path != "/v1/chat/completions":
+        route = (request.method, request.path)
+        if route not in (("POST", "/v1/chat/completions"), ("GET", "/v1/models")):
             message = f"Invalid URL ({request.method} {request.path})"
             return openai_error(404, message, "invalid_request_error")
         if not authorized:
@@ -246,6 +258,8 @@ class FakeOpenAI(ProviderFake):
                 "invalid_request_error",
                 "invalid_api_key",
             )
+        if route == ("GET", "/v1/models"):
+            return self._steps.popleft() if self._steps else self.models_step()
         problem = _shape_problem(body)
         if problem:
             return openai_error(400, problem, "invalid_request_error")

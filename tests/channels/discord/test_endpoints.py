@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yarl
 
 from channels.discord._sdk import discord
-from channels.discord.endpoints import Endpoints, claim_endpoints, release_endpoints
+from channels.discord.endpoints import (
+    DEFAULT_API_BASE_URL,
+    DEFAULT_GATEWAY_URL,
+    Endpoints,
+    claim_endpoints,
+    release_endpoints,
+)
 from channels.errors import ChannelStartError
 
 FAKE = Endpoints("http://127.0.0.1:1/api/v10/", "ws://127.0.0.1:1/gateway")
@@ -63,3 +70,7 @@ def test_default_endpoints_leave_discord_py_alone(defaults: tuple[str, object]) 
         assert current() == defaults
     finally:
         release_endpoints()
+
+
+def test_the_named_defaults_are_discord_pys_own(defaults: tuple[str, object]) -> None:
+    assert defaults == (DEFAULT_API_BASE_URL, yarl.URL(DEFAULT_GATEWAY_URL))

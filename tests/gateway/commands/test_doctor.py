@@ -443,3 +443,13 @@ async def test_a_slack_api_root_without_its_slash_fails_before_any_call(tmp_path
     assert finding.level == "FAIL"
     assert "does not end with '/'" in finding.message
     assert slack_api.calls == []
+
+
+async def test_a_chat_service_answering_without_a_verdict_only_warns(tmp_path: Path) -> None:
+    async with fake_slack() as slack_api:
+        slack_api.fail("auth.test", status=503)
+        findings = await run(tmp_path, slack(slack_api, BOT_TOKEN))
+    finding = about(findings, "slack")
+    assert finding.level == "warn"
+    assert "HTTP 503" in finding.message
+    assert all(f.level != "FAIL" for f in findings)
