@@ -24,7 +24,7 @@ from gateway.api.routes import api_routes
 from gateway.archive import ArchiveScheduler
 from gateway.delivery import Outbox
 from gateway.metrics import Metrics
-from gateway.providers import RetryPolicy
+from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.runtime import ChatTurns, Router
 from gateway.sessions import SessionStore
@@ -141,6 +141,10 @@ class Harness:
     @property
     def lanes(self) -> wiring.Lanes:
         return self.app[wiring.LANES]
+
+    @property
+    def providers(self) -> ProviderRegistry:
+        return self.app[wiring.PROVIDERS]
 
     @property
     def outbox(self) -> Outbox:
