@@ -32,6 +32,7 @@ from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord, RunRecord, StateDB
 from gateway.subagents import RunManager, Spawner, SpawnRequest
 from gateway.tools import ToolContext, ToolRegistry
+from tests.fakes.openai import FakeOpenAI
 
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 30
@@ -111,6 +112,28 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+MODEL_REF = "fake/gpt-4o-mini"
+
+
+def fake_model_config(fake: FakeOpenAI, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Gateway settings whose agents talk to ``fake`` (priced, no retries)."""
+    config = {
+        "agent": {"model": MODEL_REF},
+        "models": {
+            "providers": {
+                "fake": {
+                    "api": "openai-completions",
+                    "baseUrl": fake.base_url,
+                    "apiKey": fake.api_key,
+                    "maxRetries": 0,
+                    "models": [{"id": "gpt-4o-mini", "cost": {"input": 1.0, "output": 2.0}}],
+                }
+            }
+        },
+    }
+    return merge(config, extra or {})
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,28 +13,7 @@ from gateway.delivery import Replier
 from gateway.runtime import ChatCommands, ChatTurns, Router
 from lanes import Lane
 from tests.fakes.openai import FakeOpenAI, openai_server
-from tests.gateway.harness import Harness, merge, running_gateway
-
-MODEL_REF = "fake/gpt-4o-mini"
-
-
-def fake_model_config(fake: FakeOpenAI, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Gateway settings whose agents talk to ``fake`` (priced, no retries)."""
-    config = {
-        "agent": {"model": MODEL_REF},
-        "models": {
-            "providers": {
-                "fake": {
-                    "api": "openai-completions",
-                    "baseUrl": fake.base_url,
-                    "apiKey": fake.api_key,
-                    "maxRetries": 0,
-                    "models": [{"id": "gpt-4o-mini", "cost": {"input": 1.0, "output": 2.0}}],
-                }
-            }
-        },
-    }
-    return merge(config, extra or {})
+from tests.gateway.harness import Harness, fake_model_config, running_gateway
 
 
 @pytest.fixture

@@ -12,8 +12,13 @@ from channels.memory import MemoryChannel
 from gateway.runtime import HELP_TEXT
 from gateway.runtime.router import STOPPING_REPLY
 from tests.fakes.openai import FakeOpenAI, HeldReplies, last_user_text
-from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
-from tests.gateway.runtime.conftest import MakeRouter, MakeTurns, fake_model_config
+from tests.gateway.harness import (
+    HANG_GUARD_SECONDS,
+    Harness,
+    fake_model_config,
+    running_gateway,
+)
+from tests.gateway.runtime.conftest import MakeRouter, MakeTurns
 
 
 def system_of(body: dict[str, object]) -> str:

@@ -15,8 +15,13 @@ from gateway.constants import SESSION_LANE_MAX_QUEUED, SESSION_LANE_WIDTH
 from gateway.runtime import BUSY_REPLY
 from lanes import Lane
 from tests.fakes.openai import FakeOpenAI, HeldReplies, last_user_text
-from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
-from tests.gateway.runtime.conftest import MakeRouter, MakeTurns, fake_model_config
+from tests.gateway.harness import (
+    HANG_GUARD_SECONDS,
+    Harness,
+    fake_model_config,
+    running_gateway,
+)
+from tests.gateway.runtime.conftest import MakeRouter, MakeTurns
 
 CHAT_KEY = "agent:main:memory:channel:c1"
 
