@@ -12,6 +12,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+#: Doublings past this change nothing in use (any base times 2**64 is past its cap), and
+#: ``2.0 ** 1024`` overflows: retry loops without a bound (a run's bookkeeping, retried for
+#: as long as the database refuses it) do get that far.
+MAX_EXPONENT = 64
+
 
 def backoff(
     attempt: int,
@@ -29,5 +34,5 @@ def backoff(
         raise ValueError(f"attempt is 1-based, got {attempt}")
     if not 0.0 <= jitter <= 1.0:
         raise ValueError(f"jitter must be within [0, 1], got {jitter}")
-    delay = min(cap, base * 2.0 ** (attempt - 1))
+    delay = min(cap, base * 2.0 ** min(attempt - 1, MAX_EXPONENT))
     return float(delay * (1.0 - jitter * rng()))

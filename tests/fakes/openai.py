@@ -18,7 +18,8 @@ function of the request body that returns the :class:`Step` to answer with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,7 +28,15 @@ from aiohttp import web
 
 from tests.fakes.provider_server import ProviderFake, Responder, Step
 
-__all__ = ["FakeOpenAI", "FakeToolCall", "Step", "openai_error", "openai_server"]
+__all__ = [
+    "FakeOpenAI",
+    "FakeToolCall",
+    "HeldReplies",
+    "Step",
+    "last_user_text",
+    "openai_error",
+    "openai_server",
+]
 
 #: (id, name, arguments): a dict is sent as its JSON string, a str is sent as given.
 FakeToolCall = tuple[str, str, dict[str, Any] | str]
@@ -203,9 +212,18 @@ class FakeOpenAI(ProviderFake):
 
     # -- steps for a responder ------------------------------------------------------------
 
-    def text_step(self, text: str | None, *, delay: float = 0.0, **usage: Any) -> Step:
-        """The step :meth:`reply_text` would queue, for a :attr:`responder` to return."""
-        return Step(body=orjson.dumps(self.completion(content=text, **usage)), delay=delay)
+    def text_step(
+        self,
+        text: str | None,
+        *,
+        delay: float = 0.0,
+        hold: asyncio.Event | None = None,
+        **usage: Any,
+    ) -> Step:
+        """The step :meth:`reply_text` would queue, for a :attr:`responder` to return;
+        with ``hold``, sent once that event is set."""
+        body = orjson.dumps(self.completion(content=text, **usage))
+        return Step(body=body, delay=delay, hold=hold)
 
     @staticmethod
     def error_step(
@@ -271,6 +289,43 @@ class FakeOpenAI(ProviderFake):
         if not self._steps:
             return openai_error(500, "fake openai: script exhausted", "server_error")
         return self._steps.popleft()
+
+
+def last_user_text(body: Any) -> str:
+    """The text of the last user message of a chat.completions request body."""
+    users = [m for m in body["messages"] if m.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
+
+
+class HeldReplies:
+    """A :attr:`FakeOpenAI.responder` whose answers wait for the test: each request gets
+    ``reply(body)`` as text, held until :attr:`gate` is set when ``held(body)`` says so
+    (default: every request). :meth:`arrived` waits until that many requests came in."""
+
+    def __init__(
+        self,
+        fake: FakeOpenAI,
+        reply: Callable[[Any], str],
+        *,
+        held: Callable[[Any], bool] = lambda body: True,
+    ) -> None:
+        self.fake = fake
+        self.reply = reply
+        self.held = held
+        self.gate = asyncio.Event()
+        self.asked: list[Any] = []
+        self._came = asyncio.Event()
+
+    def __call__(self, body: Any) -> Step:
+        self.asked.append(body)
+        self._came.set()
+        return self.fake.text_step(self.reply(body), hold=self.gate if self.held(body) else None)
+
+    async def arrived(self, count: int = 1) -> None:
+        """Wait until ``count`` requests have come in (the caller bounds the wait)."""
+        while len(self.asked) < count:
+            self._came.clear()
+            await self._came.wait()
 
 
 @asynccontextmanager

@@ -36,12 +36,15 @@ class RecordedRequest:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One scripted answer: sent after ``delay`` seconds (the server wakes early on close)."""
+    """One scripted answer: sent after ``delay`` seconds, and once ``hold`` is set when one
+    is given (the server wakes early on close)."""
 
     status: int = 200
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: A gate the test opens: the model "thinks" until then, for exactly as long as needed.
+    hold: asyncio.Event | None = None
 
 
 #: Answers a request by its content (the decoded JSON body) when no scripted step is queued.
@@ -118,12 +121,24 @@ class ProviderFake:
         if step.delay:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), step.delay)
+        if step.hold is not None:
+            await self._until_closing(step.hold)
         headers = {
             "Content-Type": "application/json",
             self.REQUEST_ID_HEADER: f"req_{len(self.requests)}",
         }
         headers.update(step.headers)
         return web.Response(status=step.status, body=step.body, headers=headers)
+
+    async def _until_closing(self, gate: asyncio.Event) -> None:
+        """Wait for ``gate``, or for the fake to close."""
+        waits = [asyncio.ensure_future(gate.wait()), asyncio.ensure_future(self._closing.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def start(self) -> None:
         app = web.Application()

@@ -25,7 +25,7 @@ from gateway.app import build_app
 from gateway.archive import ArchiveScheduler
 from gateway.delivery import Outbox
 from gateway.metrics import Metrics
-from gateway.providers import RetryPolicy
+from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.runtime import ChatTurns, Router
 from gateway.sessions import SessionStore
@@ -33,6 +33,7 @@ from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord, RunRecord, StateDB
 from gateway.subagents import RunManager, Spawner, SpawnRequest
 from gateway.tools import ToolContext, ToolRegistry
+from tests.fakes.openai import FakeOpenAI
 
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 30
@@ -114,6 +115,28 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MODEL_REF = "fake/gpt-4o-mini"
+
+
+def fake_model_config(fake: FakeOpenAI, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Gateway settings whose agents talk to ``fake`` (priced, no retries)."""
+    config = {
+        "agent": {"model": MODEL_REF},
+        "models": {
+            "providers": {
+                "fake": {
+                    "api": "openai-completions",
+                    "baseUrl": fake.base_url,
+                    "apiKey": fake.api_key,
+                    "maxRetries": 0,
+                    "models": [{"id": "gpt-4o-mini", "cost": {"input": 1.0, "output": 2.0}}],
+                }
+            }
+        },
+    }
+    return merge(config, extra or {})
+
+
 @dataclass
 class Harness:
     app: web.Application
@@ -142,6 +165,10 @@ class Harness:
     @property
     def lanes(self) -> wiring.Lanes:
         return self.app[wiring.LANES]
+
+    @property
+    def providers(self) -> ProviderRegistry:
+        return self.app[wiring.PROVIDERS]
 
     @property
     def outbox(self) -> Outbox:

@@ -1,0 +1,366 @@
+"""The announce outbox over a real state database: delivery, its retry schedule, give-up,
+start-up and a clean stop's flush. The clock is injected, so a schedule of half an hour
+runs at once: the test moves the clock to each item's next attempt and kicks the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channels import Channel, ChannelSendError, OutboundMessage, SentMessage
+from channels.memory import MemoryChannel
+from gateway.delivery import MAX_ATTEMPTS, Outbox
+from gateway.delivery.outbox import BASE_DELAY, MAX_DELAY
+from gateway.state import OutboxRecord, RunRecord, SessionRecord, StateDB
+
+#: Guard against a hung test; never an assertion about speed.
+HANG_GUARD_SECONDS = 10
+#: The backoff's jitter scales a delay down by at most this share.
+JITTER = 0.2
+
+MakeOutbox = Callable[..., Outbox]
+
+
+class FakeClock:
+    """Epoch seconds the test moves by hand."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CrashingChannel(MemoryChannel):
+    """A channel whose send has a bug: it raises something that is no ChannelSendError."""
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        raise RuntimeError("channel bug")
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[StateDB]:
+    database = await StateDB.open(tmp_path / "herald.db")
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def make_outbox(db: StateDB, clock: FakeClock) -> AsyncIterator[MakeOutbox]:
+    """Outboxes over ``db`` with the fake clock; each is closed when the test ends."""
+    made: list[Outbox] = []
+
+    def make(channels: dict[str, Channel], **options: Any) -> Outbox:
+        outbox = Outbox(db, channels, clock=clock, **options)
+        made.append(outbox)
+        return outbox
+
+    yield make
+    for outbox in made:
+        await outbox.close()
+
+
+async def queued_announce(
+    db: StateDB, *, channel: str = "memory", text: str = "the announce", **fields: Any
+) -> tuple[OutboxRecord, str]:
+    """A finished run whose announce is queued, as the announce step leaves it; the item
+    and the run's id."""
+    child = SessionRecord(
+        key=f"agent:main:subagent:{uuid.uuid4()}",
+        session_id=str(uuid.uuid4()),
+        agent_id="main",
+        kind="subagent",
+        created_at=1.0,
+        updated_at=1.0,
+    )
+    await db.sessions.create(child)
+    run = RunRecord(
+        run_id=str(uuid.uuid4()),
+        child_session_key=child.key,
+        child_session_id=child.session_id,
+        requester_agent_id="main",
+        agent_id="main",
+        task="t",
+        created_at=1.0,
+        status="announcing",
+        outcome="done",
+    )
+    await db.runs.insert(run)
+    item = OutboxRecord(
+        channel=channel,
+        account="default",
+        chat_id="c1",
+        text=text,
+        created_at=1.0,
+        run_id=run.run_id,
+        **fields,
+    )
+    stored = await db.outbox.insert_for_run(
+        item, {"status": "done", "announce_state": "queued", "announce_text": text}
+    )
+    return stored, run.run_id
+
+
+class Settled:
+    """An outbox listener: the items delivered or failed for good, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[OutboxRecord] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, item: OutboxRecord) -> None:
+        self.items.append(item)
+        self._changed.set()
+
+    async def wait(self, count: int = 1) -> list[OutboxRecord]:
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while len(self.items) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.items
+
+
+class Retries:
+    """``Outbox.on_retry``: counts transient failures and wakes the test at each one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        self._event.set()
+
+    async def next(self) -> None:
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            await self._event.wait()
+        self._event.clear()
+
+
+async def follow_retries(
+    db: StateDB, outbox: Outbox, clock: FakeClock, retries: Retries, item_id: int, count: int
+) -> list[OutboxRecord]:
+    """Let ``count`` attempts fail transiently: after each, read the item back and move the
+    clock to its next attempt. Returns the item as each failure left it."""
+    seen: list[OutboxRecord] = []
+    for _ in range(count):
+        await retries.next()
+        item = await db.outbox.get(item_id)
+        assert item is not None
+        seen.append(item)
+        assert item.next_attempt_at is not None
+        clock.now = item.next_attempt_at
+        outbox.kick()
+    return seen
+
+
+def backoff_band(attempt: int, base: float = BASE_DELAY) -> tuple[float, float]:
+    """The delays the outbox may choose after failed attempt ``attempt``."""
+    ceiling = min(MAX_DELAY, base * 2 ** (attempt - 1))
+    return ceiling * (1 - JITTER), ceiling
+
+
+async def test_transient_failures_back_off_up_to_the_cap_and_attempt_12_fails_item_and_run(
+    db: StateDB, make_outbox: MakeOutbox, clock: FakeClock
+) -> None:
+    assert MAX_ATTEMPTS == 12
+    channel = MemoryChannel()
+    channel.fail_next(ChannelSendError(f"HTTP 503 (try {n})", retryable=True) for n in range(1, 13))
+    item, run_id = await queued_announce(db)
+    assert item.id is not None
+    outbox = make_outbox({"memory": channel})
+    retries, settled = Retries(), Settled()
+    outbox.on_retry = retries
+    outbox.subscribe(settled)
+    await outbox.start()
+
+    start = clock.now
+    failures = await follow_retries(db, outbox, clock, retries, item.id, MAX_ATTEMPTS - 1)
+    (final,) = await settled.wait()
+
+    # Attempts 1..11 each went back to pending, due after a backoff drawn from its band.
+    delays: list[float] = []
+    for attempt, failed in enumerate(failures, start=1):
+        assert (failed.state, failed.attempts) == ("pending", attempt)
+        assert failed.last_error == f"HTTP 503 (try {attempt})"
+        assert failed.next_attempt_at is not None
+        delays.append(failed.next_attempt_at - start)
+        start = failed.next_attempt_at
+    for attempt, delay in enumerate(delays, start=1):
+        low, high = backoff_band(attempt)
+        assert low <= delay <= high, (attempt, delays)
+    # It grows until the cap (attempt 9: 2 s * 2**8 > 5 min), then stays there.
+    uncapped = [d for n, d in enumerate(delays, start=1) if BASE_DELAY * 2 ** (n - 1) < MAX_DELAY]
+    assert len(uncapped) == 8
+    assert all(a < b for a, b in itertools.pairwise(uncapped)), delays
+    assert all(MAX_DELAY * (1 - JITTER) <= d <= MAX_DELAY for d in delays[8:]), delays
+    # Attempt 12 gave up: the item and its run say failed, with the last error.
+    assert retries.count == MAX_ATTEMPTS - 1
+    assert (final.state, final.attempts, final.last_error) == ("failed", 12, "HTTP 503 (try 12)")
+    assert await db.outbox.get(item.id) == final
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert (run.status, run.announce_state, run.announce_error) == (
+        "done",
+        "failed",
+        "HTTP 503 (try 12)",
+    )
+    assert channel.sent == []
+
+
+async def test_a_retry_after_from_the_chat_replaces_the_backoff_for_that_attempt(
+    db: StateDB, make_outbox: MakeOutbox, clock: FakeClock
+) -> None:
+    channel = MemoryChannel()
+    channel.fail_next(
+        [
+            ChannelSendError("HTTP 500", retryable=True),
+            ChannelSendError("rate limited", retryable=True, retry_after=42.5),
+            ChannelSendError("HTTP 502", retryable=True),
+        ]
+    )
+    item, run_id = await queued_announce(db, text="hello chat")
+    assert item.id is not None
+    outbox = make_outbox({"memory": channel})
+    retries, settled = Retries(), Settled()
+    outbox.on_retry = retries
+    outbox.subscribe(settled)
+    await outbox.start()
+
+    start = clock.now
+    failures = await follow_retries(db, outbox, clock, retries, item.id, 3)
+    (delivered,) = await settled.wait()
+
+    at = [start] + [f.next_attempt_at or 0.0 for f in failures]
+    delays = [b - a for a, b in itertools.pairwise(at)]
+    low, high = backoff_band(1)
+    assert low <= delays[0] <= high
+    assert delays[1] == pytest.approx(42.5)
+    low, high = backoff_band(3)  # the attempt count goes on: the third failure's band
+    assert low <= delays[2] <= high
+    assert (delivered.state, delivered.attempts, delivered.last_error) == ("delivered", 4, None)
+    assert delivered.delivered_at == clock.now
+    assert [m.text for m in channel.sent] == ["hello chat"]
+    assert delivered.message_ids == ("1",)
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert (run.announce_state, run.announce_error) == ("delivered", None)
+
+
+async def test_items_are_delivered_in_order_and_every_listener_hears_despite_a_broken_one(
+    db: StateDB, make_outbox: MakeOutbox
+) -> None:
+    channel = MemoryChannel()
+    items = [(await queued_announce(db, text=f"announce {n}"))[0] for n in range(3)]
+    outbox = make_outbox({"memory": channel})
+    heard: list[int | None] = []
+
+    def broken(item: OutboxRecord) -> None:
+        raise RuntimeError("listener bug")
+
+    settled = Settled()
+    outbox.subscribe(broken)
+    outbox.subscribe(lambda item: heard.append(item.id))
+    outbox.subscribe(settled)
+    await outbox.start()
+    await settled.wait(3)
+
+    assert [m.text for m in channel.sent] == ["announce 0", "announce 1", "announce 2"]
+    assert all(m.kind == "announce" for m in channel.sent)
+    assert heard == [item.id for item in items]
+    assert [i.state for i in settled.items] == ["delivered"] * 3
+
+
+async def test_an_item_for_a_channel_this_gateway_lacks_fails_without_an_attempt(
+    db: StateDB, make_outbox: MakeOutbox
+) -> None:
+    item, run_id = await queued_announce(db, channel="slack")
+    outbox = make_outbox({"memory": MemoryChannel()})
+    settled = Settled()
+    outbox.subscribe(settled)
+    await outbox.start()
+    (failed,) = await settled.wait()
+    assert (failed.id, failed.state, failed.attempts) == (item.id, "failed", 0)
+    assert failed.last_error == "channel 'slack' is not enabled in this gateway"
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert (run.announce_state, run.announce_error) == ("failed", failed.last_error)
+
+
+async def test_a_channel_that_crashes_fails_the_item_at_once_instead_of_retrying(
+    db: StateDB, make_outbox: MakeOutbox
+) -> None:
+    _item, run_id = await queued_announce(db)
+    outbox = make_outbox({"memory": CrashingChannel()})
+    retries, settled = Retries(), Settled()
+    outbox.on_retry = retries
+    outbox.subscribe(settled)
+    await outbox.start()
+    (failed,) = await settled.wait()
+    assert (failed.state, failed.attempts, failed.last_error) == (
+        "failed",
+        1,
+        "RuntimeError: channel bug",
+    )
+    assert retries.count == 0
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert run.announce_state == "failed"
+
+
+async def test_start_records_on_runs_the_fate_of_items_that_settled_without_them(
+    db: StateDB, make_outbox: MakeOutbox
+) -> None:
+    # What a crash between an item's write and its run's left, in a version that wrote them
+    # in two transactions: the item settled, the run still "queued".
+    delivered, delivered_run = await queued_announce(db)
+    failed, failed_run = await queued_announce(db)
+    assert delivered.id is not None
+    assert failed.id is not None
+    await db.outbox.update(delivered.id, state="delivered", attempts=1)
+    await db.outbox.update(failed.id, state="failed", attempts=1, last_error="chat gone")
+    channel = MemoryChannel()
+    await make_outbox({"memory": channel}).start()
+    runs = [await db.runs.get(delivered_run), await db.runs.get(failed_run)]
+    assert [(r.announce_state, r.announce_error) for r in runs if r is not None] == [
+        ("delivered", None),
+        ("failed", "chat gone"),
+    ]
+    assert channel.sent == []
+
+
+async def test_flush_sends_what_is_due_and_leaves_later_retries_pending(
+    db: StateDB, make_outbox: MakeOutbox, clock: FakeClock
+) -> None:
+    due, _ = await queued_announce(db, text="due now")
+    later, later_run = await queued_announce(
+        db, text="retry later", attempts=3, next_attempt_at=clock.now + 60
+    )
+    assert later.id is not None
+    channel = MemoryChannel()
+    outbox = make_outbox({"memory": channel})
+    assert await outbox.flush(HANG_GUARD_SECONDS) == 1
+    assert [m.text for m in channel.sent] == ["due now"]
+    assert due.id is not None
+    sent = await db.outbox.get(due.id)
+    assert sent is not None
+    assert sent.state == "delivered"
+    still = await db.outbox.get(later.id)
+    assert still is not None
+    assert (still.state, still.attempts) == ("pending", 3)
+    run = await db.runs.get(later_run)
+    assert run is not None
+    assert run.announce_state == "queued"
