@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.gateway.harness import Harness, api_app, running_gateway
@@ -182,3 +183,25 @@ async def test_session_tools_through_the_api(tmp_path: Path) -> None:
         assert sent["result"] == {"status": "queued", "sessionKey": "agent:main:memory:channel:r1"}
         second = await gw.reply("r1", count=2)
         assert second.text == "hi there"
+
+
+#: Numbers Python's JSON reader accepts but JSON cannot carry back: 1e999 reads as infinity.
+NON_FINITE = (b"1e999", b"-1e999", b"Infinity", b"NaN")
+
+
+async def test_a_non_finite_timeout_is_refused_and_runs_stay_valid_json(tmp_path: Path) -> None:
+    async with api(tmp_path) as (_, client):
+        for number in NON_FINITE:
+            response = await client.post(
+                "/v1/tools/invoke",
+                data=b'{"tool": "sessions_spawn", "args": {"task": "task: x", '
+                b'"runTimeoutSeconds": ' + number + b"}}",
+                headers={"Content-Type": "application/json"},
+            )
+            assert response.status == 400, number
+            error = (await response.json())["error"]
+            assert (error["code"], error["field"]) == ("invalid_args", "args.runTimeoutSeconds")
+        listed = await client.get("/v1/runs")
+        assert listed.status == 200
+        # orjson reads strict JSON only: Infinity or NaN in the answer would fail here.
+        assert orjson.loads(await listed.read()) == {"runs": []}
