@@ -23,6 +23,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from gateway.api.models import ANNOUNCE_STATES
+from gateway.api.models import ERROR_CODES as ERROR_CODES
 from gateway.api.runs import MAX_RUNS_LIMIT
 from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT
 from gateway.state import RUN_STATUSES
@@ -34,34 +36,6 @@ SLACK_EVENTS_PATH: Final = "/slack/events"
 #: Paths served by channels and deliberately left out of the document (see above).
 CHANNEL_PATHS: Final = frozenset({"/", "/webchat/ws"})
 CHANNEL_PREFIXES: Final = ("/static/",)
-
-#: Every ``code`` an API error may carry. Clients branch on these; they never change meaning.
-ERROR_CODES: Final = (
-    "unauthorized",
-    "invalid_json",
-    "invalid_body",
-    "unknown_field",
-    "invalid_field",
-    "invalid_parameter",
-    "invalid_session_key",
-    "invalid_args",
-    "agent_not_found",
-    "session_not_found",
-    "unknown_tool",
-    "tool_not_allowed",
-    "run_not_found",
-    "run_finished",
-    "unavailable",
-    # Answers of the router and the body reader (no route, wrong method, body over 1 MiB).
-    "not_found",
-    "method_not_allowed",
-    "body_too_large",
-    # Browser-side defences (gateway/api/origin.py) and the JSON-only body rule.
-    "forbidden_origin",
-    "host_not_allowed",
-    "unsupported_media_type",
-)
-ANNOUNCE_STATES: Final = ("queued", "delivered", "failed", "uncertain", "skipped", "no_origin")
 
 Schema = dict[str, Any]
 
