@@ -29,11 +29,16 @@ from channels import Channel
 from gateway.agent import ToolContexts, ToolInvoker
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
-from gateway.api.health import health_routes
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
-from gateway.api.openapi import openapi_routes
+from gateway.api.keys import (
+    READINESS,
+    RUN_CONTROL,
+    RUN_RECORDS,
+    SCRAPE,
+    SESSION_STORE,
+    TOOL_INVOKER,
+)
 from gateway.api.origin import origin_middleware
-from gateway.api.routes import api_routes
+from gateway.api.routes import route_defs
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
     MAIN_LANE,
@@ -46,7 +51,7 @@ from gateway.constants import (
 )
 from gateway.delivery import DeliveryListener, Outbox, Replier
 from gateway.delivery.outbox import BASE_DELAY as OUTBOX_BASE_DELAY
-from gateway.metrics import Metrics, metrics_routes
+from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.runtime import ChatCommands, ChatTurns, Router
@@ -254,8 +259,9 @@ def build_app(
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], _channels_of(app), app[METRICS])
 
-    app.add_routes(health_routes(readiness))
-    app.add_routes([*api_routes(), *openapi_routes(), *metrics_routes(scrape)])
+    app[READINESS] = readiness
+    app[SCRAPE] = scrape
+    app.add_routes(route_defs())
     app.cleanup_ctx.extend(
         [
             _state,

@@ -1,8 +1,8 @@
 """What the HTTP API answers, as pydantic models: runs, sessions, history, errors, probes.
 
-Each shape is written once, here: the presenters of runs and sessions build these models
-(:mod:`gateway.subagents.presenter`, :mod:`gateway.sessions.views`), for the API, the
-CLI's ``--json`` output and the session tools alike.
+Each shape is written once, here: handlers serialise these models, which the presenters of
+runs and sessions build (:mod:`gateway.subagents.presenter`, :mod:`gateway.sessions.views`)
+for the API, the CLI's ``--json`` output and the session tools alike.
 
 Conventions:
 

@@ -16,6 +16,7 @@ set; only ``/healthz``, ``/readyz``, the web chat page and ``/slack/events`` are
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
@@ -25,7 +26,7 @@ from aiohttp import web
 
 from gateway.api.models import ANNOUNCE_STATES
 from gateway.api.models import ERROR_CODES as ERROR_CODES
-from gateway.api.runs import MAX_RUNS_LIMIT
+from gateway.api.requests import MAX_RUNS_LIMIT
 from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT
 from gateway.state import RUN_STATUSES
 
@@ -519,15 +520,13 @@ def has_route(app: web.Application, path: str) -> bool:
     return any(resource.canonical == path for resource in app.router.resources())
 
 
-def openapi_routes() -> list[web.RouteDef]:
+@functools.cache
+def _served(slack_events: bool) -> bytes:
+    return orjson.dumps(openapi_document(slack_events=slack_events))
+
+
+async def serve_document(request: web.Request, _: None) -> web.Response:
     """``GET /openapi.json``: the document for the app that serves it (``/slack/events``
     appears when that app has the route)."""
-    cache: dict[bool, bytes] = {}
-
-    async def document(request: web.Request) -> web.Response:
-        slack = has_route(request.app, SLACK_EVENTS_PATH)
-        if slack not in cache:
-            cache[slack] = orjson.dumps(openapi_document(slack_events=slack))
-        return web.Response(body=cache[slack], content_type="application/json")
-
-    return [web.get(OPENAPI_PATH, document)]
+    body = _served(has_route(request.app, SLACK_EVENTS_PATH))
+    return web.Response(body=body, content_type="application/json")
