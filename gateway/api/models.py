@@ -1,8 +1,9 @@
 """What the HTTP API answers, as pydantic models: runs, sessions, history, errors, probes.
 
-Each shape is written once, here: handlers serialise these models, which the presenters of
-runs and sessions build (:mod:`gateway.subagents.presenter`, :mod:`gateway.sessions.views`)
-for the API, the CLI's ``--json`` output and the session tools alike.
+Each shape is written once, here: handlers serialise these models, ``/openapi.json`` carries
+their JSON Schema, and the presenters of runs and sessions build them
+(:mod:`gateway.subagents.presenter`, :mod:`gateway.sessions.views`) for the API, the CLI's
+``--json`` output and the session tools alike.
 
 Conventions:
 

@@ -1,7 +1,8 @@
 """The route table: every operation the gateway serves itself, in one list.
 
-The app registers these entries (:func:`route_defs`). Routes the channels add (the web
-chat's page, assets and WebSocket; Slack's events URL) are theirs and not in the table.
+The app registers these entries (:func:`route_defs`) and ``/openapi.json`` describes them
+(:mod:`gateway.api.openapi`). Routes the channels add (the web chat's page, assets and
+WebSocket; Slack's events URL) are theirs and not in the table.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A :class:`Route` says everything the API promises about one operation: method and path,
 what the client sends (a JSON body model, or a parameters model for the path and query),
 what it gets back by status, and whether it needs the token. The aiohttp routes are made
-from the entries (:func:`aiohttp_routes`).
+from the entries (:func:`aiohttp_routes`) and so is ``/openapi.json``
+(:mod:`gateway.api.openapi`), so the two cannot disagree.
 
 Serving an entry validates the request first and hands the handler the validated model;
 invalid input never reaches a handler and is answered in the API's error shape:
