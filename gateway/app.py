@@ -17,12 +17,11 @@ from aiohttp import web
 from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
-from gateway.api.health import health_routes
-from gateway.api.openapi import openapi_routes
+from gateway.api.keys import READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
-from gateway.api.routes import api_routes
+from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
-from gateway.metrics import Metrics, metrics_routes
+from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.resources import RESOURCES, drain
 from gateway.state import StateDB
@@ -102,7 +101,8 @@ def build_app(
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])
 
-    app.add_routes(health_routes(readiness))
-    app.add_routes([*api_routes(), *openapi_routes(), *metrics_routes(scrape)])
+    app[READINESS] = readiness
+    app[SCRAPE] = scrape
+    app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)
     return app

@@ -26,11 +26,10 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -271,14 +270,3 @@ class Metrics:
             return generate_latest(self.registry)
         finally:
             self._state.snapshot = None
-
-
-def metrics_routes(get: Callable[[], MetricsHost]) -> list[web.RouteDef]:
-    """``GET /metrics``; ``get`` returns the services (holding ``metrics``) once started."""
-
-    async def scrape(_: web.Request) -> web.Response:
-        host = get()
-        body = await host.metrics.render(host)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-    return [web.get(METRICS_PATH, scrape)]

@@ -1,25 +1,38 @@
 """One JSON shape for every API error: ``{"error": {"code", "message", "field"?}}``.
 
-``code`` is stable (clients branch on it); ``message`` is for people; ``field`` is the JSON
-path of the offending input when there is one.
+``code`` is stable (clients branch on it; :data:`gateway.shapes.ErrorCode` lists every
+one); ``message`` is for people; ``field`` is the JSON path of the offending input when
+there is one.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.shapes import Error, ErrorBody, ErrorCode
 
-def json_error(status: int, code: str, message: str, *, field: str | None = None) -> web.Response:
+
+def json_error(
+    status: int, code: ErrorCode, message: str, *, field: str | None = None
+) -> web.Response:
     """An error response in the API's one shape."""
-    body: dict[str, str] = {"code": code, "message": message}
-    if field is not None:
-        body["field"] = field
-    return web.json_response({"error": body}, status=status)
+    # ``field`` is left out, not null, when no input is to blame: set it only when given.
+    located = {} if field is None else {"field": field}
+    body = ErrorBody(code=code, message=message, **located)
+    return web.Response(
+        text=Error(error=body).wire_json(), status=status, content_type="application/json"
+    )
 
 
 #: ``code`` of aiohttp's own answers (no route, wrong method, body too large).
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+HTTP_CODES: Final[dict[int, ErrorCode]] = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+}
 
 
 @web.middleware

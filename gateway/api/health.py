@@ -1,29 +1,33 @@
-"""``GET /healthz`` and ``GET /readyz`` (DESIGN §9)."""
+"""The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
+
+Liveness answers while the process serves; readiness needs every enabled channel
+connected. Each reads what it needs from the app (:mod:`gateway.api.keys`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
-ReadinessProbe = Callable[[], dict[str, bool]]
+from gateway.api.keys import READINESS, SCRAPE
+from gateway.api.routing import reply
+from gateway.metrics import CONTENT_TYPE
+from gateway.shapes import Health, Readiness
 
 
-def health_routes(readiness: ReadinessProbe) -> list[web.RouteDef]:
-    """Liveness answers while the process serves; readiness needs every enabled channel up.
+async def healthz(_: web.Request, __: None) -> web.Response:
+    return reply(Health(status="ok"))
 
-    ``readiness`` returns each enabled channel's connection state by name.
-    """
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+async def readyz(request: web.Request, _: None) -> web.Response:
+    channels = request.app[READINESS]()
+    ready = all(channels.values())
+    return reply(
+        Readiness(status="ready" if ready else "starting", channels=channels),
+        status=200 if ready else 503,
+    )
 
-    async def readyz(_: web.Request) -> web.Response:
-        channels = readiness()
-        ready = all(channels.values())
-        return web.json_response(
-            {"status": "ready" if ready else "starting", "channels": channels},
-            status=200 if ready else 503,
-        )
 
-    return [web.get("/healthz", healthz), web.get("/readyz", readyz)]
+async def metrics(request: web.Request, _: None) -> web.Response:
+    host = request.app[SCRAPE]()
+    body = await host.metrics.render(host)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

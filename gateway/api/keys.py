@@ -1,7 +1,8 @@
 """What the API's handlers reach on ``request.app``: narrow services under typed keys.
 
-The gateway's wiring (:mod:`gateway.app`) stores each service when its resource starts;
-handlers read only the ones they need, never the whole graph.
+The gateway's wiring (:mod:`gateway.app`) stores each service when its resource starts
+(the probes' sources when it builds the app); handlers read only the ones they need,
+never the whole graph.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.agent import ToolInvoker
+from gateway.metrics import MetricsHost
 from gateway.sessions import SessionStore
 from gateway.state import RunRecord, RunsTable
 
@@ -21,7 +23,21 @@ class RunControl(Protocol):
     async def abort(self, run_id: str) -> RunRecord: ...
 
 
+class ReadinessProbe(Protocol):
+    """Each enabled channel's connection state, by name."""
+
+    def __call__(self) -> dict[str, bool]: ...
+
+
+class ScrapeSource(Protocol):
+    """What a ``/metrics`` scrape reads, once the gateway's resources have started."""
+
+    def __call__(self) -> MetricsHost: ...
+
+
 SESSION_STORE = web.AppKey("session_store", SessionStore)
 RUN_RECORDS = web.AppKey("run_records", RunsTable)
 RUN_CONTROL = web.AppKey("run_control", RunControl)
 TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
+READINESS = web.AppKey("readiness", ReadinessProbe)
+SCRAPE = web.AppKey("scrape", ScrapeSource)

@@ -1,14 +1,16 @@
-"""The OpenAPI 3.1 document of the HTTP API (DESIGN §9), served at ``GET /openapi.json``.
+"""The OpenAPI 3.1 document of the HTTP API, generated from the route table and served at
+``GET /openapi.json``.
 
-The document is written next to the routes it describes, from the same constants (run
-statuses, limits); tests compare it with the app's router both ways and fuzz the running
-API against it, so a route or a status code that drifts from it fails the suite.
+Paths, parameters, request bodies and answers come from the entries of
+:data:`gateway.api.routes.ROUTES`; component schemas are pydantic's JSON Schema (draft
+2020-12, the dialect of OpenAPI 3.1) of the models the entries name. Tests compare the
+document with the app's router both ways and fuzz the running API against it.
 
-What it covers: every route of the gateway's own API, ``/metrics`` and this document. What
-it leaves out, because the channels own them and they are not a JSON API: the web chat's
-page (``GET /``), its assets (``GET /static/webchat/…``) and its WebSocket
-(``GET /webchat/ws``). ``POST /slack/events`` belongs to Slack too, but DESIGN §9 lists it,
-so the document describes it whenever the app serves it (Slack in HTTP mode).
+What it covers: every route of the gateway's own API, the probes, ``/metrics`` and this
+document. What it leaves out, because the channels own them and they are not a JSON API:
+the web chat's page (``GET /``), its assets (``GET /static/webchat/…``) and its WebSocket
+(``GET /webchat/ws``). ``POST /slack/events`` belongs to Slack too, but operators point
+Slack at it, so the document describes it whenever the app serves it (Slack in HTTP mode).
 
 Access: ``/openapi.json`` needs the bearer token like every ``/v1`` route when a token is
 set; only ``/healthz``, ``/readyz``, the web chat page and ``/slack/events`` are public.
@@ -16,18 +18,24 @@ set; only ``/healthz``, ``/readyz``, the web chat page and ``/slack/events`` are
 
 from __future__ import annotations
 
-import logging
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
-import orjson
 from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import (
+    GenerateJsonSchema,
+    JsonSchemaMode,
+    JsonSchemaValue,
+    models_json_schema,
+)
+from pydantic_core import core_schema
 
-from gateway.api.runs import MAX_RUNS_LIMIT
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT
-from gateway.state import RUN_STATUSES
-
-logger = logging.getLogger(__name__)
+from gateway.api.routing import Reply, Route, error
+from gateway.shapes import ERROR_CODES as ERROR_CODES
+from gateway.shapes import Announce, Error, ErrorBody
 
 OPENAPI_PATH: Final = "/openapi.json"
 SLACK_EVENTS_PATH: Final = "/slack/events"
@@ -35,463 +43,47 @@ SLACK_EVENTS_PATH: Final = "/slack/events"
 CHANNEL_PATHS: Final = frozenset({"/", "/webchat/ws"})
 CHANNEL_PREFIXES: Final = ("/static/",)
 
-#: Every ``code`` an API error may carry. Clients branch on these; they never change meaning.
-ERROR_CODES: Final = (
-    "unauthorized",
-    "invalid_json",
-    "invalid_body",
-    "unknown_field",
-    "invalid_field",
-    "invalid_parameter",
-    "invalid_session_key",
-    "invalid_args",
-    "agent_not_found",
-    "session_not_found",
-    "unknown_tool",
-    "tool_not_allowed",
-    "run_not_found",
-    "run_finished",
-    "unavailable",
-    # Answers of the router and the body reader (no route, wrong method, body over 1 MiB).
-    "not_found",
-    "method_not_allowed",
-    "body_too_large",
-    # Browser-side defences (gateway/api/origin.py) and the JSON-only body rule.
-    "forbidden_origin",
-    "host_not_allowed",
-    "unsupported_media_type",
+REF_TEMPLATE: Final = "#/components/schemas/{model}"
+_REF_PREFIX: Final = REF_TEMPLATE.removesuffix("{model}")
+_UNAUTHORIZED: Final = {"$ref": "#/components/responses/Unauthorized"}
+#: Every protected route refuses other sites' pages and, without a token, other host names.
+_FOREIGN_ORIGIN: Final = error("A request from another site's page (forbidden_origin)")
+_FOREIGN_HOST: Final = error(
+    "Host is not the gateway's own address, no token set (host_not_allowed)"
 )
-ANNOUNCE_STATES: Final = ("queued", "delivered", "failed", "uncertain", "skipped", "no_origin")
+#: Shapes that only ever appear inside one other schema: written in place, not as components.
+_INLINE: Final[tuple[type[BaseModel], ...]] = (ErrorBody, Announce)
 
-Schema = dict[str, Any]
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
+ModelKey = tuple[type[BaseModel], JsonSchemaMode]
 
 
-def _nullable(kind: str, **extra: Any) -> Schema:
-    return {"type": [kind, "null"], **extra}
+class _Generator(GenerateJsonSchema):
+    """Pydantic's JSON Schema less what a reader of the document does not need: titles on
+    fields, and defaults on answers (the server always writes those keys or leaves them out;
+    a default only means something for what a client sends)."""
+
+    def field_title_should_be_set(self, schema: object) -> bool:
+        return False
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        if self.mode == "serialization":
+            return self.generate_inner(schema["schema"])
+        return super().default_schema(schema)
 
 
-def _object(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Schema:
-    """A closed object whose properties are all required except ``optional``."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": [name for name in properties if name not in optional],
-        "additionalProperties": False,
-    }
-
-
-_TIMESTAMP: Final[Schema] = {"type": "string", "format": "date-time"}
-_NULLABLE_TIMESTAMP: Final[Schema] = {"type": ["string", "null"], "format": "date-time"}
-
-
-def _schemas() -> dict[str, Schema]:
-    count = {"type": "integer", "minimum": 0}
-    return {
-        "Error": _object(
-            {
-                "error": _object(
-                    {
-                        "code": {"type": "string", "enum": list(ERROR_CODES)},
-                        "message": {"type": "string"},
-                        "field": {
-                            "type": "string",
-                            "description": "JSON path of the offending input ('' = the body)",
-                        },
-                    },
-                    optional=("field",),
-                )
-            }
-        ),
-        "Usage": _object(
-            {
-                "input": {**count, "description": "every prompt token, cache reads included"},
-                "output": count,
-                "cacheRead": count,
-                "cacheWrite": count,
-                "total": {**count, "description": "input + output"},
-            }
-        ),
-        "Origin": _object(
-            {
-                "channel": {"type": "string"},
-                "account": {"type": "string"},
-                "chatId": {"type": "string"},
-                "threadId": _nullable("string"),
-                "chatType": _nullable("string"),
-            }
-        ),
-        "Run": _object(
-            {
-                "runId": {"type": "string"},
-                "status": {"type": "string", "enum": list(RUN_STATUSES)},
-                "label": _nullable("string"),
-                "task": {"type": "string"},
-                "agentId": {"type": "string"},
-                "requesterAgentId": {"type": "string"},
-                "parentSessionKey": _nullable("string"),
-                "childSessionKey": {"type": "string"},
-                "childSessionId": {"type": "string"},
-                "model": _nullable("string", description="<provider>/<model id>"),
-                "modelApplied": {"type": "boolean"},
-                "cleanup": {"type": "string", "enum": ["delete", "keep"]},
-                "runTimeoutSeconds": {"type": "number", "minimum": 0},
-                "origin": {"oneOf": [_ref("Origin"), {"type": "null"}]},
-                "createdAt": _TIMESTAMP,
-                "startedAt": _NULLABLE_TIMESTAMP,
-                "endedAt": _NULLABLE_TIMESTAMP,
-                "runtimeSeconds": _nullable("number"),
-                "usage": _ref("Usage"),
-                "costUsd": _nullable("number", description="estimated USD; null without a price"),
-                "result": _nullable("string"),
-                "error": _nullable("string"),
-                "announce": _object(
-                    {
-                        "state": {"enum": [*ANNOUNCE_STATES, None]},
-                        "error": _nullable("string"),
-                        "text": _nullable("string"),
-                    }
-                ),
-                "transcriptPath": _nullable("string"),
-            }
-        ),
-        "Session": _object(
-            {
-                "key": {"type": "string"},
-                "sessionId": {"type": "string"},
-                "agentId": {"type": "string"},
-                "kind": {"type": "string", "enum": ["main", "chat", "subagent"]},
-                "parentKey": _nullable("string"),
-                "label": _nullable("string"),
-                "model": _nullable("string"),
-                "origin": {"oneOf": [_ref("Origin"), {"type": "null"}]},
-                "createdAt": _TIMESTAMP,
-                "updatedAt": _TIMESTAMP,
-                "usage": _ref("Usage"),
-                "costUsd": _nullable("number"),
-                "archiveDueAt": _NULLABLE_TIMESTAMP,
-                "archived": {"type": "boolean"},
-                "archivedAt": _NULLABLE_TIMESTAMP,
-                "transcriptPath": _nullable("string"),
-            }
-        ),
-        "ToolCall": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "name": {"type": "string"},
-                "arguments": {"type": "object"},
-                "rawArguments": _nullable("string"),
-                "argumentsError": {"type": "string"},
-            },
-            "required": ["id", "name", "arguments"],
-        },
-        # Transcript lines may gain optional keys; a reader ignores the ones it does not know.
-        "Message": {
-            "type": "object",
-            "properties": {
-                "id": _nullable("string"),
-                "timestamp": _nullable("string"),
-                "role": {"type": "string", "enum": ["user", "assistant", "tool"]},
-                "content": {"type": "string"},
-                "toolCalls": {"type": "array", "items": _ref("ToolCall")},
-                "toolCallId": {"type": "string"},
-                "toolName": {"type": "string"},
-                "isError": {"type": "boolean"},
-                "model": {"type": "string"},
-                "usage": _ref("Usage"),
-            },
-            "required": ["id", "timestamp", "role", "content"],
-        },
-        "InvokeRequest": _object(
-            {
-                "tool": {"type": "string", "minLength": 1, "examples": ["sessions_list"]},
-                "args": {"type": "object", "description": "the tool's arguments (default {})"},
-                "sessionKey": {
-                    "type": "string",
-                    "description": "run as if called from this session "
-                    "(default: the default agent's main session)",
-                    "examples": ["agent:main:main"],
-                },
-            },
-            optional=("args", "sessionKey"),
-        ),
-        "Readiness": _object(
-            {
-                "status": {"type": "string", "enum": ["ready", "starting"]},
-                "channels": {
-                    "type": "object",
-                    "additionalProperties": {"type": "boolean"},
-                    "description": "each enabled channel's connection state, by name",
-                },
-            }
-        ),
-        "InvokeResult": _object(
-            {
-                "ok": {"type": "boolean", "description": "false when the tool reported an error"},
-                "result": {"type": "object"},
-            }
-        ),
-    }
-
-
-def _json(schema: Schema, description: str) -> Schema:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> Schema:
-    return _json(_ref("Error"), description)
-
-
-def _responses(ok: tuple[str, Schema], *errors: tuple[int, str]) -> dict[str, Any]:
-    status, body = ok
-    out: dict[str, Any] = {status: body}
-    for code, description in errors:
-        out[str(code)] = _error(description)
-    out["401"] = {"$ref": "#/components/responses/Unauthorized"}
-    # Every route refuses other sites' pages and, without a token, other host names.
-    out.setdefault("403", _error("A request from another site's page (forbidden_origin)"))
-    out["421"] = _error("Host is not the gateway's own address, no token set (host_not_allowed)")
-    return out
-
-
-def _query(name: str, schema: Schema, description: str) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
-
-
-def _path(name: str, description: str) -> Schema:
-    # A path segment: anything but '/', which would end it.
-    schema = {"type": "string", "minLength": 1, "pattern": "^[^/]+$"}
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": schema,
-        "description": description,
-    }
-
-
-_PUBLIC: Final[list[Schema]] = []  # an operation's `security: []` overrides the default
-
-
-def _paths(*, slack_events: bool) -> dict[str, Any]:
-    flag = {"type": "boolean", "default": False}
-    paths: dict[str, Any] = {
-        "/healthz": {
-            "get": {
-                "operationId": "healthz",
-                "summary": "Liveness: the process serves requests",
-                "security": _PUBLIC,
-                "responses": {
-                    "200": _json(_object({"status": {"const": "ok"}}), "The gateway process is up")
-                },
-            }
-        },
-        "/readyz": {
-            "get": {
-                "operationId": "readyz",
-                "summary": "Readiness: every enabled channel is connected",
-                "security": _PUBLIC,
-                "responses": {
-                    "200": _json(_ref("Readiness"), "Every enabled channel is connected"),
-                    "503": _json(_ref("Readiness"), "Some enabled channel is not connected yet"),
-                },
-            }
-        },
-        "/v1/tools/invoke": {
-            "post": {
-                "operationId": "invokeTool",
-                "summary": "Run a tool as if called from a session",
-                "description": "A sessions_spawn announces to that session's chat and thread, "
-                "as last recorded for it.",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("InvokeRequest")}},
-                },
-                "responses": _responses(
-                    ("200", _json(_ref("InvokeResult"), "The tool ran")),
-                    (400, "Bad body, session key or tool arguments; `field` names the input"),
-                    (
-                        403,
-                        "The session's agent may not use this tool (tool_not_allowed), or the "
-                        "request came from another site's page (forbidden_origin)",
-                    ),
-                    (404, "Unknown tool, agent or session"),
-                    (413, "The body is over 1 MiB (body_too_large)"),
-                    (415, "The body is not application/json (unsupported_media_type)"),
-                ),
-            }
-        },
-        "/v1/runs": {
-            "get": {
-                "operationId": "listRuns",
-                "summary": "Sub-agent runs, newest first",
-                "parameters": [
-                    _query(
-                        "status",
-                        {"type": "string"},
-                        "comma-separated statuses: " + ", ".join(RUN_STATUSES),
-                    ),
-                    _query("sessionKey", {"type": "string"}, "only runs this session spawned"),
-                    _query(
-                        "limit",
-                        {"type": "integer", "minimum": 1, "maximum": MAX_RUNS_LIMIT, "default": 50},
-                        "at most this many runs",
-                    ),
-                ],
-                "responses": _responses(
-                    (
-                        "200",
-                        _json(
-                            _object({"runs": {"type": "array", "items": _ref("Run")}}), "The runs"
-                        ),
-                    ),
-                    (400, "A bad query parameter (invalid_parameter)"),
-                ),
-            }
-        },
-        "/v1/runs/{runId}": {
-            "get": {
-                "operationId": "getRun",
-                "summary": "One run: status, timestamps, usage, cost, announce, transcript",
-                "parameters": [_path("runId", "the run's id")],
-                "responses": _responses(
-                    ("200", _json(_ref("Run"), "The run")), (404, "No such run (run_not_found)")
-                ),
-            }
-        },
-        "/v1/runs/{runId}/abort": {
-            "post": {
-                "operationId": "abortRun",
-                "summary": "Stop a queued or running run; it is announced as cancelled",
-                "parameters": [_path("runId", "the run's id")],
-                "responses": _responses(
-                    ("202", _json(_ref("Run"), "Stopping; the run as it was")),
-                    (404, "No such run (run_not_found)"),
-                    (409, "The run has already finished (run_finished)"),
-                    (503, "Sub-agents are not available (unavailable)"),
-                ),
-            }
-        },
-        "/v1/sessions": {
-            "get": {
-                "operationId": "listSessions",
-                "summary": "Sessions, most recently updated first",
-                "parameters": [
-                    _query("includeSubagents", flag, "include sub-agent sessions"),
-                    _query("includeArchived", flag, "include archived sessions"),
-                ],
-                "responses": _responses(
-                    (
-                        "200",
-                        _json(
-                            _object({"sessions": {"type": "array", "items": _ref("Session")}}),
-                            "The sessions",
-                        ),
-                    ),
-                    (400, "A bad query parameter (invalid_parameter)"),
-                ),
-            }
-        },
-        "/v1/sessions/{sessionKey}/history": {
-            "get": {
-                "operationId": "sessionHistory",
-                "summary": "The last messages of a session, oldest first",
-                "parameters": [
-                    _path("sessionKey", "e.g. agent:main:main (':' may be percent-encoded)"),
-                    _query(
-                        "limit",
-                        {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": MAX_HISTORY_LIMIT,
-                            "default": DEFAULT_HISTORY_LIMIT,
-                        },
-                        "at most this many messages",
-                    ),
-                    _query("includeTools", flag, "include tool calls and results"),
-                ],
-                "responses": _responses(
-                    (
-                        "200",
-                        _json(
-                            _object(
-                                {
-                                    "sessionKey": {"type": "string"},
-                                    "sessionId": {"type": "string"},
-                                    "archived": {"type": "boolean"},
-                                    "messages": {"type": "array", "items": _ref("Message")},
-                                }
-                            ),
-                            "The session's history",
-                        ),
-                    ),
-                    (400, "A malformed session key or query parameter"),
-                    (404, "No such session (session_not_found)"),
-                ),
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "metrics",
-                "summary": "Prometheus metrics (text exposition format 0.0.4)",
-                "responses": {
-                    "200": {
-                        "description": "The metrics",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    "401": {"$ref": "#/components/responses/Unauthorized"},
-                },
-            }
-        },
-        OPENAPI_PATH: {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "responses": {
-                    "200": _json({"type": "object"}, "The OpenAPI 3.1 document"),
-                    "401": {"$ref": "#/components/responses/Unauthorized"},
-                },
-            }
-        },
-    }
-    if slack_events:
-        paths[SLACK_EVENTS_PATH] = {
-            "post": {
-                "operationId": "slackEvents",
-                "summary": "Slack's Events API request URL (Slack HTTP mode)",
-                "description": "Authenticated by Slack's request signature, not the token. "
-                "Bodies and answers are Slack's Events API protocol.",
-                "security": _PUBLIC,
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": {"type": "object"}},
-                        "application/x-www-form-urlencoded": {"schema": {"type": "object"}},
-                    },
-                },
-                "responses": {"default": {"description": "Slack's Events API protocol"}},
-            }
-        }
-    return paths
-
-
-def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the HTTP API.
+def build_document(routes: Sequence[Route[Any]], *, slack_events: bool) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes``.
 
     ``slack_events`` adds ``POST /slack/events``, which exists only while Slack runs in
     HTTP mode. Every operation but the public ones requires the bearer token (or, where a
     browser cannot set headers, ``?token=``); its 401 answer is documented on each.
     """
+    refs, schemas = _components(routes)
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs)
+    if slack_events:
+        paths[SLACK_EVENTS_PATH] = copy.deepcopy(_SLACK_EVENTS)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -500,20 +92,16 @@ def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
             "description": "Sub-agent runs, sessions and tools of a Herald gateway. Errors "
             'share one shape, {"error": {"code", "message", "field"?}}, and `code` is stable.',
         },
-        "security": [{"bearerAuth": []}, {"tokenQuery": []}],
-        "paths": _paths(slack_events=slack_events),
+        # REST routes take the header only; ``?token=`` is for the web chat's WebSocket
+        # handshake, a channel route this document leaves out.
+        "security": [{"bearerAuth": []}],
+        "paths": paths,
         "components": {
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",
                     "scheme": "bearer",
                     "description": "gateway.auth.token (required when it is set)",
-                },
-                "tokenQuery": {
-                    "type": "apiKey",
-                    "in": "query",
-                    "name": "token",
-                    "description": "the same token, for browsers' WebSocket and EventSource",
                 },
             },
             "responses": {
@@ -525,12 +113,152 @@ def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
                             "description": 'Bearer realm="herald"',
                         }
                     },
-                    "content": {"application/json": {"schema": _ref("Error")}},
+                    "content": {"application/json": {"schema": refs[(Error, "serialization")]}},
                 }
             },
-            "schemas": _schemas(),
+            "schemas": schemas,
         },
     }
+
+
+def _components(
+    routes: Sequence[Route[Any]],
+) -> tuple[Mapping[ModelKey, JsonSchemaValue], dict[str, JsonSchemaValue]]:
+    """The ``$ref`` of each model the routes name, and every schema they need by name."""
+    wanted: dict[ModelKey, None] = {(Error, "serialization"): None}
+    for route in routes:
+        if route.body is not None:
+            wanted[(route.body, "validation")] = None
+        for reply in route.responses.values():
+            if isinstance(reply.body, type):
+                wanted[(reply.body, "serialization")] = None
+    generated, top = models_json_schema(
+        list(wanted), ref_template=REF_TEMPLATE, schema_generator=_Generator
+    )
+    refs = {key: generated[key] for key in wanted}
+    schemas: dict[str, JsonSchemaValue] = top.get("$defs", {})
+    for model in _INLINE:
+        inline = schemas.pop(model.__name__, None)
+        if inline is not None:
+            inline.pop("title", None)
+            ref = REF_TEMPLATE.format(model=model.__name__)
+            schemas = {name: _replace_ref(s, ref, inline) for name, s in schemas.items()}
+    for schema in schemas.values():
+        schema.pop("title", None)  # the component's name says it
+    return refs, _reachable(refs.values(), schemas)
+
+
+def _reachable(
+    roots: Iterable[JsonSchemaValue], schemas: dict[str, JsonSchemaValue]
+) -> dict[str, JsonSchemaValue]:
+    """The schemas ``roots`` refer to, directly or not. Pydantic also defines the types
+    that custom validators replace (a parsed session key), which nothing refers to."""
+    names: set[str] = set()
+    pending: list[Any] = list(roots)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+                name = ref.removeprefix(_REF_PREFIX)
+                if name not in names:
+                    names.add(name)
+                    pending.append(schemas[name])
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return {name: schema for name, schema in schemas.items() if name in names}
+
+
+def _replace_ref(node: Any, ref: str, schema: JsonSchemaValue) -> Any:
+    if isinstance(node, dict):
+        if node.get("$ref") == ref:
+            # Keep what annotates the reference (a description, say) beside the schema.
+            return {**copy.deepcopy(schema), **{k: v for k, v in node.items() if k != "$ref"}}
+        return {key: _replace_ref(value, ref, schema) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_replace_ref(item, ref, schema) for item in node]
+    return node
+
+
+def _operation(route: Route[Any], refs: Mapping[ModelKey, JsonSchemaValue]) -> dict[str, Any]:
+    operation: dict[str, Any] = {"operationId": route.operation_id, "summary": route.summary}
+    if route.description:
+        operation["description"] = route.description
+    if route.public:
+        operation["security"] = []  # overrides the document's default requirement
+    if route.params is not None:
+        operation["parameters"] = _parameters(route, route.params)
+    if route.body is not None:
+        schema = refs[(route.body, "validation")]
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    responses = {str(status): _reply(reply, refs) for status, reply in route.responses.items()}
+    if not route.public:
+        responses["401"] = dict(_UNAUTHORIZED)
+        responses.setdefault("403", _reply(_FOREIGN_ORIGIN, refs))
+        responses["421"] = _reply(_FOREIGN_HOST, refs)
+    operation["responses"] = responses
+    return operation
+
+
+def _parameters(route: Route[Any], model: type[BaseModel]) -> list[dict[str, Any]]:
+    """One parameter per field: in the path when the template names it, else in the query."""
+    schema = model.model_json_schema(mode="validation", schema_generator=_Generator)
+    if "$defs" in schema:
+        raise ValueError(f"{route.path}: parameters must be plain values, not objects")
+    required = set(schema.get("required", ()))
+    parameters: list[dict[str, Any]] = []
+    for name, field_schema in schema["properties"].items():
+        field_schema = dict(field_schema)
+        description = field_schema.pop("description", None)
+        if field_schema.get("default", 0) is None:
+            del field_schema["default"]  # absent, not null: a query string has no null
+        in_path = f"{{{name}}}" in route.path
+        parameter: dict[str, Any] = {
+            "name": name,
+            "in": "path" if in_path else "query",
+            "required": in_path or name in required,
+            "schema": field_schema,
+        }
+        if description is not None:
+            parameter["description"] = description
+        parameters.append(parameter)
+    return parameters
+
+
+def _reply(reply: Reply, refs: Mapping[ModelKey, JsonSchemaValue]) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": reply.description}
+    if reply.body is not None:
+        schema = (
+            copy.deepcopy(reply.body)
+            if isinstance(reply.body, dict)
+            else refs[(reply.body, "serialization")]
+        )
+        out["content"] = {reply.media_type: {"schema": schema}}
+    return out
+
+
+#: Channel-owned, so not in the route table: bodies and answers are Slack's protocol.
+_SLACK_EVENTS: Final[dict[str, Any]] = {
+    "post": {
+        "operationId": "slackEvents",
+        "summary": "Slack's Events API request URL (Slack HTTP mode)",
+        "description": "Authenticated by Slack's request signature, not the token. "
+        "Bodies and answers are Slack's Events API protocol.",
+        "security": [],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/x-www-form-urlencoded": {"schema": {"type": "object"}},
+            },
+        },
+        "responses": {"default": {"description": "Slack's Events API protocol"}},
+    }
+}
 
 
 def _version() -> str:
@@ -543,17 +271,3 @@ def _version() -> str:
 def has_route(app: web.Application, path: str) -> bool:
     """Whether ``app``'s router has a resource at exactly ``path``."""
     return any(resource.canonical == path for resource in app.router.resources())
-
-
-def openapi_routes() -> list[web.RouteDef]:
-    """``GET /openapi.json``: the document for the app that serves it (``/slack/events``
-    appears when that app has the route)."""
-    cache: dict[bool, bytes] = {}
-
-    async def document(request: web.Request) -> web.Response:
-        slack = has_route(request.app, SLACK_EVENTS_PATH)
-        if slack not in cache:
-            cache[slack] = orjson.dumps(openapi_document(slack_events=slack))
-        return web.Response(body=cache[slack], content_type="application/json")
-
-    return [web.get(OPENAPI_PATH, document)]

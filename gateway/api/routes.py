@@ -1,13 +1,164 @@
-"""Every API route of the gateway but the health probes."""
+"""The route table: every operation the gateway serves itself, in one list.
+
+The app registers these entries (:func:`route_defs`) and ``/openapi.json`` describes them
+(:mod:`gateway.api.openapi`). Routes the channels add (the web chat's page, assets and
+WebSocket; Slack's events URL) are theirs and not in the table.
+"""
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Final
+
+import orjson
 from aiohttp import web
 
-from gateway.api.runs import run_routes
-from gateway.api.sessions import session_routes
+from gateway.api import health, openapi, runs, sessions
+from gateway.api.requests import HistoryParams, InvokeRequest, RunPath, RunsQuery, SessionsQuery
+from gateway.api.routing import Reply, Route, aiohttp_routes, answer, error
+from gateway.metrics import METRICS_PATH
+from gateway.shapes import Health, History, InvokeResult, Readiness, Run, RunList, SessionList
 
 
-def api_routes() -> list[web.RouteDef]:
-    """The routes; handlers read their services from ``request.app`` (:mod:`gateway.api.keys`)."""
-    return [*session_routes(), *run_routes()]
+def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
+    """The gateway's OpenAPI document: :func:`~gateway.api.openapi.build_document` of
+    :data:`ROUTES` (``slack_events`` adds ``POST /slack/events``, served in Slack HTTP mode)."""
+    return openapi.build_document(ROUTES, slack_events=slack_events)
+
+
+@functools.cache
+def _served(slack_events: bool) -> bytes:
+    return orjson.dumps(openapi_document(slack_events=slack_events))
+
+
+async def serve_document(request: web.Request, _: None) -> web.Response:
+    """``GET /openapi.json``: the document for the app that serves it (``/slack/events``
+    appears when that app has the route)."""
+    body = _served(openapi.has_route(request.app, openapi.SLACK_EVENTS_PATH))
+    return web.Response(body=body, content_type="application/json")
+
+
+_NO_SUCH_RUN: Final = error("No such run (run_not_found)")
+_BAD_QUERY: Final = error("A bad query parameter (invalid_parameter)")
+
+ROUTES: Final[tuple[Route[Any], ...]] = (
+    Route(
+        method="GET",
+        path="/healthz",
+        operation_id="healthz",
+        summary="Liveness: the process serves requests",
+        handler=health.healthz,
+        responses={200: answer(Health, "The gateway process is up")},
+        public=True,
+    ),
+    Route(
+        method="GET",
+        path="/readyz",
+        operation_id="readyz",
+        summary="Readiness: every enabled channel is connected",
+        handler=health.readyz,
+        responses={
+            200: answer(Readiness, "Every enabled channel is connected"),
+            503: answer(Readiness, "Some enabled channel is not connected yet"),
+        },
+        public=True,
+    ),
+    Route(
+        method="POST",
+        path="/v1/tools/invoke",
+        operation_id="invokeTool",
+        summary="Run a tool as if called from a session",
+        description="A sessions_spawn announces to that session's chat and thread, "
+        "as last recorded for it.",
+        handler=runs.invoke,
+        body=InvokeRequest,
+        responses={
+            200: answer(InvokeResult, "The tool ran"),
+            400: error("Bad body, session key or tool arguments; `field` names the input"),
+            403: error(
+                "The session's agent may not use this tool (tool_not_allowed), or the "
+                "request came from another site's page (forbidden_origin)"
+            ),
+            404: error("Unknown tool, agent or session"),
+            413: error("The body is over 1 MiB (body_too_large)"),
+            415: error("The body is not application/json (unsupported_media_type)"),
+        },
+    ),
+    Route(
+        method="GET",
+        path="/v1/runs",
+        operation_id="listRuns",
+        summary="Sub-agent runs, newest first",
+        handler=runs.list_runs,
+        params=RunsQuery,
+        responses={200: answer(RunList, "The runs"), 400: _BAD_QUERY},
+    ),
+    Route(
+        method="GET",
+        path="/v1/runs/{runId}",
+        operation_id="getRun",
+        summary="One run: status, timestamps, usage, cost, announce, transcript",
+        handler=runs.get_run,
+        params=RunPath,
+        responses={200: answer(Run, "The run"), 404: _NO_SUCH_RUN},
+    ),
+    Route(
+        method="POST",
+        path="/v1/runs/{runId}/abort",
+        operation_id="abortRun",
+        summary="Stop a queued or running run; it is announced as cancelled",
+        handler=runs.abort_run,
+        params=RunPath,
+        responses={
+            202: answer(Run, "Stopping; the run as it was"),
+            404: _NO_SUCH_RUN,
+            409: error("The run has already finished (run_finished)"),
+            503: error("Sub-agents are not available (unavailable)"),
+        },
+    ),
+    Route(
+        method="GET",
+        path="/v1/sessions",
+        operation_id="listSessions",
+        summary="Sessions, most recently updated first",
+        handler=sessions.list_sessions,
+        params=SessionsQuery,
+        responses={200: answer(SessionList, "The sessions"), 400: _BAD_QUERY},
+    ),
+    Route(
+        method="GET",
+        path="/v1/sessions/{sessionKey}/history",
+        operation_id="sessionHistory",
+        summary="The last messages of a session, oldest first",
+        handler=sessions.history,
+        params=HistoryParams,
+        responses={
+            200: answer(History, "The session's history"),
+            400: error("A malformed session key or query parameter"),
+            404: error("No such session (session_not_found)"),
+        },
+    ),
+    Route(
+        method="GET",
+        path=METRICS_PATH,
+        operation_id="metrics",
+        summary="Prometheus metrics (text exposition format 0.0.4)",
+        handler=health.metrics,
+        responses={200: Reply("The metrics", {"type": "string"}, media_type="text/plain")},
+    ),
+    Route(
+        method="GET",
+        path=openapi.OPENAPI_PATH,
+        operation_id="openapi",
+        summary="This document",
+        handler=serve_document,
+        responses={200: Reply("The OpenAPI 3.1 document", {"type": "object"})},
+    ),
+)
+
+
+def route_defs(*prefixes: str) -> list[web.RouteDef]:
+    """The aiohttp routes of the table's entries whose path starts with one of
+    ``prefixes`` (every entry when none is given): part of the API for a test app."""
+    chosen = [r for r in ROUTES if not prefixes or r.path.startswith(prefixes)]
+    return aiohttp_routes(chosen)

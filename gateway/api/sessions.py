@@ -1,106 +1,68 @@
-"""``GET /v1/sessions`` and ``GET /v1/sessions/{sessionKey}/history`` (DESIGN §9).
+"""``GET /v1/sessions`` and ``GET /v1/sessions/{sessionKey}/history``.
 
-``GET /v1/sessions?includeSubagents=&includeArchived=`` → ``{"sessions": [session, …]}``,
-most recently updated first, each in :func:`gateway.sessions.describe_session`'s shape.
+``GET /v1/sessions`` answers the sessions most recently updated first, each in
+:func:`gateway.sessions.session_view`'s shape. ``GET /v1/sessions/{sessionKey}/history``
+answers the last ``limit`` messages, oldest first (see :meth:`SessionStore.history`);
+archived sessions answer too. Session keys contain ``:``, which is legal in a path
+segment; a percent-encoded key (``agent%3Amain%3Amain``) is decoded by the router.
 
-``GET /v1/sessions/{sessionKey}/history?limit=&includeTools=`` →
-``{"sessionKey", "sessionId", "archived", "messages": [message, …]}`` with the last
-``limit`` (1..1000, default 50) messages, oldest first (see
-:meth:`SessionStore.history`); archived sessions answer too. Session keys contain ``:``,
-which is legal in a path segment; a percent-encoded key (``agent%3Amain%3Amain``) is
-decoded by the router. Booleans are ``true``/``false``/``1``/``0``. Errors use the API's
-one shape: a bad query value → 400 ``invalid_parameter`` naming the field, a malformed key
-→ 400 ``invalid_session_key``, an unknown key → 404 ``session_not_found``.
+Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 400
+``invalid_parameter``, a malformed key 400 ``invalid_session_key``; an unknown key is 404
+``session_not_found`` here.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+from typing import Any
+
 from aiohttp import web
+from pydantic import ValidationError
 
 from gateway.api.errors import json_error
 from gateway.api.keys import SESSION_STORE
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionKey, SessionKeyError
+from gateway.api.requests import HistoryParams, SessionsQuery
+from gateway.api.routing import reply
+from gateway.sessions import session_view
+from gateway.shapes import History, Message, SessionList
 
-_TRUE = frozenset({"true", "1"})
-_FALSE = frozenset({"false", "0"})
-
-
-class _BadParameterError(Exception):
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
+logger = logging.getLogger(__name__)
 
 
-def _flag(request: web.Request, name: str, default: bool = False) -> bool:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _BadParameterError(name, f"{name} must be true or false")
+async def list_sessions(request: web.Request, query: SessionsQuery) -> web.Response:
+    store = request.app[SESSION_STORE]
+    records = await store.list(
+        include_subagents=query.include_subagents, include_archived=query.include_archived
+    )
+    return reply(SessionList(sessions=[session_view(r, store.current_path(r)) for r in records]))
 
 
-def _limit(request: web.Request) -> int:
-    raw = request.query.get("limit")
-    if raw is None or raw == "":
-        return DEFAULT_HISTORY_LIMIT
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_HISTORY_LIMIT:
-        raise _BadParameterError("limit", f"limit must be an integer from 1 to {MAX_HISTORY_LIMIT}")
-    return value
-
-
-def _bad(exc: _BadParameterError) -> web.Response:
-    return json_error(400, "invalid_parameter", str(exc), field=exc.name)
-
-
-def session_routes() -> list[web.RouteDef]:
-    """The session routes; they read the store the app holds under ``SESSION_STORE``."""
-
-    async def list_sessions(request: web.Request) -> web.Response:
-        store = request.app[SESSION_STORE]
-        try:
-            include_subagents = _flag(request, "includeSubagents")
-            include_archived = _flag(request, "includeArchived")
-        except _BadParameterError as exc:
-            return _bad(exc)
-        records = await store.list(
-            include_subagents=include_subagents, include_archived=include_archived
+async def history(request: web.Request, params: HistoryParams) -> web.Response:
+    store = request.app[SESSION_STORE]
+    key = str(params.session_key)
+    record = await store.get(key)
+    if record is None:
+        return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
+    lines = await store.history(key, limit=params.limit, include_tools=params.include_tools)
+    return reply(
+        History(
+            session_key=record.key,
+            session_id=record.session_id,
+            archived=record.archived,
+            messages=list(_messages(key, lines)),
         )
-        return web.json_response({"sessions": [store.describe(r) for r in records]})
+    )
 
-    async def history(request: web.Request) -> web.Response:
-        store = request.app[SESSION_STORE]
-        raw_key = request.match_info["sessionKey"]
-        try:
-            key = str(SessionKey.parse(raw_key))
-        except SessionKeyError as exc:
-            return json_error(400, "invalid_session_key", exc.reason, field="sessionKey")
-        try:
-            limit = _limit(request)
-            include_tools = _flag(request, "includeTools")
-        except _BadParameterError as exc:
-            return _bad(exc)
-        record = await store.get(key)
-        if record is None:
-            return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
-        messages = await store.history(key, limit=limit, include_tools=include_tools)
-        return web.json_response(
-            {
-                "sessionKey": record.key,
-                "sessionId": record.session_id,
-                "archived": record.archived,
-                "messages": messages,
-            }
-        )
 
-    return [
-        web.get("/v1/sessions", list_sessions),
-        web.get("/v1/sessions/{sessionKey}/history", history),
-    ]
+def _messages(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[Message]:
+    # Gateway-written lines always fit; one edited by hand may not, and is skipped like
+    # a line that does not parse, rather than failing the whole history.
+    for line in lines:
+        try:
+            yield Message.model_validate(line)
+        except ValidationError as exc:
+            logger.warning(
+                "history: skipping a message that does not fit the API's shape",
+                extra={"session_key": key, "error": str(exc)},
+            )

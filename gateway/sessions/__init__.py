@@ -46,7 +46,7 @@ from gateway.sessions.transcript import (
     read_transcript,
     repair_transcript,
 )
-from gateway.sessions.views import current_transcript_path, describe_session
+from gateway.sessions.views import current_transcript_path, describe_session, session_view
 from gateway.sessions.writer import TranscriptWriter
 
 __all__ = [
@@ -87,6 +87,7 @@ __all__ = [
     "read_lines",
     "read_transcript",
     "repair_transcript",
+    "session_view",
     "sessions_dir",
     "transcript_path",
 ]

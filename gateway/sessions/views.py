@@ -11,29 +11,35 @@ from typing import Any
 
 from gateway.sessions.paths import transcript_path
 from gateway.sessions.transcript import iso_timestamp
+from gateway.shapes import Origin, Session, Usage
 from gateway.state import SessionRecord
 
 
+def session_view(record: SessionRecord, path: Path | None) -> Session:
+    """A session as the API shows it: ISO-8601 times, ``transcriptPath`` where it is now."""
+    return Session(
+        key=record.key,
+        session_id=record.session_id,
+        agent_id=record.agent_id,
+        kind=record.kind,
+        parent_key=record.parent_key,
+        label=record.label,
+        model=record.model,
+        origin=Origin.of(record.origin),
+        created_at=iso_timestamp(record.created_at),
+        updated_at=iso_timestamp(record.updated_at),
+        usage=Usage.of(record.usage),
+        cost_usd=record.cost_usd,
+        archive_due_at=_iso(record.archive_due_at),
+        archived=record.archived,
+        archived_at=_iso(record.archived_at),
+        transcript_path=os.fspath(path) if path else None,
+    )
+
+
 def describe_session(record: SessionRecord, path: Path | None) -> dict[str, Any]:
-    """A session as JSON: camelCase keys, ISO-8601 times, ``transcriptPath`` where it is now."""
-    return {
-        "key": record.key,
-        "sessionId": record.session_id,
-        "agentId": record.agent_id,
-        "kind": record.kind,
-        "parentKey": record.parent_key,
-        "label": record.label,
-        "model": record.model,
-        "origin": record.origin.to_json() if record.origin else None,
-        "createdAt": iso_timestamp(record.created_at),
-        "updatedAt": iso_timestamp(record.updated_at),
-        "usage": record.usage.to_json(),
-        "costUsd": record.cost_usd,
-        "archiveDueAt": _iso(record.archive_due_at),
-        "archived": record.archived,
-        "archivedAt": _iso(record.archived_at),
-        "transcriptPath": os.fspath(path) if path else None,
-    }
+    """:func:`session_view` as JSON data (camelCase keys), for the CLI and the session tools."""
+    return session_view(record, path).wire()
 
 
 def current_transcript_path(state_dir: Path, record: SessionRecord) -> Path | None:

@@ -14,7 +14,7 @@ from gateway.subagents.child import ChildSessions
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
-from gateway.subagents.presenter import run_info, run_json, run_line, run_name
+from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
 from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
 from gateway.subagents.spawn import (
@@ -62,5 +62,6 @@ __all__ = [
     "run_json",
     "run_line",
     "run_name",
+    "run_view",
     "settle_archives",
 ]

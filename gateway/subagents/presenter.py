@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from gateway.shapes import Announce, Origin, Run, Usage
 from gateway.state import RunRecord
 from gateway.usage import format_cost, format_runtime, format_tokens
 
@@ -34,40 +35,42 @@ def _iso(at: float | None) -> str | None:
     return stamp.replace("+00:00", "Z")
 
 
+def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
+    """A run as the API, the CLI and chat commands show it; ``transcript_path`` overrides
+    the recorded live path (an archived run's transcript has moved)."""
+    return Run(
+        run_id=run.run_id,
+        status=run.status,
+        label=run.label,
+        task=run.task,
+        agent_id=run.agent_id,
+        requester_agent_id=run.requester_agent_id,
+        parent_session_key=run.parent_session_key,
+        child_session_key=run.child_session_key,
+        child_session_id=run.child_session_id,
+        model=run.model,
+        model_applied=run.model_applied,
+        cleanup=run.cleanup,
+        run_timeout_seconds=run.run_timeout_seconds,
+        origin=Origin.of(run.origin),
+        created_at=_iso(run.created_at),
+        started_at=_iso(run.started_at),
+        ended_at=_iso(run.ended_at),
+        runtime_seconds=runtime_seconds(run),
+        usage=Usage.of(run.usage),
+        cost_usd=run.cost_usd,
+        result=run.result_text,
+        error=run.error,
+        announce=Announce(
+            state=run.announce_state, error=run.announce_error, text=run.announce_text
+        ),
+        transcript_path=transcript_path or run.transcript_path,
+    )
+
+
 def run_json(run: RunRecord, *, transcript_path: str | None = None) -> dict[str, Any]:
-    """A run as JSON (camelCase); ``transcript_path`` overrides the recorded live path
-    (an archived run's transcript has moved)."""
-    origin = run.origin
-    return {
-        "runId": run.run_id,
-        "status": run.status,
-        "label": run.label,
-        "task": run.task,
-        "agentId": run.agent_id,
-        "requesterAgentId": run.requester_agent_id,
-        "parentSessionKey": run.parent_session_key,
-        "childSessionKey": run.child_session_key,
-        "childSessionId": run.child_session_id,
-        "model": run.model,
-        "modelApplied": run.model_applied,
-        "cleanup": run.cleanup,
-        "runTimeoutSeconds": run.run_timeout_seconds,
-        "origin": origin.to_json() if origin else None,
-        "createdAt": _iso(run.created_at),
-        "startedAt": _iso(run.started_at),
-        "endedAt": _iso(run.ended_at),
-        "runtimeSeconds": runtime_seconds(run),
-        "usage": run.usage.to_json(),
-        "costUsd": run.cost_usd,
-        "result": run.result_text,
-        "error": run.error,
-        "announce": {
-            "state": run.announce_state,
-            "error": run.announce_error,
-            "text": run.announce_text,
-        },
-        "transcriptPath": transcript_path or run.transcript_path,
-    }
+    """:func:`run_view` as JSON data (camelCase keys), for the CLI's ``--json``."""
+    return run_view(run, transcript_path=transcript_path).wire()
 
 
 def run_line(run: RunRecord, now: float) -> str:

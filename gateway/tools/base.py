@@ -32,7 +32,9 @@ P = TypeVar("P", bound=BaseModel)
 class ToolParams(BaseModel):
     """Base of every tool's parameters: camelCase on the wire, unknown keys rejected.
 
-    Python code may also construct them by field name (``ReadParams(path="a")``).
+    Python code may also construct them by field name (``ReadParams(path="a")``). Numbers
+    must be finite: Python's JSON reader turns ``1e999`` into infinity (and reads ``NaN``),
+    which no JSON answer or stored run could carry.
     """
 
     model_config = ConfigDict(
@@ -40,6 +42,7 @@ class ToolParams(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
 

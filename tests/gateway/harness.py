@@ -20,7 +20,7 @@ from channels.memory import MemoryChannel
 from gateway import wiring
 from gateway.agent import ToolContexts, ToolInvoker
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
-from gateway.api.routes import api_routes
+from gateway.api.routes import route_defs
 from gateway.app import build_app
 from gateway.archive import ArchiveScheduler
 from gateway.delivery import Outbox
@@ -266,7 +266,7 @@ def api_app(gw: Harness) -> web.Application:
     """A second app serving the API routes over ``gw``'s services (the narrow keys the
     handlers read), for tests that talk HTTP to a gateway started in the test's loop."""
     app = web.Application()
-    app.add_routes(api_routes())
+    app.add_routes(route_defs("/v1/"))
     app[SESSION_STORE] = gw.app[SESSION_STORE]
     app[RUN_RECORDS] = gw.app[RUN_RECORDS]
     app[RUN_CONTROL] = gw.app[RUN_CONTROL]

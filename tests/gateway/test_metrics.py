@@ -13,8 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from channels import Channel
 from channels.memory import MemoryChannel
+from gateway.api.keys import SCRAPE
+from gateway.api.routes import route_defs
 from gateway.llm import Usage
-from gateway.metrics import CONTENT_TYPE, LaneSet, Metrics, metrics_routes
+from gateway.metrics import CONTENT_TYPE, LaneSet, Metrics
 from gateway.state import OutboxRecord, RunRecord, StateDB
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import Harness, running_gateway
@@ -38,7 +40,7 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 @dataclass
 class Host:
-    """What ``metrics_routes`` reads: the services' parts and a Metrics."""
+    """What a ``/metrics`` scrape reads: the services' parts and a Metrics."""
 
     metrics: Metrics
     db: StateDB
@@ -179,7 +181,8 @@ async def test_metrics_route_serves_prometheus_text(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
         metrics = Metrics()
         app = web.Application()
-        app.add_routes(metrics_routes(lambda: host_of(gw, metrics)))
+        app[SCRAPE] = lambda: host_of(gw, metrics)
+        app.add_routes(route_defs("/metrics"))
         async with TestClient(TestServer(app)) as client:
             response = await client.get("/metrics")
             assert response.status == 200

@@ -41,7 +41,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.api.openapi import ERROR_CODES, openapi_document
+from gateway.api.openapi import ERROR_CODES
+from gateway.api.routes import openapi_document
 from tests.gateway.api.test_openapi import TOKEN, channel_owned, daemon_app, serve, served
 
 #: Generated requests per operation and generation mode: enough to reach every branch of a

@@ -7,13 +7,15 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.api.health import health_routes
+from gateway.api.keys import READINESS
+from gateway.api.routes import route_defs
 
 
 async def test_readiness_follows_every_enabled_channel() -> None:
     channels = {"webchat": True, "slack": False}
     app = web.Application()
-    app.add_routes(health_routes(lambda: dict(channels)))
+    app[READINESS] = lambda: dict(channels)
+    app.add_routes(route_defs("/healthz", "/readyz"))
     client: TestClient[Any, Any]
     async with TestClient(TestServer(app)) as client:
         health = await client.get("/healthz")

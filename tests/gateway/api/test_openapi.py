@@ -22,8 +22,8 @@ from gateway.api.openapi import (
     ERROR_CODES,
     OPENAPI_PATH,
     SLACK_EVENTS_PATH,
-    openapi_document,
 )
+from gateway.api.routes import openapi_document
 from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
@@ -105,10 +105,8 @@ def test_channel_routes_are_left_out_but_slack_events_is_documented(tmp_path: Pa
 def test_protected_operations_document_401_and_public_ones_need_no_token() -> None:
     doc = openapi_document(slack_events=True)
     public = {"/healthz", "/readyz", SLACK_EVENTS_PATH}
-    assert {name for requirement in doc["security"] for name in requirement} == {
-        "bearerAuth",
-        "tokenQuery",
-    }
+    # The header only: REST routes refuse a token in the URL.
+    assert {name for requirement in doc["security"] for name in requirement} == {"bearerAuth"}
     for path, item in doc["paths"].items():
         for method, operation in item.items():
             if path in public:

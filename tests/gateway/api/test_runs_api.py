@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.gateway.harness import Harness, api_app, running_gateway
@@ -237,3 +239,53 @@ async def test_session_tools_see_only_their_own_tree_by_default(tmp_path: Path) 
         assert sent["ok"] is False
         assert sent["result"]["content"] == f"sessions_send: no session {bob!r}"
         assert [m.text for m in gw.channel.sent if m.chat_id == "bob"] == ["hi there"]
+
+
+#: Numbers Python's JSON reader accepts but JSON cannot carry back: 1e999 reads as infinity.
+NON_FINITE = (b"1e999", b"-1e999", b"Infinity", b"NaN")
+
+
+async def test_a_non_finite_timeout_is_refused_and_runs_stay_valid_json(tmp_path: Path) -> None:
+    async with api(tmp_path) as (_, client):
+        for number in NON_FINITE:
+            response = await client.post(
+                "/v1/tools/invoke",
+                data=b'{"tool": "sessions_spawn", "args": {"task": "task: x", '
+                b'"runTimeoutSeconds": ' + number + b"}}",
+                headers={"Content-Type": "application/json"},
+            )
+            assert response.status == 400, number
+            error = (await response.json())["error"]
+            assert (error["code"], error["field"]) == ("invalid_args", "args.runTimeoutSeconds")
+        listed = await client.get("/v1/runs")
+        assert listed.status == 200
+        # orjson reads strict JSON only: Infinity or NaN in the answer would fail here.
+        assert orjson.loads(await listed.read()) == {"runs": []}
+
+
+async def test_a_stored_non_finite_number_is_answered_as_null(tmp_path: Path) -> None:
+    async with api(tmp_path) as (gw, client):
+        _, body = await invoke(client, {"tool": "sessions_spawn", "args": {"task": "task: x"}})
+        run_id = body["result"]["runId"]
+        await gw.finished(run_id)
+        # A row written before inputs had to be finite (or by hand).
+        await gw.db.runs.update(run_id, run_timeout_seconds=math.inf, cost_usd=math.inf)
+        listed = orjson.loads(await (await client.get("/v1/runs")).read())
+        run = orjson.loads(await (await client.get(f"/v1/runs/{run_id}")).read())
+        assert listed["runs"] == [run]
+        assert (run["runTimeoutSeconds"], run["costUsd"]) == (None, None)
+
+
+async def test_invoke_reports_unknown_keys_first_and_refuses_a_null_session_key(
+    tmp_path: Path,
+) -> None:
+    async with api(tmp_path) as (_, client):
+        cases: list[tuple[Any, str, str]] = [
+            ({"tool": 5, "zeta": 1, "alpha": 2}, "unknown_field", "alpha"),
+            ({"tool": "", "args": []}, "invalid_field", "tool"),
+            ({"tool": "ls", "sessionKey": None}, "invalid_field", "sessionKey"),
+            ({"tool": "ls", "args": None}, "invalid_field", "args"),
+        ]
+        for body, code, field in cases:
+            status, got = await invoke(client, body)
+            assert (status, got["error"]["code"], got["error"]["field"]) == (400, code, field)

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.api.keys import SESSION_STORE
-from gateway.api.sessions import session_routes
+from gateway.api.routes import route_defs
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions import SessionKey, SessionStore
 from tests.gateway.sessions.support import opened_store
@@ -30,7 +30,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
 @pytest.fixture
 async def client(store: SessionStore, aiohttp_client: AiohttpClient) -> Client:
     app = web.Application()
-    app.add_routes(session_routes())
+    app.add_routes(route_defs("/v1/sessions"))
     app[SESSION_STORE] = store
     return await aiohttp_client(app)
 
