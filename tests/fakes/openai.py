@@ -300,7 +300,8 @@ def last_user_text(body: Any) -> str:
 class HeldReplies:
     """A :attr:`FakeOpenAI.responder` whose answers wait for the test: each request gets
     ``reply(body)`` as text, held until :attr:`gate` is set when ``held(body)`` says so
-    (default: every request). :meth:`arrived` waits until that many requests came in."""
+    (default: every request), with ``usage`` as in :meth:`FakeOpenAI.completion`.
+    :meth:`arrived` waits until that many requests came in."""
 
     def __init__(
         self,
@@ -308,10 +309,12 @@ class HeldReplies:
         reply: Callable[[Any], str],
         *,
         held: Callable[[Any], bool] = lambda body: True,
+        **usage: int,
     ) -> None:
         self.fake = fake
         self.reply = reply
         self.held = held
+        self.usage = usage
         self.gate = asyncio.Event()
         self.asked: list[Any] = []
         self._came = asyncio.Event()
@@ -319,7 +322,8 @@ class HeldReplies:
     def __call__(self, body: Any) -> Step:
         self.asked.append(body)
         self._came.set()
-        return self.fake.text_step(self.reply(body), hold=self.gate if self.held(body) else None)
+        hold = self.gate if self.held(body) else None
+        return self.fake.text_step(self.reply(body), hold=hold, **self.usage)
 
     async def arrived(self, count: int = 1) -> None:
         """Wait until ``count`` requests have come in (the caller bounds the wait)."""

@@ -67,10 +67,12 @@ async def test_a_turn_that_cannot_queue_for_a_main_slot_answers_busy(
     second = await gw.store.ensure("agent:main:memory:channel:c1")
     waiting = turns.submit_turn(first, "one", gw.channel.inbound("one", chat_id="c0"))
     busy = turns.submit_turn(second, "two", gw.channel.inbound("two", chat_id="c1"))
-    await busy
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        await busy
     assert [(m.chat_id, m.kind, m.text) for m in gw.channel.sent] == [("c1", "reply", BUSY_REPLY)]
     main_lane.max_concurrent = 1
-    await waiting
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        await waiting
     assert [(m.chat_id, m.text) for m in gw.channel.sent] == [("c1", BUSY_REPLY), ("c0", "re: one")]
     assert [last_user_text(r.body) for r in model.requests] == ["one"]
 
@@ -133,7 +135,8 @@ async def test_stop_cancels_the_sessions_running_and_queued_turns_and_says_stopp
     assert gw.turns.stop(CHAT_KEY) == 2
     (stopped,) = await gw.wait_sent(lambda m: m.kind == "notice")
     assert (stopped.chat_id, stopped.text) == ("c1", "Stopped.")
-    await gw.lanes.session.join()
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        await gw.lanes.session.join()
     assert [m.kind for m in gw.channel.sent] == ["notice"]  # no reply for either
     assert len(held.asked) == 1
 
