@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.logs import REDACTED, REDACTOR
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings

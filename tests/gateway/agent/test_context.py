@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.agent import ToolContexts
-from gateway.config_loader import load_settings
+from gateway.config import load_settings
 from gateway.reload import SettingsHolder
 from gateway.state import SessionRecord
 from gateway.tools import ServiceKey, UnknownAgentError

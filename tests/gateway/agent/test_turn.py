@@ -16,13 +16,13 @@ import pytest
 
 from gateway.agent import TurnSetup, run_turn
 from gateway.agent.turn import build_request, run_tools
-from gateway.app import build_tools
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.providers import OpenAIProvider, ProviderError
 from gateway.settings import HeraldSettings
 from gateway.subagents import SPAWNER, SpawnAccepted, SpawnRequest, SpawnResult
 from gateway.tools import ToolContext, ToolRegistry
+from gateway.wiring import build_tools
 from tests.fakes.openai import FakeOpenAI, FakeToolCall
 from tests.gateway.agent.conftest import MODEL_ID
 
