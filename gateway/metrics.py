@@ -54,13 +54,13 @@ WAIT_BUCKETS: Final = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
 
 
 class LaneSet(Protocol):
-    """The lanes of a gateway (:class:`gateway.services.Lanes`)."""
+    """The lanes of a gateway (:class:`gateway.wiring.Lanes`)."""
 
     def all(self) -> tuple[Lane, ...]: ...
 
 
 class ScrapeSource(Protocol):
-    """What a scrape reads; :class:`gateway.services.Services` is one."""
+    """What a scrape reads: the state database, the lanes and the channels."""
 
     @property
     def db(self) -> StateDB: ...
