@@ -1,5 +1,8 @@
 """The ``scripted`` provider: offline, deterministic replies from a JSON5 rules file.
 
+(One module, a little over 400 lines: the rules file's schema, its matching and its
+template expansion are one small language, read together.)
+
 It needs no key and no network, so Herald runs on a fresh machine and tests get a model that
 always says the same thing. The rules file (``script`` in the provider's config, relative to
 the config file; default: the packaged ``gateway/templates/demo-script.json5``)::

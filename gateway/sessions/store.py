@@ -11,6 +11,10 @@ its module for the guarantees); readers here (:meth:`history`, :meth:`read`) fir
 for lines already queued, so they see their own writes. The database's ``updated_at``
 moves with :meth:`add_usage`, :meth:`set_origin` and :meth:`touch`, not with every line.
 
+Kept as one module (a little over 400 lines) because creating, reading and archiving a
+session must each keep the row and the file in step; split, each half would need the
+other's invariants.
+
 Archiving renames the transcript in its folder to
 ``<sessionId>.jsonl.deleted.<UTC timestamp>`` and records the time and path; the session
 leaves listings and its row, usage and transcript stay readable. Archiving twice is a
