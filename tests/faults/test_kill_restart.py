@@ -15,6 +15,11 @@ chat). So: delivered + uncertain == 50, and no run is received twice.
 The client is connected (and has had the ``ready`` frame) before each kill: the web chat
 keeps a page's undelivered messages only in memory, so an announce delivered while no page
 was open would die with the process — a property of the web chat, not of the outbox.
+
+Whatever a kill cuts off, the records end consistent: an outbox item and its run settle in
+one transaction (and start-up reconciles runs an older version left behind), so every run
+records its announce's fate; and start-up archives, or schedules, the child of every
+finished run that a kill left between its final status and its archive step.
 """
 
 from __future__ import annotations
@@ -58,17 +63,6 @@ RUNS = 50
 PER_TURN = 10  # sessions_spawn calls honoured per model turn
 KILLS = 3
 CLIENT_ID = "fault-client"
-ARCHIVE_BUG = (
-    "gateway/subagents/manager.py:353-364 (_announce, then _after_announce): a run's child is "
-    "archived (cleanup 'delete') or scheduled for archiving only after the announce is "
-    "queued and the run final; a kill in between leaves it live for good, since recover() "
-    "only revisits unfinished runs"
-)
-RECORD_BUG = (
-    "gateway/subagents/outbox.py:158-165: the item's 'delivered' and the run's "
-    "announce_state are two transactions; a kill between them leaves the run's "
-    "announce_state 'queued' for good (Outbox.start reconciles only 'uncertain' items)"
-)
 
 
 def script(rng: random.Random) -> dict[str, Any]:
@@ -207,25 +201,13 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
         children = await db.sessions.get_many([run.child_session_key for run in runs])
     finally:
         await db.close()
-    # Measured, not asserted (ARCHIVE_BUG): children a kill left unarchived for good.
-    unarchived = Counter(
-        run.cleanup
-        for run in runs
-        if not children[run.child_session_key].archived
-        and (run.cleanup == "delete" or children[run.child_session_key].archive_due_at is None)
-    )
-    print(f"children never archived nor scheduled (ARCHIVE_BUG), by cleanup: {unarchived}")
     delivered = {item.run_id for item in items if item.state == "delivered"}
     uncertain = {item.run_id for item in items if item.last_error == UNCERTAIN}
     failed = {item.run_id for item in items if item.state == "failed"}
-    print(
-        f"unfinished runs at each kill {unfinished_at_kill}; delivered {len(delivered)}; "
-        f"uncertain {len(uncertain)}; received {len(received)}"
-    )
     # 50 runs, every one final.
     assert len(runs) == RUNS
     assert {run.status for run in runs} == {"done"}, Counter(run.status for run in runs)
-    assert any(unfinished_at_kill), "no kill hit a run in flight"
+    assert any(unfinished_at_kill), f"no kill hit a run in flight: {unfinished_at_kill}"
     # Each announce at most once, and none lost: delivered + uncertain == 50.
     assert duplicates(received) == {}
     assert len(items) == RUNS
@@ -233,20 +215,31 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
     assert len(delivered) + len(uncertain) == RUNS
     assert delivered <= set(received)
     assert set(received) <= delivered | uncertain
-    # The run records its announce's fate; a kill between the outbox's write and the run's
-    # leaves the run saying "queued" (RECORD_BUG below), counted here, not failed on.
-    unrecorded = 0
-    for run in runs:
-        expected = "delivered" if run.run_id in delivered else "uncertain"
-        assert run.announce_state in (expected, "queued"), run
-        unrecorded += run.announce_state == "queued"
-    print(f"runs whose announce state stayed 'queued' (RECORD_BUG): {unrecorded}")
+
+    # Each run records its announce's fate: the item and the run settle together.
+    def fate(run_id: str) -> tuple[str, str | None]:
+        return ("delivered", None) if run_id in delivered else ("uncertain", UNCERTAIN)
+
+    disagreeing = {
+        run.run_id: (run.announce_state, run.announce_error)
+        for run in runs
+        if (run.announce_state, run.announce_error) != fate(run.run_id)
+    }
+    assert disagreeing == {}, "runs whose announce state is not their item's"
+    # Every finished run's child is archived (cleanup "delete") or scheduled for it: the
+    # archive step a kill cut off is taken at the next start.
+    unarchived = {
+        run.run_id: run.cleanup
+        for run in runs
+        if not children[run.child_session_key].archived
+        and (run.cleanup == "delete" or children[run.child_session_key].archive_due_at is None)
+    }
+    assert unarchived == {}, "children neither archived nor scheduled for it"
     # Every transcript, live and archived: complete lines valid, at most a torn last line.
     audit = audit_transcripts(tmp_path / "state")
     assert audit.files >= RUNS + 1
     assert audit.invalid == []
     assert audit.headless == []
-    print(f"transcripts {audit.files}, lines {audit.lines}, torn last lines {len(audit.torn)}")
 
 
 async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_restart(
