@@ -22,8 +22,10 @@ def add_commands(subparsers: Any) -> None:
 
 def check_config(args: argparse.Namespace) -> int:
     from gateway.config import load_settings
+    from gateway.preflight import preflight
 
     loaded = load_settings(args.config, environ=os.environ)
+    preflight(loaded)  # every check `herald run` makes before it starts
     source = str(loaded.path) if loaded.path else "embedded defaults"
     print(f"{source}: OK")
     for key in sorted(loaded.unset_secrets):

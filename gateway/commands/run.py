@@ -31,10 +31,12 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     from gateway.config import load_settings
     from gateway.daemon import serve
+    from gateway.preflight import preflight
     from gateway.reload import SettingsHolder
 
     overrides = cli_overrides(args)
     loaded = load_settings(args.config, environ=os.environ, overrides=overrides)
+    preflight(loaded)  # before anything is created: a config error exits 78 here
     setup_logging(loaded.settings.gateway.log_level)
     holder = SettingsHolder(
         loaded.settings,

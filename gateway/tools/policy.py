@@ -24,13 +24,15 @@ layers) still applies. ``agent.subagents.tools`` can only narrow, never enable i
 elsewhere, always offered there unless some layer denies them (deny still wins; an
 allow-only layer does not need to name them).
 
-Names in allow/deny that match nothing are ignored; :func:`policy_issues` lists them so
-``config check`` and ``doctor`` can warn.
+A name in allow/deny that matches no tool or group is a configuration error (a typo in a
+``deny`` list would otherwise leave the tool callable): :func:`policy_issues` lists them,
+with a "did you mean", for the start-up checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from difflib import get_close_matches
 from typing import Final
 
 from gateway.errors import ConfigIssue
@@ -200,7 +202,7 @@ def unknown_policy_names(
 
 
 def policy_issues(settings: HeraldSettings, registry: ToolRegistry) -> list[ConfigIssue]:
-    """One warning per unknown tool or group name in any tool policy of ``settings``.
+    """One issue per unknown tool or group name in any tool policy of ``settings``.
 
     Known names are the registry's plus every built-in group member (the session tools
     count as known before they are registered).
@@ -215,6 +217,17 @@ def policy_issues(settings: HeraldSettings, registry: ToolRegistry) -> list[Conf
     issues: list[ConfigIssue] = []
     for key, policy in layers:
         for name in unknown_policy_names(policy, known, groups):
-            what = "group" if name.startswith(GROUP_PREFIX) else "tool"
-            issues.append(ConfigIssue(f"unknown {what} {name!r} (ignored)", key=key))
+            if name.startswith(GROUP_PREFIX):
+                bare = name.removeprefix(GROUP_PREFIX)
+                hint = _did_you_mean(bare, sorted(groups), prefix=GROUP_PREFIX)
+                issues.append(ConfigIssue(f"unknown group {name!r}{hint}", key=key))
+            else:
+                hint = _did_you_mean(name, sorted(known))
+                issues.append(ConfigIssue(f"unknown tool {name!r}{hint}", key=key))
     return issues
+
+
+def _did_you_mean(name: str, choices: Iterable[str], *, prefix: str = "") -> str:
+    # Tool names use "_"; a "-" typo ("web-fetch") should still find its tool.
+    close = get_close_matches(name.replace("-", "_"), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""

@@ -219,9 +219,19 @@ def test_policy_issues_name_unknown_tools_and_groups() -> None:
     # The session tools are known even before the runtime registers them.
     issues = policy_issues(settings, default_registry(settings))
     assert [(i.key, i.message) for i in issues] == [
-        ("agent.tools", "unknown group 'group:nope' (ignored)"),
-        ("agent.subagents.tools", "unknown tool 'also_nope' (ignored)"),
-        ("routing.agents.main.tools", "unknown tool 'nope' (ignored)"),
+        ("agent.tools", "unknown group 'group:nope'"),
+        ("agent.subagents.tools", "unknown tool 'also_nope'"),
+        ("routing.agents.main.tools", "unknown tool 'nope'"),
+    ]
+
+
+def test_a_near_miss_gets_a_did_you_mean() -> None:
+    settings = make_settings({"main": P(deny=["web-fetch", "group:session", "reed"])})
+    issues = policy_issues(settings, default_registry(settings))
+    assert [i.message for i in issues] == [
+        "unknown tool 'web-fetch'; did you mean 'web_fetch'?",
+        "unknown group 'group:session'; did you mean 'group:sessions'?",
+        "unknown tool 'reed'; did you mean 'read'?",
     ]
 
 

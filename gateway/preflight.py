@@ -1,0 +1,103 @@
+"""What ``herald run`` checks before it creates anything, and ``herald config check`` with it.
+
+Each problem is a :class:`ConfigIssue` naming the file and the key, raised together as one
+:class:`ConfigError`, so the process exits 78 (systemd's ``RestartPreventExitStatus``) before
+a directory, a database or a socket exists:
+
+- tool policies and ``allowAgents`` name only tools, groups and agents that exist (a typo in
+  a ``deny`` list would leave the tool callable);
+- the state directory is a directory, or can be made: not a file, not under a file, not on
+  a kernel file system such as ``/proc``, its nearest existing parent writable;
+- every scripted provider's rules file exists and is valid.
+"""
+
+from __future__ import annotations
+
+import os
+from difflib import get_close_matches
+from pathlib import Path
+
+from gateway.config import LoadedSettings
+from gateway.errors import ConfigError, ConfigIssue
+from gateway.providers import ScriptError, default_script_path, load_script
+from gateway.settings import HeraldSettings
+from gateway.tools import policy_issues
+from gateway.wiring import build_tools
+
+#: Kernel file systems: nothing Herald writes belongs there.
+KERNEL_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def preflight(loaded: LoadedSettings) -> None:
+    """Raise :class:`ConfigError` listing every problem that would stop ``herald run``."""
+    settings = loaded.settings
+    where = str(loaded.path) if loaded.path else None
+    issues = [
+        *policy_issues(settings, build_tools(settings)),
+        *agent_issues(settings),
+        *state_dir_issues(settings.gateway.resolved_state_dir()),
+        *script_issues(settings, loaded.config_dir),
+    ]
+    if issues:
+        located = [
+            issue if issue.file else ConfigIssue(issue.message, file=where, key=issue.key)
+            for issue in issues
+        ]
+        raise ConfigError(located)
+
+
+def agent_issues(settings: HeraldSettings) -> list[ConfigIssue]:
+    """Unknown agent ids in ``routing.agents.<id>.subagents.allowAgents``."""
+    known = sorted(settings.routing.agents)
+    issues: list[ConfigIssue] = []
+    for agent_id, agent in settings.routing.agents.items():
+        for name in agent.subagents.allow_agents:
+            if name == "*" or name in settings.routing.agents:
+                continue
+            close = get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (agents: {', '.join(known)})"
+            issues.append(
+                ConfigIssue(
+                    f"unknown agent {name!r}{hint}",
+                    key=f"routing.agents.{agent_id}.subagents.allowAgents",
+                )
+            )
+    return issues
+
+
+def state_dir_issues(path: Path) -> list[ConfigIssue]:
+    """Why ``path`` cannot be Herald's state directory (nothing is created here)."""
+    key = "gateway.stateDir"
+    absolute = Path(os.path.abspath(path))
+    for tree in KERNEL_TREES:
+        if absolute == tree or tree in absolute.parents:
+            return [ConfigIssue(f"{absolute} is on the kernel's {tree} file system", key=key)]
+    if absolute.exists():
+        if not absolute.is_dir():
+            return [ConfigIssue(f"{absolute} exists and is not a directory", key=key)]
+        if not os.access(absolute, os.W_OK | os.X_OK):
+            return [ConfigIssue(f"{absolute} is not writable by this user", key=key)]
+        return []
+    parent = absolute.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return [ConfigIssue(f"{absolute} cannot be made: {parent} is a file", key=key)]
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return [ConfigIssue(f"{absolute} cannot be made: {parent} is not writable", key=key)]
+    return []
+
+
+def script_issues(settings: HeraldSettings, config_dir: Path) -> list[ConfigIssue]:
+    """Every scripted provider's rules file: present and valid."""
+    issues: list[ConfigIssue] = []
+    for name, provider in settings.models.providers.items():
+        if provider.api != "scripted":
+            continue
+        path = (config_dir / provider.script).expanduser() if provider.script else None
+        try:
+            load_script(path or default_script_path())
+        except ScriptError as exc:
+            key = f"models.providers.{name}.script"
+            issues += [ConfigIssue(str(i), key=key) for i in exc.issues]
+    return issues

@@ -1,0 +1,86 @@
+"""What `herald run` checks before it creates anything, and `herald config check` with it:
+each problem exits 78 naming the file and the key, and leaves no state behind."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.constants import EXIT_CONFIG
+from tests.gateway.daemon_process import HERALD, clean_env, free_port, write_config
+
+
+def config(tmp_path: Path, state: Path, **extra: Any) -> Path:
+    data: dict[str, Any] = {
+        "gateway": {"port": free_port(), "stateDir": str(state)},
+        "channels": {"webchat": {"enabled": False}},
+        **extra,
+    }
+    return write_config(tmp_path / "herald.json", data)
+
+
+def herald(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HERALD, *args],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def refused_by_both(path: Path, *expected: str) -> None:
+    """``config check`` and ``run`` both exit 78 and say each of ``expected``."""
+    for command in (("config", "check", "--config", str(path)), ("run", "--config", str(path))):
+        done = herald(*command)
+        output = done.stdout + done.stderr
+        assert done.returncode == EXIT_CONFIG, (command, output)
+        for text in expected:
+            assert text in output, (command, text, output)
+        assert "Traceback" not in output
+
+
+def test_a_typo_in_a_deny_list_is_a_config_error(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    agents = {"main": {"tools": {"deny": ["web-fetch"]}, "subagents": {"allowAgents": ["hlper"]}}}
+    path = config(tmp_path, state, routing={"agents": agents, "defaultAgent": "main"})
+    refused_by_both(
+        path,
+        f"{path}: routing.agents.main.tools: unknown tool 'web-fetch'; did you mean 'web_fetch'?",
+        "routing.agents.main.subagents.allowAgents: unknown agent 'hlper'",
+    )
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "under /proc"])
+def test_a_state_dir_that_cannot_be_one_exits_78_before_anything_is_made(
+    tmp_path: Path, where: str
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    state = {
+        "a file": blocker,
+        "under a file": blocker / "state",
+        "under /proc": Path("/proc/self/herald-state"),
+    }[where]
+    refused_by_both(config(tmp_path, state), "gateway.stateDir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "herald.json"]
+
+
+def test_a_missing_demo_script_exits_78_before_the_database_is_made(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    providers = {"demo": {"api": "scripted", "script": "missing.json5", "models": [{"id": "s"}]}}
+    path = config(tmp_path, state, models={"providers": providers}, agent={"model": "demo/s"})
+    refused_by_both(path, "models.providers.demo.script", "missing.json5")
+    assert not state.exists()
+
+
+def test_a_clean_config_passes_the_check(tmp_path: Path) -> None:
+    done = herald("config", "check", "--config", str(config(tmp_path, tmp_path / "state")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "state").exists()
