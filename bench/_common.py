@@ -29,15 +29,9 @@ from aiohttp import web
 from channels import Channel, InboundMessage, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
 from gateway import wiring
-from gateway.agent import ToolContexts
-from gateway.api.keys import SESSION_STORE
 from gateway.app import build_app
 from gateway.reload import SettingsHolder
-from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import StateDB
-from gateway.subagents import RunManager, Spawner
-from gateway.tools import ToolRegistry
 
 Row = dict[str, Any]
 
@@ -214,43 +208,8 @@ class CountingChannel(MemoryChannel):
         return self.inbound(text, chat_id=chat_id)
 
 
-class Gateway:
-    """A started gateway app's parts, as the benchmarks use them."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.app = app
-
-    @property
-    def settings(self) -> HeraldSettings:
-        return self.app[wiring.SETTINGS].current
-
-    @property
-    def db(self) -> StateDB:
-        return self.app[wiring.STATE]
-
-    @property
-    def store(self) -> SessionStore:
-        return self.app[SESSION_STORE]
-
-    @property
-    def lanes(self) -> wiring.Lanes:
-        return self.app[wiring.LANES]
-
-    @property
-    def tools(self) -> ToolRegistry:
-        return self.app[wiring.TOOLS].current
-
-    @property
-    def contexts(self) -> ToolContexts:
-        return self.app[wiring.CONTEXTS]
-
-    @property
-    def runs(self) -> RunManager:
-        return self.app[wiring.SUBAGENTS].manager
-
-    @property
-    def spawner(self) -> Spawner:
-        return self.app[wiring.SUBAGENTS].spawner
+#: A started gateway app's parts, as the benchmarks use them.
+Gateway = wiring.AppParts
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts, ToolInvoker
+from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
@@ -64,6 +64,7 @@ from gateway.wiring import (
     TIMING,
     TOOL_SERVICES,
     TOOLS,
+    TURN_FACTORY,
     ChatParts,
     Lanes,
     SubagentParts,
@@ -120,6 +121,14 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
         tools=tools.get,
         contexts=app[CONTEXTS],
     )
+    app[TURN_FACTORY] = TurnFactory(
+        holder=holder,
+        store=app[SESSION_STORE],
+        providers=app[PROVIDERS],
+        tools=tools.get,
+        contexts=app[CONTEXTS],
+        metrics=app[METRICS],
+    )
     yield
 
 
@@ -162,9 +171,7 @@ async def _outbox(app: web.Application) -> AsyncIterator[None]:
 async def _subagents(app: web.Application) -> AsyncIterator[None]:
     holder, db, store = app[SETTINGS], app[STATE], app[SESSION_STORE]
     feed = RunFeed(db.runs, channels_of(app), app[METRICS])
-    children = ChildSessions(
-        holder, store, app[PROVIDERS], app[TOOLS].get, app[CONTEXTS], app[METRICS]
-    )
+    children = ChildSessions(app[TURN_FACTORY])
     announcer = Announcer(
         holder=holder,
         db=db,
@@ -176,9 +183,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
     )
     runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
-    manager = RunManager(
-        db=db, lane=app[LANES].subagent, runner=runner, announcer=announcer, feed=feed
-    )
+    manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
     app[RUN_CONTROL] = manager
@@ -193,16 +198,11 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
     holder, store, subagents = app[SETTINGS], app[SESSION_STORE], app[SUBAGENTS]
     lanes, replier = app[LANES], Replier(channels_of(app))
     turns = ChatTurns(
-        holder=holder,
-        store=store,
-        providers=app[PROVIDERS],
-        tools=app[TOOLS].get,
-        contexts=app[CONTEXTS],
+        factory=app[TURN_FACTORY],
         session_lane=lanes.session,
         main_lane=lanes.main,
         channels=channels_of(app),
         replier=replier,
-        metrics=app[METRICS],
     )
     commands = ChatCommands(
         db=app[STATE],

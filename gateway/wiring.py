@@ -14,7 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts
+from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
+from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
     MAIN_LANE,
@@ -30,6 +31,7 @@ from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.runtime import ChatTurns, Router
+from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
 from gateway.subagents import (
@@ -129,6 +131,7 @@ def tool_services(app: web.Application) -> dict[ServiceKey[Any], object]:
 
 
 CONTEXTS = web.AppKey("contexts", ToolContexts)
+TURN_FACTORY = web.AppKey("turn_factory", TurnFactory)
 LANES = web.AppKey("lanes", Lanes)
 ARCHIVE = web.AppKey("archive", ArchiveScheduler)
 OUTBOX = web.AppKey("outbox", Outbox)
@@ -168,3 +171,83 @@ def build_channels(settings: HeraldSettings) -> dict[str, Channel]:
 def settings_of(app: web.Application) -> HeraldSettings:
     """The settings in force for ``app`` (reloads included)."""
     return app[SETTINGS].current
+
+
+class AppParts:
+    """The parts of a started app, typed, for code that drives it from outside its handlers
+    (tests, benchmarks): each property reads the part's key."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    @property
+    def holder(self) -> SettingsHolder:
+        return self.app[SETTINGS]
+
+    @property
+    def settings(self) -> HeraldSettings:
+        return self.holder.current
+
+    @property
+    def db(self) -> StateDB:
+        return self.app[STATE]
+
+    @property
+    def store(self) -> SessionStore:
+        return self.app[SESSION_STORE]
+
+    @property
+    def lanes(self) -> Lanes:
+        return self.app[LANES]
+
+    @property
+    def providers(self) -> ProviderRegistry:
+        return self.app[PROVIDERS]
+
+    @property
+    def outbox(self) -> Outbox:
+        return self.app[OUTBOX]
+
+    @property
+    def archive(self) -> ArchiveScheduler:
+        return self.app[ARCHIVE]
+
+    @property
+    def channels(self) -> dict[str, Channel]:
+        return channels_of(self.app)
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.app[METRICS]
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self.app[TOOLS].current
+
+    @property
+    def contexts(self) -> ToolContexts:
+        return self.app[CONTEXTS]
+
+    @property
+    def turn_factory(self) -> TurnFactory:
+        return self.app[TURN_FACTORY]
+
+    @property
+    def invoker(self) -> ToolInvoker:
+        return self.app[TOOL_INVOKER]
+
+    @property
+    def runs(self) -> RunManager:
+        return self.app[SUBAGENTS].manager
+
+    @property
+    def spawner(self) -> Spawner:
+        return self.app[SUBAGENTS].spawner
+
+    @property
+    def turns(self) -> ChatTurns:
+        return self.app[CHAT].turns
+
+    @property
+    def router(self) -> Router:
+        return self.app[CHAT].router

@@ -3,6 +3,7 @@ agent's effective profile and the tool context of a session. Chat turns and sub-
 both use it."""
 
 from gateway.agent.context import ToolContexts
+from gateway.agent.factory import TurnFactory
 from gateway.agent.invoke import (
     AgentNotFoundError,
     InvokeError,
@@ -25,6 +26,7 @@ __all__ = [
     "ToolInvoker",
     "ToolNotAllowedError",
     "TranscriptSink",
+    "TurnFactory",
     "TurnOutcome",
     "TurnSetup",
     "resolve_agent",

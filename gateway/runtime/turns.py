@@ -12,20 +12,18 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from channels import Channel, InboundMessage
-from gateway.agent import StoreSink, ToolContexts, TurnSetup, resolve_agent, run_turn
+from gateway.agent import StoreSink, TurnFactory, resolve_agent, run_turn
 from gateway.delivery import Replier
 from gateway.llm import ChatMessage
-from gateway.metrics import Metrics
-from gateway.providers import ProviderError, ProviderRegistry
-from gateway.reload import SettingsHolder
+from gateway.providers import ProviderError
 from gateway.runtime.history import HistoryCache
-from gateway.sessions import SessionError, SessionStore
+from gateway.sessions import SessionError
 from gateway.state import Origin, SessionRecord
-from gateway.tools import ToolRegistry, tools_for_agent
+from gateway.tools import tools_for_agent
 from gateway.usage import format_runtime
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 
@@ -51,28 +49,19 @@ class ChatTurns:
     def __init__(
         self,
         *,
-        holder: SettingsHolder,
-        store: SessionStore,
-        providers: ProviderRegistry,
-        tools: Callable[[], ToolRegistry],
-        contexts: ToolContexts,
+        factory: TurnFactory,
         session_lane: Lane,
         main_lane: Lane,
         channels: Mapping[str, Channel],
         replier: Replier,
-        metrics: Metrics,
     ) -> None:
-        self._holder = holder
-        self._store = store
-        self._providers = providers
-        self._tools = tools
-        self._contexts = contexts
+        self._factory = factory
+        self._store = factory.store
         self._session_lane = session_lane
         self._main_lane = main_lane
         self._channels = channels
         self._replier = replier
-        self._metrics = metrics
-        self._histories = HistoryCache(store)
+        self._histories = HistoryCache(factory.store)
         self._turns: dict[str, set[JobHandle[None]]] = defaultdict(set)
 
     def __repr__(self) -> str:
@@ -126,31 +115,24 @@ class ChatTurns:
 
     async def run_turn(self, key: str, text: str) -> str:
         """One turn of session ``key``; returns the reply text (errors become a clear text)."""
-        settings = self._holder.current
+        settings = self._factory.settings
         session = await self._store.require(key)
         profile = resolve_agent(settings, session.agent_id)
         sink: StoreSink | None = None
         finished = False
         try:
-            ref = session.model or profile.model_ref
-            provider, model = self._providers.resolve(ref)
-            sink = StoreSink(
-                self._store, session, cost=model.cost, metrics=self._metrics, model_ref=ref
+            registry = self._factory.tools
+            setup, sink = self._factory.prepare(
+                session,
+                model_ref=session.model or profile.model_ref,
+                system=profile.system_prompt,
+                tools=tools_for_agent(settings, session.agent_id, registry),
+                max_iterations=profile.max_iterations,
             )
             history = await self._histories.take(key)
             user = ChatMessage(role="user", content=text)
             history.append(user)
             await sink.message(user)
-            registry = self._tools()
-            setup = TurnSetup(
-                provider=provider,
-                model_id=model.id,
-                max_tokens=model.max_tokens,
-                system=profile.system_prompt,
-                tools=tools_for_agent(settings, session.agent_id, registry),
-                max_iterations=profile.max_iterations,
-                tool_context=self._contexts.for_session(session),
-            )
             async with asyncio.timeout(profile.timeout_seconds):
                 outcome = await run_turn(setup, registry, history, sink)
             await sink.sync()

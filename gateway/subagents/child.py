@@ -8,15 +8,11 @@ system prompt plus the sub-agent suffix, the run's model and the sub-agent tool 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from importlib import resources
 
-from gateway.agent import StoreSink, ToolContexts, TurnSetup, resolve_agent
+from gateway.agent import StoreSink, TurnFactory, TurnSetup, resolve_agent
 from gateway.llm import ChatMessage
-from gateway.metrics import Metrics
-from gateway.providers import ProviderRegistry
-from gateway.reload import SettingsHolder
-from gateway.sessions import SessionStore, chat_messages_from_records
+from gateway.sessions import chat_messages_from_records
 from gateway.state import RunRecord, SessionRecord
 from gateway.tools import ToolRegistry, tools_for_subagent
 
@@ -29,52 +25,29 @@ def _subagent_suffix() -> str:
 class ChildSessions:
     """Builds what a turn in a sub-agent's session runs with."""
 
-    def __init__(
-        self,
-        holder: SettingsHolder,
-        store: SessionStore,
-        providers: ProviderRegistry,
-        tools: Callable[[], ToolRegistry],
-        contexts: ToolContexts,
-        metrics: Metrics,
-    ) -> None:
-        self._holder = holder
-        self._store = store
-        self._providers = providers
-        self._tools = tools
-        self._contexts = contexts
-        self._metrics = metrics
+    def __init__(self, turns: TurnFactory) -> None:
+        self._turns = turns
+        self._store = turns.store
 
     @property
     def tools(self) -> ToolRegistry:
         """The tool registry in force (rebuilt on reload)."""
-        return self._tools()
+        return self._turns.tools
 
     def setup(self, run: RunRecord, child: SessionRecord) -> tuple[TurnSetup, StoreSink]:
         """The turn setup and transcript sink of a turn in ``run``'s child session."""
-        settings = self._holder.current
+        settings = self._turns.settings
         target = resolve_agent(settings, run.agent_id)
-        ref = run.model or target.model_ref
-        provider, model = self._providers.resolve(ref)
-        registry = self._tools()
-        setup = TurnSetup(
-            provider=provider,
-            model_id=model.id,
-            max_tokens=model.max_tokens,
-            system=target.system_prompt.rstrip() + "\n" + _subagent_suffix(),
-            tools=tools_for_subagent(settings, run.requester_agent_id, run.agent_id, registry),
-            max_iterations=target.max_iterations,
-            tool_context=self._contexts.for_session(child, run_id=run.run_id),
-        )
-        sink = StoreSink(
-            self._store,
+        return self._turns.prepare(
             child,
-            cost=model.cost,
+            model_ref=run.model or target.model_ref,
+            system=target.system_prompt.rstrip() + "\n" + _subagent_suffix(),
+            tools=tools_for_subagent(
+                settings, run.requester_agent_id, run.agent_id, self._turns.tools
+            ),
+            max_iterations=target.max_iterations,
             run_id=run.run_id,
-            metrics=self._metrics,
-            model_ref=ref,
         )
-        return setup, sink
 
     async def history(
         self, child: SessionRecord, run: RunRecord, *, resume: bool

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from gateway.backoff import backoff
 from gateway.state import RunRecord, StateDB
-from gateway.subagents.announce import Announcer
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.runner import RunRunner
@@ -41,14 +40,12 @@ class RunManager:
         db: StateDB,
         lane: Lane,
         runner: RunRunner,
-        announcer: Announcer,
         feed: RunFeed,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
         self._lane = lane
         self._runner = runner
-        self._announcer = announcer
         self._feed = feed
         self._clock = clock
         self._handles: dict[str, JobHandle[None]] = {}
@@ -122,7 +119,9 @@ class RunManager:
         run = await self._db.runs.update(
             run_id, status="announcing", outcome="cancelled", ended_at=self._clock()
         )
-        self._feed.spawn(self._announcer.announce(run_id))
+        # Announced outside the lane (a stop should not wait behind queued runs), yet with
+        # the same retry as a run whose bookkeeping failed.
+        self._feed.spawn(self._guarded(run_id))
         return run
 
     async def stop_session(self, session_key: str) -> int:

@@ -18,21 +18,15 @@ from aiohttp import web
 from channels import Channel, OutboundMessage
 from channels.memory import MemoryChannel
 from gateway import wiring
-from gateway.agent import ToolContexts, ToolInvoker
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.api.routes import route_defs
 from gateway.app import build_app
-from gateway.archive import ArchiveScheduler
-from gateway.delivery import Outbox
-from gateway.metrics import Metrics
-from gateway.providers import ProviderRegistry, RetryPolicy
+from gateway.providers import RetryPolicy
 from gateway.reload import SettingsHolder
-from gateway.runtime import ChatTurns, Router
-from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import OutboxRecord, RunRecord, StateDB
-from gateway.subagents import RunManager, Spawner, SpawnRequest
-from gateway.tools import ToolContext, ToolRegistry
+from gateway.state import OutboxRecord, RunRecord
+from gateway.subagents import SpawnRequest
+from gateway.tools import ToolContext
 from tests.fakes.openai import FakeOpenAI
 
 #: Guard against a hung test; never an assertion about speed.
@@ -138,82 +132,13 @@ def fake_model_config(fake: FakeOpenAI, extra: dict[str, Any] | None = None) -> 
 
 
 @dataclass
-class Harness:
+class Harness(wiring.AppParts):
+    """A started gateway (its parts: :class:`gateway.wiring.AppParts`) and its memory chat."""
+
     app: web.Application
     channel: MemoryChannel
     settled: dict[str, OutboxRecord]
     changed: asyncio.Condition
-
-    # -- the app's parts --------------------------------------------------------------------
-
-    @property
-    def holder(self) -> SettingsHolder:
-        return self.app[wiring.SETTINGS]
-
-    @property
-    def settings(self) -> HeraldSettings:
-        return self.holder.current
-
-    @property
-    def db(self) -> StateDB:
-        return self.app[wiring.STATE]
-
-    @property
-    def store(self) -> SessionStore:
-        return self.app[SESSION_STORE]
-
-    @property
-    def lanes(self) -> wiring.Lanes:
-        return self.app[wiring.LANES]
-
-    @property
-    def providers(self) -> ProviderRegistry:
-        return self.app[wiring.PROVIDERS]
-
-    @property
-    def outbox(self) -> Outbox:
-        return self.app[wiring.OUTBOX]
-
-    @property
-    def archive(self) -> ArchiveScheduler:
-        return self.app[wiring.ARCHIVE]
-
-    @property
-    def channels(self) -> dict[str, Channel]:
-        channels: dict[str, Channel] = self.app[wiring.CHANNELS]
-        return channels
-
-    @property
-    def metrics(self) -> Metrics:
-        return self.app[wiring.METRICS]
-
-    @property
-    def tools(self) -> ToolRegistry:
-        return self.app[wiring.TOOLS].current
-
-    @property
-    def contexts(self) -> ToolContexts:
-        return self.app[wiring.CONTEXTS]
-
-    @property
-    def invoker(self) -> ToolInvoker:
-        return self.app[TOOL_INVOKER]
-
-    @property
-    def runs(self) -> RunManager:
-        return self.app[wiring.SUBAGENTS].manager
-
-    @property
-    def spawner(self) -> Spawner:
-        return self.app[wiring.SUBAGENTS].spawner
-
-    @property
-    def turns(self) -> ChatTurns:
-        return self.app[wiring.CHAT].turns
-
-    @property
-    def router(self) -> Router:
-        return self.app[wiring.CHAT].router
 
     # -- acting and waiting -----------------------------------------------------------------
 

@@ -53,16 +53,11 @@ async def make_turns(gw: Harness) -> AsyncIterator[MakeTurns]:
 
     def make(*, session_lane: Lane | None = None, main_lane: Lane | None = None) -> ChatTurns:
         turns = ChatTurns(
-            holder=gw.holder,
-            store=gw.store,
-            providers=gw.providers,
-            tools=lambda: gw.tools,
-            contexts=gw.contexts,
+            factory=gw.turn_factory,
             session_lane=session_lane or gw.lanes.session,
             main_lane=main_lane or gw.lanes.main,
             channels=gw.channels,
             replier=Replier(gw.channels),
-            metrics=gw.metrics,
         )
         made.append(turns)
         return turns
