@@ -51,6 +51,11 @@ _TAIL_CHUNK: Final = 64 * 1024
 _ts_cache: tuple[int, str] = (-1, "")
 
 
+def optional_iso(at: float | None) -> str | None:
+    """:func:`iso_timestamp` of ``at``, or None when there is no time."""
+    return iso_timestamp(at) if at is not None else None
+
+
 def iso_timestamp(at: float | None = None) -> str:
     """``2026-01-31T14:55:37.123Z`` for ``at`` (epoch seconds; default now)."""
     global _ts_cache

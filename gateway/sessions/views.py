@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.sessions.paths import transcript_path
-from gateway.sessions.transcript import iso_timestamp
+from gateway.sessions.transcript import iso_timestamp, optional_iso
 from gateway.shapes import Origin, Session, Usage
 from gateway.state import SessionRecord
 
@@ -30,9 +30,9 @@ def session_view(record: SessionRecord, path: Path | None) -> Session:
         updated_at=iso_timestamp(record.updated_at),
         usage=Usage.of(record.usage),
         cost_usd=record.cost_usd,
-        archive_due_at=_iso(record.archive_due_at),
+        archive_due_at=optional_iso(record.archive_due_at),
         archived=record.archived,
-        archived_at=_iso(record.archived_at),
+        archived_at=optional_iso(record.archived_at),
         transcript_path=os.fspath(path) if path else None,
     )
 
@@ -47,7 +47,3 @@ def current_transcript_path(state_dir: Path, record: SessionRecord) -> Path | No
     if record.archived:
         return Path(record.archived_path) if record.archived_path else None
     return transcript_path(state_dir, record.agent_id, record.session_id)
-
-
-def _iso(at: float | None) -> str | None:
-    return iso_timestamp(at) if at is not None else None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from gateway.sessions import optional_iso
 from gateway.shapes import Announce, Origin, Run, Usage
 from gateway.state import RunRecord
 from gateway.usage import format_cost, format_runtime, format_tokens
@@ -28,13 +28,6 @@ def runtime_seconds(run: RunRecord) -> float | None:
     return run.ended_at - run.started_at
 
 
-def _iso(at: float | None) -> str | None:
-    if at is None:
-        return None
-    stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
-
-
 def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
     """A run as the API, the CLI and chat commands show it; ``transcript_path`` overrides
     the recorded live path (an archived run's transcript has moved)."""
@@ -53,9 +46,9 @@ def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
         cleanup=run.cleanup,
         run_timeout_seconds=run.run_timeout_seconds,
         origin=Origin.of(run.origin),
-        created_at=_iso(run.created_at),
-        started_at=_iso(run.started_at),
-        ended_at=_iso(run.ended_at),
+        created_at=optional_iso(run.created_at),
+        started_at=optional_iso(run.started_at),
+        ended_at=optional_iso(run.ended_at),
         runtime_seconds=runtime_seconds(run),
         usage=Usage.of(run.usage),
         cost_usd=run.cost_usd,
