@@ -138,14 +138,9 @@ class SessionsListTool(Tool[SessionsListParams]):
     async def run(self, params: SessionsListParams, ctx: ToolContext) -> ToolOutput:
         store = ctx.service(SESSIONS)
         scope = SessionScope(store, ctx)
-        # "agent" narrows in the query; "tree" is checked per session (parent links).
-        agent_id = ctx.agent_id if scope.visibility == "agent" else None
-        every = await store.list(
-            include_subagents=params.include_subagents,
-            agent_id=agent_id,
-            limit=params.limit if scope.visibility != "tree" else None,
+        records = await scope.listing(
+            include_subagents=params.include_subagents, limit=params.limit
         )
-        records = (await scope.only_visible(every))[: params.limit]
         return ToolOutput.json({"sessions": [store.describe(record) for record in records]})
 
 

@@ -11,7 +11,6 @@ session exists. The session tools and the orchestration tools all ask :class:`Se
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Literal
 
 from gateway.sessions import SessionNotFoundError, SessionStore
@@ -59,6 +58,25 @@ class SessionScope:
             raise SessionNotFoundError(key)
         return record
 
-    async def only_visible(self, records: Iterable[SessionRecord]) -> list[SessionRecord]:
-        """``records`` in scope, in their order."""
-        return [record for record in records if await self.sees(record)]
+    async def listing(self, *, include_subagents: bool, limit: int) -> list[SessionRecord]:
+        """The sessions in scope, most recently updated first (``sessions_list``).
+
+        "tree" walks down from the calling session by parent links (one query per session
+        of the tree), never through every session of the gateway.
+        """
+        if self.visibility != "tree":
+            agent_id = self.agent_id if self.visibility == "agent" else None
+            return await self._store.list(
+                include_subagents=include_subagents, agent_id=agent_id, limit=limit
+            )
+        origin = await self._store.get(self.origin_key)
+        if origin is None or origin.archived:
+            return []
+        found = [origin] if include_subagents or not origin.is_subagent else []
+        frontier = [origin.key] if include_subagents else []
+        while frontier:
+            children = await self._store.list(include_subagents=True, parent_key=frontier.pop())
+            found += children
+            frontier += [child.key for child in children]
+        found.sort(key=lambda record: record.updated_at, reverse=True)
+        return found[:limit]

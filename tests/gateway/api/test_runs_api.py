@@ -289,3 +289,27 @@ async def test_invoke_reports_unknown_keys_first_and_refuses_a_null_session_key(
         for body, code, field in cases:
             status, got = await invoke(client, body)
             assert (status, got["error"]["code"], got["error"]["field"]) == (400, code, field)
+
+
+async def test_visibility_agent_stops_at_the_agent_and_all_sees_every_session(
+    tmp_path: Path,
+) -> None:
+    """ "agent": the main agent's chat lists its agent's sessions but not another agent's;
+    "all": it sees them too."""
+    for visibility, sees_other in (("agent", False), ("all", True)):
+        config = {"agent": {"sessionTools": {"visibility": visibility}}}
+        (tmp_path / visibility).mkdir()
+        async with api(tmp_path / visibility, config) as (gw, client):
+            await gw.say("hello", chat_id="alice")
+            await gw.reply("alice")
+            other = (await gw.store.ensure("agent:other:main")).key
+            alice = "agent:main:memory:channel:alice"
+            _, listed = await invoke(client, {"tool": "sessions_list", "sessionKey": alice})
+            keys = {s["key"] for s in listed["result"]["sessions"]}
+            assert alice in keys
+            assert (other in keys) is sees_other, visibility
+            _, history = await invoke(
+                client,
+                {"tool": "sessions_history", "args": {"sessionKey": other}, "sessionKey": alice},
+            )
+            assert history["ok"] is sees_other, visibility
