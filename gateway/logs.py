@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import orjson
@@ -68,7 +68,11 @@ class RepeatLimiter(logging.Filter):
     were held back. Errors and worse always pass (they are rare and each may matter)."""
 
     def __init__(
-        self, *, burst: int = 5, window: float = 60.0, clock: Any = time.monotonic
+        self,
+        *,
+        burst: int = 5,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         self._burst = burst

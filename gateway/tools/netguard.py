@@ -107,11 +107,3 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-def resolve_result(host: str, address: str, port: int) -> ResolveResult:
-    """One :class:`ResolveResult` (for resolvers written by hand, such as tests' own)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    return ResolveResult(
-        hostname=host, host=address, port=port, family=family, proto=0, flags=socket.AI_NUMERICHOST
-    )

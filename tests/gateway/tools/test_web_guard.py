@@ -18,10 +18,16 @@ from gateway.tools.netguard import (
     GuardedResolver,
     NetworkGuard,
     blocked_reason,
-    resolve_result,
 )
 from gateway.tools.web import WebFetchTool
 from tests.gateway.tools.conftest import MakeCtx
+
+
+def resolve_result(host: str, address: str, port: int) -> ResolveResult:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return ResolveResult(
+        hostname=host, host=address, port=port, family=family, proto=0, flags=socket.AI_NUMERICHOST
+    )
 
 
 class MapResolver(AbstractResolver):
