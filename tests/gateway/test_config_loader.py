@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -12,21 +12,7 @@ from pydantic import SecretStr
 from gateway.config import LoadedSettings, load_settings
 from gateway.errors import ConfigError, ConfigIssue
 from gateway.settings import HeraldSettings
-
-WriteFile = Callable[[str, str | bytes], Path]
-
-
-@pytest.fixture
-def write(tmp_path: Path) -> WriteFile:
-    def _write(name: str, content: str | bytes) -> Path:
-        path = tmp_path / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-        return path
-
-    return _write
+from tests.gateway.conftest import WriteFile
 
 
 def issues_of(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,21 +9,7 @@ import pytest
 from gateway.config._file import read_config_file
 from gateway.config._interpolation import Unresolved
 from gateway.errors import ConfigError, ConfigIssue
-
-WriteFile = Callable[[str, str | bytes], Path]
-
-
-@pytest.fixture
-def write(tmp_path: Path) -> WriteFile:
-    def _write(name: str, content: str | bytes) -> Path:
-        path = tmp_path / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-        return path
-
-    return _write
+from tests.gateway.conftest import WriteFile
 
 
 def only_issue(excinfo: pytest.ExceptionInfo[ConfigError]) -> ConfigIssue:

@@ -8,7 +8,6 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,15 +41,6 @@ class CrashingChannel(MemoryChannel):
 
     async def send(self, message: OutboundMessage) -> SentMessage:
         raise RuntimeError("channel bug")
-
-
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[StateDB]:
-    database = await StateDB.open(tmp_path / "herald.db")
-    try:
-        yield database
-    finally:
-        await database.close()
 
 
 @pytest.fixture
