@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
+from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
@@ -53,6 +53,7 @@ from gateway.wiring import (
     CHAT,
     CONFIG_DIR,
     CONTEXTS,
+    CONVERSATIONS,
     DELIVERY_LISTENERS,
     LANES,
     METRICS,
@@ -129,6 +130,7 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
         contexts=app[CONTEXTS],
         metrics=app[METRICS],
     )
+    app[CONVERSATIONS] = Conversations(app[TURN_FACTORY])
     yield
 
 
@@ -198,7 +200,7 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
     holder, store, subagents = app[SETTINGS], app[SESSION_STORE], app[SUBAGENTS]
     lanes, replier = app[LANES], Replier(channels_of(app))
     turns = ChatTurns(
-        factory=app[TURN_FACTORY],
+        conversations=app[CONVERSATIONS],
         session_lane=lanes.session,
         main_lane=lanes.main,
         channels=channels_of(app),

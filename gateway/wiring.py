@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
+from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
@@ -132,6 +132,7 @@ def tool_services(app: web.Application) -> dict[ServiceKey[Any], object]:
 
 CONTEXTS = web.AppKey("contexts", ToolContexts)
 TURN_FACTORY = web.AppKey("turn_factory", TurnFactory)
+CONVERSATIONS = web.AppKey("conversations", Conversations)
 LANES = web.AppKey("lanes", Lanes)
 ARCHIVE = web.AppKey("archive", ArchiveScheduler)
 OUTBOX = web.AppKey("outbox", Outbox)
@@ -231,6 +232,10 @@ class AppParts:
     @property
     def turn_factory(self) -> TurnFactory:
         return self.app[TURN_FACTORY]
+
+    @property
+    def conversations(self) -> Conversations:
+        return self.app[CONVERSATIONS]
 
     @property
     def invoker(self) -> ToolInvoker:

@@ -3,7 +3,9 @@ agent's effective profile and the tool context of a session. Chat turns and sub-
 both use it."""
 
 from gateway.agent.context import ToolContexts
+from gateway.agent.conversation import Conversations, TurnResult
 from gateway.agent.factory import TurnFactory
+from gateway.agent.history import HistoryCache, trim_history
 from gateway.agent.invoke import (
     AgentNotFoundError,
     InvokeError,
@@ -18,7 +20,9 @@ from gateway.agent.turn import EndedBy, TranscriptSink, TurnOutcome, TurnSetup, 
 __all__ = [
     "AgentNotFoundError",
     "AgentProfile",
+    "Conversations",
     "EndedBy",
+    "HistoryCache",
     "InvokeError",
     "SessionNotFoundError",
     "StoreSink",
@@ -28,8 +32,10 @@ __all__ = [
     "TranscriptSink",
     "TurnFactory",
     "TurnOutcome",
+    "TurnResult",
     "TurnSetup",
     "resolve_agent",
     "run_turn",
     "subagent_model_ref",
+    "trim_history",
 ]

@@ -18,7 +18,7 @@ from gateway.tools import ToolContext, ToolOutput, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
-EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations"]
+EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations", "yield"]
 SPAWN_TOOL = "sessions_spawn"
 
 
@@ -143,7 +143,10 @@ async def run_turn(
         ending = await run_tools(reply.tool_calls, setup, registry, history, sink)
         if ending is not None:
             outcome.submitted = ending.data
-            if ending.data is not None and "error" in ending.data:
+            if ending.data is not None and ending.data.get("status") == "yielded":
+                outcome.ended_by = "yield"
+                outcome.text = str(ending.data.get("message") or "")
+            elif ending.data is not None and "error" in ending.data:
                 outcome.ended_by = "submit_error"
                 outcome.text = str(ending.data["error"])
             else:

@@ -26,6 +26,8 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
     {"done", "error", "timeout", "cancelled", "interrupted"}
 )
 Cleanup = Literal["delete", "keep"]
+Completion = Literal["pending", "delivered", "consumed"]
+BatchState = Literal["waiting", "following", "done"]
 #: ``sending`` is written before a send and left behind only by a crash mid-send; such an
 #: item is never sent again (at most once) but recorded as uncertain.
 OutboxState = Literal["pending", "sending", "delivered", "failed"]
@@ -231,6 +233,16 @@ class RunRecord:
     outcome: RunStatus | None = None
     #: The announce message as composed (reply + stats line), whether or not it was posted.
     announce_text: str | None = None
+    #: The run whose session spawned this one (None for a run a person's session spawned).
+    parent_run_id: str | None = None
+    #: 1 for a run spawned from a person's session, d + 1 for one spawned by a depth-d run.
+    depth: int = 1
+    #: The ``sessions_yield`` batch this run belongs to, if any.
+    batch_id: str | None = None
+    #: The result's way into the requester's conversation (see the schema docstring).
+    completion: Completion | None = None
+    #: A ``subagents wait`` is waiting for this run: its announce is held for the waiter.
+    held: bool = False
 
     @property
     def usage(self) -> Usage:
@@ -277,6 +289,36 @@ class OutboxRecord:
     last_error: str | None = None
     delivered_at: float | None = None
     message_ids: tuple[str, ...] = ()
+    #: The batch whose follow-up reply this item posts.
+    batch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A ``sessions_yield`` batch; fields are the ``batches`` columns. ``run_ids`` is in
+    spawn order; ``run_id`` is the yielding run when the requester is a sub-agent."""
+
+    batch_id: str
+    session_key: str
+    run_ids: tuple[str, ...]
+    first_spawn_at: float
+    created_at: float
+    deadline_at: float
+    run_id: str | None = None
+    message: str | None = None
+    origin_channel: str | None = None
+    origin_account: str | None = None
+    origin_chat_id: str | None = None
+    origin_thread_id: str | None = None
+    origin_chat_type: str | None = None
+    state: BatchState = "waiting"
+    followup_started_at: float | None = None
+    ended_at: float | None = None
+    reply_text: str | None = None
+
+    @property
+    def origin(self) -> Origin | None:
+        return origin_from_columns(dataclasses.asdict(self))
 
 
 def field_names(cls: type[Any]) -> tuple[str, ...]:
@@ -285,11 +327,13 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
 
 RUN_COLUMNS: Final = field_names(RunRecord)
 OUTBOX_COLUMNS: Final = field_names(OutboxRecord)
+BATCH_COLUMNS: Final = field_names(BatchRecord)
 
 
 def run_from_row(row: sqlite3.Row) -> RunRecord:
     values = {name: row[name] for name in RUN_COLUMNS}
     values["model_applied"] = bool(values["model_applied"])
+    values["held"] = bool(values["held"])
     return RunRecord(**values)
 
 
@@ -298,6 +342,12 @@ def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
     ids = values["message_ids"]
     values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
     return OutboxRecord(**values)
+
+
+def batch_from_row(row: sqlite3.Row) -> BatchRecord:
+    values = {name: row[name] for name in BATCH_COLUMNS}
+    values["run_ids"] = tuple(orjson.loads(values["run_ids"]))
+    return BatchRecord(**values)
 
 
 def to_column_value(value: Any) -> Any:
