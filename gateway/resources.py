@@ -38,8 +38,11 @@ from gateway.subagents import (
     SESSIONS,
     SPAWNER,
     TURNS,
+    YIELDS,
     Announcer,
+    BatchCoordinator,
     ChildSessions,
+    Completions,
     RunFeed,
     RunManager,
     RunRunner,
@@ -174,6 +177,19 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     holder, db, store = app[SETTINGS], app[STATE], app[SESSION_STORE]
     feed = RunFeed(db.runs, channels_of(app), app[METRICS])
     children = ChildSessions(app[TURN_FACTORY])
+    lanes = app[LANES]
+    completions = Completions(
+        db=db, store=store, conversations=app[CONVERSATIONS], session_lane=lanes.session
+    )
+    batches = BatchCoordinator(
+        db=db,
+        store=store,
+        conversations=app[CONVERSATIONS],
+        session_lane=lanes.session,
+        main_lane=lanes.main,
+        outbox=app[OUTBOX],
+        completions=completions,
+    )
     announcer = Announcer(
         holder=holder,
         db=db,
@@ -183,17 +199,21 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         archive=app[ARCHIVE],
         feed=feed,
         metrics=app[METRICS],
+        on_final=batches.hand_on,
     )
     runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
-    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
+    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches)
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
+    app[TOOL_SERVICES][YIELDS] = batches
     try:
         yield
     finally:
         await manager.close(0)  # idempotent: the drain has closed it already
+        batches.close()
+        completions.close()
 
 
 async def _chat(app: web.Application) -> AsyncIterator[None]:
@@ -241,6 +261,8 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
             manager=subagents.manager,
             announcer=subagents.announcer,
         )
+        await subagents.completions.recover()
+        await subagents.batches.recover()
         logger.info("gateway ready")
         yield
     finally:

@@ -36,8 +36,11 @@ from gateway.settings import HeraldSettings
 from gateway.state import StateDB
 from gateway.subagents import (
     Announcer,
+    BatchCoordinator,
+    Completions,
     RunManager,
     Spawner,
+    register_orchestration_tools,
     register_session_tools,
 )
 from gateway.tools import ServiceKey, ToolRegistry, default_registry
@@ -99,6 +102,8 @@ class SubagentParts:
     manager: RunManager
     spawner: Spawner
     announcer: Announcer
+    completions: Completions
+    batches: BatchCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,7 @@ def build_tools(settings: HeraldSettings) -> ToolRegistry:
     """Every tool: the built-ins, then the session tools."""
     registry = default_registry(settings)
     register_session_tools(registry)
+    register_orchestration_tools(registry)
     return registry
 
 
