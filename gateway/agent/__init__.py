@@ -15,7 +15,15 @@ from gateway.agent.invoke import (
 )
 from gateway.agent.profile import AgentProfile, resolve_agent, subagent_model_ref
 from gateway.agent.sink import StoreSink
-from gateway.agent.turn import EndedBy, TranscriptSink, TurnOutcome, TurnSetup, run_turn
+from gateway.agent.turn import (
+    EndedBy,
+    Inbox,
+    Injected,
+    TranscriptSink,
+    TurnOutcome,
+    TurnSetup,
+    run_turn,
+)
 
 __all__ = [
     "AgentNotFoundError",
@@ -23,6 +31,8 @@ __all__ = [
     "Conversations",
     "EndedBy",
     "HistoryCache",
+    "Inbox",
+    "Injected",
     "InvokeError",
     "SessionNotFoundError",
     "StoreSink",
