@@ -183,6 +183,7 @@ class BatchCoordinator:
             return
         runs = await self._db.batches.runs_of(batch)
         key = batch.session_key
+        logger.info("batch follow-up started", extra={"batch": batch_id})
         async with self._main_lane.slot():
             records = (await self._store.read(key)).records
             if _followup_begun(records, batch_id):
