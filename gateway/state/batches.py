@@ -21,7 +21,7 @@ from gateway.state._sql import (
     integrity_error,
     update_assignments,
 )
-from gateway.state.errors import RecordNotFoundError
+from gateway.state.errors import RecordConflictError, RecordNotFoundError
 from gateway.state.rows import (
     BATCH_COLUMNS,
     FINISHED_STATUSES,
@@ -165,6 +165,8 @@ class BatchesTable:
 
         def run(conn: sqlite3.Connection) -> RunRecord:
             current = _run(conn, run_id)
+            if current.finished:  # a final run never changes; a second completion is refused
+                raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
             update = {**changes, "completion": "pending"}
             if current.batch_id is not None:
                 update["announce_state"] = "consumed"
@@ -267,12 +269,12 @@ class BatchesTable:
 
     async def mark_delivered(self, run_id: str) -> bool:
         """The completion was written into the requester's history; False if it had been
-        taken (consumed) or delivered meanwhile."""
+        taken (consumed), delivered meanwhile, or belongs to a batch or a wait instead."""
 
         def run(conn: sqlite3.Connection) -> bool:
             sql = (
                 "UPDATE runs SET completion = 'delivered' WHERE run_id = ?"
-                " AND completion = 'pending'"
+                " AND completion = 'pending' AND batch_id IS NULL AND held = 0"
             )
             return conn.execute(sql, (run_id,)).rowcount == 1
 
