@@ -76,7 +76,11 @@ async def serve(
 
     logger.info(
         "gateway starting",
-        extra={"host": settings.gateway.host, "port": settings.gateway.port},
+        extra={
+            "host": settings.gateway.host,
+            "port": settings.gateway.port,
+            "config": holder.path or "embedded defaults",
+        },
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, request_stop, signal.Signals(signum).name)
