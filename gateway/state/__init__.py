@@ -25,6 +25,7 @@ from gateway.state.rows import (
     SessionRecord,
 )
 from gateway.state.runs import RunsTable
+from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "RunStatus",
     "RunsTable",
     "SchemaError",
+    "SeenTable",
     "SessionKind",
     "SessionRecord",
     "SessionsTable",

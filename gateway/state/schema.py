@@ -7,7 +7,8 @@ version intact. Never edit a released migration: append a new one.
 Timestamps are epoch seconds (REAL). ``sessions`` is the index of every session; a session
 is archived when ``archived_at`` is set and keeps its row (usage stays queryable).
 ``runs`` records sub-agent runs; ``outbox`` holds announce deliveries (at most one per
-run). ``message_ids`` is a JSON list of the provider's message ids.
+run). ``message_ids`` is a JSON list of the provider's message ids. ``seen_keys`` (version 2)
+remembers the chat events already handled.
 """
 
 from __future__ import annotations
@@ -114,5 +115,17 @@ _V1: Final = (
     "CREATE INDEX outbox_due ON outbox (state, next_attempt_at)",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1,)
+#: Keys of chat events already handled (a channel's event ids and request signatures), each
+#: until ``expires_at``: a repeat or a replay inside that window is dropped, across restarts.
+_V2: Final = (
+    """
+    CREATE TABLE seen_keys (
+        key TEXT PRIMARY KEY,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX seen_keys_expiry ON seen_keys (expires_at)",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
 LATEST_VERSION: Final = len(MIGRATIONS)
