@@ -12,6 +12,7 @@ from channels.base import (
 )
 from channels.errors import ChannelError, ChannelSendError, ChannelStartError
 from channels.probe import ProbeOutcome, ProbeResult
+from channels.replay import MemorySeenKeys, SeenKeys
 
 __all__ = [
     "Channel",
@@ -21,10 +22,12 @@ __all__ = [
     "ChatType",
     "InboundHandler",
     "InboundMessage",
+    "MemorySeenKeys",
     "OutboundKind",
     "OutboundMessage",
     "ProbeOutcome",
     "ProbeResult",
     "RunUpdate",
+    "SeenKeys",
     "SentMessage",
 ]

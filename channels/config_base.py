@@ -17,6 +17,9 @@ class ConfigModel(BaseModel):
         extra="forbid",
         frozen=True,
         validate_default=True,
+        # JSON5 reads Infinity and NaN, TOML inf and nan, and 1e999 overflows to infinity; no
+        # setting means any of them, and a run record holding one is not valid JSON.
+        allow_inf_nan=False,
     )
 
 

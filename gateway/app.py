@@ -35,6 +35,7 @@ from gateway.wiring import (
     STATE,
     TIMING,
     Lanes,
+    StateSeenKeys,
     Timing,
     build_channels,
     channels_of,
@@ -88,7 +89,9 @@ def build_app(
     app[METRICS] = Metrics()
     app[TIMING] = timing or Timing()
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
-    app[CHANNELS] = build_channels(holder.current) if channels is None else channels
+    if channels is None:
+        channels = build_channels(holder.current, seen=StateSeenKeys(app))
+    app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the
     # drain delivers while every channel is still connected.
     app.on_shutdown.append(drain)

@@ -241,6 +241,7 @@ class HeraldSettings(BaseSettings):
         extra="forbid",
         frozen=True,
         validate_default=True,
+        allow_inf_nan=ConfigModel.model_config["allow_inf_nan"],
     )
 
     gateway: GatewayConfig = GatewayConfig()

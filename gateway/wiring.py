@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from channels import Channel
+from channels import Channel, SeenKeys
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
@@ -155,14 +156,26 @@ def build_tools(settings: HeraldSettings) -> ToolRegistry:
     return registry
 
 
-def build_channels(settings: HeraldSettings) -> dict[str, Channel]:
-    """The enabled channels, not yet started."""
+class StateSeenKeys:
+    """The channels' memory of handled events (:class:`channels.replay.SeenKeys`), in the
+    state database of ``app``. Channels are built before the database opens, so it is looked
+    up at each call; channels receive only after it opened and stop before it closes."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+
+    async def first_sighting(self, keys: Sequence[str], ttl_seconds: float) -> bool:
+        return await self._app[STATE].seen.first_sighting(keys, ttl_seconds)
+
+
+def build_channels(settings: HeraldSettings, *, seen: SeenKeys | None = None) -> dict[str, Channel]:
+    """The enabled channels, not yet started; ``seen`` remembers the events they handled."""
     channels: dict[str, Channel] = {}
     config = settings.channels
     if config.slack.enabled:
         from channels.slack import SlackChannel
 
-        channels["slack"] = SlackChannel(config.slack)
+        channels["slack"] = SlackChannel(config.slack, seen=seen)
     if config.discord.enabled:
         from channels.discord import DiscordChannel
 

@@ -5,8 +5,11 @@
 Slack's signature (bad or stale: 401) and answers ``url_verification``. Listeners run before
 the ack (``process_before_response``) but only filter and hand the message to a task of
 their own, so Slack gets its ack at once and :meth:`stop` can see every call in flight.
-Events Slack sends again (``X-Slack-Retry-Num``/``retry_attempt``, same ``event_id``) are
-acked and dropped, and so is the ``app_mention`` twin of a ``message`` event.
+Events Slack sends again (``X-Slack-Retry-Num``/``retry_attempt``, same ``event_id``) and
+signed requests replayed while their signature is valid are acked and dropped: their keys
+(:func:`channels.slack.events.replay_keys`) go to a :class:`channels.replay.SeenKeys` that
+the gateway keeps in its state database, so this holds after any number of other events
+and across a restart. The ``app_mention`` twin of a ``message`` event is dropped too.
 Which events count and how they become :class:`InboundMessage`: :mod:`channels.slack.events`.
 Sending and the retry policy: :mod:`channels.slack.delivery`.
 
@@ -27,15 +30,17 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from slack_bolt import BoltResponse
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
 from channels.config_base import secret_value
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+from channels.replay import MemorySeenKeys, SeenKeys
 from channels.slack.config import SlackConfig
 from channels.slack.constants import (
     ACTIVE_THREADS_CAPACITY,
@@ -45,6 +50,7 @@ from channels.slack.constants import (
     DEDUPE_CAPACITY,
     EVENTS_PATH,
     MAX_PENDING_INBOUND,
+    REPLAY_WINDOW_SECONDS,
     STOP_GRACE,
     WORKING_REACTION,
 )
@@ -54,6 +60,7 @@ from channels.slack.events import (
     RecentKeys,
     inbound_from_command,
     inbound_from_event,
+    replay_keys,
 )
 from channels.slack.probe import probe_auth
 
@@ -64,7 +71,10 @@ _sdk_log = logging.getLogger(f"{__name__}.sdk")
 class SlackChannel(Channel):
     """Slack through slack-bolt, in Socket Mode or HTTP mode (``channels.slack.mode``)."""
 
-    def __init__(self, config: SlackConfig, *, name: str = "slack") -> None:
+    def __init__(
+        self, config: SlackConfig, *, name: str = "slack", seen: SeenKeys | None = None
+    ) -> None:
+        """``seen`` remembers handled requests (default: in memory, until a restart)."""
         self.name = name
         self._config = config
         self._routes_added = False
@@ -77,6 +87,11 @@ class SlackChannel(Channel):
         self._context: EventContext | None = None
         self._team_id: str | None = None
         self._seen = RecentKeys(DEDUPE_CAPACITY)
+        self._requests: SeenKeys = MemorySeenKeys(DEDUPE_CAPACITY) if seen is None else seen
+        # Used only while ``seen`` fails (the state database unwritable): a repeat is still
+        # dropped within this process rather than every event being refused.
+        self._fallback = MemorySeenKeys(DEDUPE_CAPACITY)
+        self._seen_failing = False
         self._threads = RecentKeys(ACTIVE_THREADS_CAPACITY)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -180,6 +195,8 @@ class SlackChannel(Channel):
             raise ChannelStartError("slack: Socket Mode websocket did not connect") from exc
 
     def _register(self, app: AsyncApp) -> None:
+        # After bolt's own middleware: only requests whose signature checked out are recorded.
+        app.middleware(self._drop_repeats)
         app.event("message")(self._on_message)
         app.event("app_mention")(self._on_message)
         for command in COMMANDS:
@@ -260,8 +277,35 @@ class SlackChannel(Channel):
 
     # -- inbound -----------------------------------------------------------------------------
 
-    async def _on_message(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if not self._first_delivery(body) or self._context is None:
+    async def _drop_repeats(
+        self,
+        req: AsyncBoltRequest,
+        resp: BoltResponse,
+        body: dict[str, Any],
+        next: Callable[[], Awaitable[None]],
+    ) -> BoltResponse:
+        keys = [f"{self.name}:{key}" for key in replay_keys(req.headers, body)]
+        if keys and not await self._first_sighting(keys):
+            log.info("slack: dropped a repeated or replayed request")
+            return BoltResponse(status=200, body="")
+        await next()
+        return resp
+
+    async def _first_sighting(self, keys: list[str]) -> bool:
+        try:
+            new = await self._requests.first_sighting(keys, REPLAY_WINDOW_SECONDS)
+        except Exception as exc:
+            if not self._seen_failing:
+                log.warning("slack: cannot record seen requests (%s); remembering in memory", exc)
+            self._seen_failing = True
+            return self._fallback.first_sighting_now(keys, REPLAY_WINDOW_SECONDS)
+        if self._seen_failing:
+            log.info("slack: recording seen requests again")
+            self._seen_failing = False
+        return new
+
+    async def _on_message(self, event: dict[str, Any]) -> None:
+        if self._context is None:
             return
         message = inbound_from_event(event, self._context)
         if message is None or not self._seen.add(f"msg:{message.chat_id}:{message.message_id}"):
@@ -272,24 +316,11 @@ class SlackChannel(Channel):
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
-        # A signed request replayed within Slack's five-minute window carries the same
-        # trigger_id: run the command once.
-        trigger = command.get("trigger_id")
-        if isinstance(trigger, str) and not self._seen.add(f"command:{trigger}"):
-            log.info("slack: repeated slash command ignored")
-            return
         if self._context is not None and (message := inbound_from_command(command, self._context)):
             self._dispatch(message)
 
     async def _on_other_event(self, event: dict[str, Any]) -> None:
         log.debug("slack: ignored %s event", event.get("type"))
-
-    def _first_delivery(self, body: dict[str, Any]) -> bool:
-        event_id = body.get("event_id")
-        if isinstance(event_id, str) and not self._seen.add(f"event:{event_id}"):
-            log.debug("slack: dropped a repeat of event %s", event_id)
-            return False
-        return True
 
     def _dispatch(self, message: InboundMessage) -> None:
         handler = self._handler

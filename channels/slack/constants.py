@@ -18,10 +18,16 @@ CHUNK_LIMIT: Final = 3_000
 #: Inbound text beyond this is cut: Slack's own ``text`` limit, so nothing real is lost.
 MAX_INBOUND_CHARS: Final = 40_000
 
-#: Event ids (and channel:ts message keys) remembered to drop Slack's retries and the
-#: message/app_mention pair of one post. Slack retries within about a minute: 2,000 ids
-#: cover that at well over ten events a second, in ~200 KB.
+#: Message keys (channel:ts) remembered in memory to drop the message/app_mention pair of
+#: one post, which Slack sends moments apart: 2,000 cover well over ten events a second in
+#: ~200 KB. Also the bound of event ids and signatures when no durable store is given.
 DEDUPE_CAPACITY: Final = 2_000
+
+#: Seconds an event id, trigger id or request signature stays remembered after it was last
+#: seen. Slack's signature check accepts a timestamp up to five minutes either side of now,
+#: so a signed request can be replayed until ten minutes after it arrived; each of Slack's
+#: retries (the last about five minutes after the first) renews its event's entry.
+REPLAY_WINDOW_SECONDS: Final = 600.0
 
 #: Threads the bot takes part in; replies there need no mention. The most recent 2,000
 #: (an older thread needs a mention again).

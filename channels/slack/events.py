@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,22 @@ class RecentKeys:
         if len(self._keys) > self._capacity:
             self._keys.popitem(last=False)
         return True
+
+
+def replay_keys(headers: Mapping[str, Sequence[str]], body: Mapping[str, Any]) -> list[str]:
+    """The keys that make a request a repeat when seen before: its signature (timestamp and
+    signature headers, HTTP mode), the event id Slack keeps across its retries, and a slash
+    command's or interaction's trigger id."""
+    keys: list[str] = []
+    stamp = next(iter(headers.get("x-slack-request-timestamp") or ()), None)
+    signature = next(iter(headers.get("x-slack-signature") or ()), None)
+    if stamp and signature:
+        keys.append(f"signature:{stamp}:{signature}")
+    for field, prefix in (("event_id", "event"), ("trigger_id", "trigger")):
+        value = body.get(field)
+        if isinstance(value, str) and value:
+            keys.append(f"{prefix}:{value}")
+    return keys
 
 
 @dataclass(frozen=True, slots=True)

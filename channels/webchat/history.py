@@ -1,11 +1,14 @@
 """Per-client history files, so a page shows its conversation after a gateway restart.
 
-One file per browser client, ``<dir>/<clientId>.jsonl``: every message frame and run-status
+One file per browser client, ``<dir>/<name>.jsonl``: every message frame and run-status
 frame the client was sent, one JSON frame per line, as sent. Client ids are checked against
-``CLIENT_ID_PATTERN`` (letters, digits, ``_`` and ``-``) before they get here, so they are
-safe file names. Loading keeps the last ``history_size`` messages and the latest status of
-each run (a torn last line, from a crash, is skipped). A file is rewritten with just that
-once it has grown to several times the history size, so it stays bounded.
+``CLIENT_ID_PATTERN`` (letters, digits, ``_`` and ``-``) before they get here; the name is
+the id itself when it is lowercase (as the page makes them), else a lowercase head and a
+hash of the id (:func:`file_name`), so ids that differ only in case never share a file,
+even on a filesystem that ignores case. Loading keeps the last ``history_size`` messages
+and the latest status of each run (a torn last line, from a crash, is skipped). A file is
+rewritten with just that once it has grown to several times the history size, so it stays
+bounded.
 
 Appends are one short line each, written in the event loop: the web chat carries a few
 frames per turn, and a local append of that size takes microseconds.
@@ -13,8 +16,10 @@ frames per turn, and a local append of that size takes microseconds.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +36,21 @@ FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
 #: Rewrite a file once it holds this many times the lines that loading would keep.
 COMPACT_FACTOR: Final = 4
+#: Client ids used as file names as they are: lowercase, not starting with ``_`` or ``-``.
+_PLAIN_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: Hex digits of SHA-256 in the name of any other id: 64 bits, no accidental collision.
+_HASH_DIGITS: Final = 16
+
+
+def file_name(client_id: str) -> str:
+    """The name (without ``.jsonl``) of ``client_id``'s history file."""
+    if not CLIENT_ID_PATTERN.fullmatch(client_id):
+        raise ValueError(f"not a web chat client id: {client_id!r:.80}")
+    if _PLAIN_NAME.fullmatch(client_id):
+        return client_id
+    digest = hashlib.sha256(client_id.encode()).hexdigest()[:_HASH_DIGITS]
+    head = client_id.lower().lstrip("_-")[: 63 - _HASH_DIGITS]
+    return f"{head}-{digest}" if head else digest
 
 
 @dataclass
@@ -54,9 +74,7 @@ class HistoryFiles:
         return f"<HistoryFiles {self.directory}>"
 
     def _path(self, client_id: str) -> Path:
-        if not CLIENT_ID_PATTERN.fullmatch(client_id):
-            raise ValueError(f"not a web chat client id: {client_id!r:.80}")
-        return self.directory / f"{client_id}.jsonl"
+        return self.directory / f"{file_name(client_id)}.jsonl"
 
     def load(self, client_id: str) -> Loaded:
         """The client's kept messages and run statuses (empty when it has no file)."""

@@ -7,6 +7,7 @@ the line of the key they are about.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -131,10 +132,37 @@ def _json5_message(exc: pyjson5.Json5DecoderException, text: str) -> tuple[str, 
     return message[:1].lower() + message[1:], offset - 1  # pyjson5 counts from 1 here
 
 
+def _overflow_issue(exc: pyjson5.Json5DecoderException, text: str, name: str) -> ConfigIssue | None:
+    """The issue for a number too large to be finite (``1e999``), naming its key.
+
+    pyjson5 reports such a number as an unclosed literal; the partial result it carries ends
+    at the key whose value it was reading.
+    """
+    raw = str(exc.args[0]) if exc.args else ""
+    near = re.search(r"NumericLiteral' starting near (\d+)", raw)
+    if not isinstance(exc, pyjson5.Json5EOF) or near is None:
+        return None
+    index = int(near.group(1)) - 1
+    literal = re.match(r"[-+]?[0-9.]+[eE][-+]?[0-9]+", text[index:])
+    if literal is None or not math.isinf(float(literal.group())):
+        return None
+    path: list[str | int] = []
+    partial = exc.args[1] if len(exc.args) > 1 else None
+    while isinstance(partial, dict | list) and partial:
+        last: str | int = next(reversed(partial)) if isinstance(partial, dict) else len(partial) - 1
+        path.append(last)
+        partial = partial[last]  # type: ignore[index]
+    line, column = line_column(text, index)
+    message = f"number {literal.group()} is out of range (numbers must be finite)"
+    return ConfigIssue(message, name, dotted(tuple(path)) or None, line, column)
+
+
 def _parse_json5(text: str, name: str) -> tuple[dict[str, object], KeyLocator]:
     try:
         data = pyjson5.decode(text)
     except pyjson5.Json5DecoderException as exc:
+        if (overflow := _overflow_issue(exc, text, name)) is not None:
+            raise ConfigError([overflow]) from None
         message, index = _json5_message(exc, text)
         raise _fail(name, message, line_column(text, index)) from None
     except (ValueError, RecursionError) as exc:  # defensive: any other parser complaint

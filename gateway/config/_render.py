@@ -1,24 +1,32 @@
 """Showing the resolved configuration (``herald config show``), every secret masked.
 
 Which values are secret is the schema's word: every ``SecretStr`` in the dumped settings is
-masked, wherever it sits (a section, a provider in ``models.providers``, a list item).
+masked, wherever it sits (a section, a provider in ``models.providers``, a list item). A
+secret's value is masked wherever else it appears too (an API key repeated in a ``baseUrl``
+as ``?key=…`` or ``https://user:…@host``), and so are the credentials of any URL's userinfo.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Literal
+import re
+from collections.abc import Sequence
+from typing import Final, Literal
 
 import orjson
 import tomli_w
 from pydantic import SecretStr
 
 from gateway.config._load import LoadedSettings
+from gateway.logs import MIN_SECRET_LENGTH
 
 #: What ``herald config show`` prints in place of a secret that is set.
 MASK = "********"
 
 RenderFormat = Literal["json5", "json", "toml"]
+
+#: ``scheme://userinfo@``: whatever sits before the ``@`` of a URL's authority is a credential.
+_URL_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]+@")
 
 
 def render_settings(loaded: LoadedSettings, fmt: RenderFormat = "json5") -> str:
@@ -29,7 +37,14 @@ def render_settings(loaded: LoadedSettings, fmt: RenderFormat = "json5") -> str:
     literal ``${`` in a value is written ``$${``).
     """
     dumped = loaded.settings.model_dump(mode="python", by_alias=True)
-    data = {key: _masked(value) for key, value in dumped.items()}
+    # Shorter values are left alone, as in the logs: masking every "abc" would garble more
+    # than it hides. Longest first, so a secret that contains another is masked whole.
+    secrets = sorted(
+        {s for s in loaded.settings.secret_values() if len(s) >= MIN_SECRET_LENGTH},
+        key=len,
+        reverse=True,
+    )
+    data = {_hidden(key, secrets): _masked(value, secrets) for key, value in dumped.items()}
     source = str(loaded.path) if loaded.path else "built-in defaults"
     header = f"Herald configuration resolved from {source}; secrets masked".replace("\n", " ")
     if fmt == "json":
@@ -42,16 +57,27 @@ def render_settings(loaded: LoadedSettings, fmt: RenderFormat = "json5") -> str:
     raise ValueError(f"unknown format {fmt!r}; use json5, json or toml")
 
 
-def _masked(value: object) -> object:
+def _masked(value: object, secrets: Sequence[str]) -> object:
     if isinstance(value, SecretStr):
         return MASK if value.get_secret_value() else None
     if isinstance(value, str):
-        return value.replace("${", "$${")  # so that loading the output gives the same text
+        # "$${" so that loading the output gives the same text.
+        return _hidden(value, secrets).replace("${", "$${")
     if isinstance(value, dict):
-        return {k: _masked(v) for k, v in value.items()}
+        return {
+            _hidden(k, secrets) if isinstance(k, str) else k: _masked(v, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_masked(v) for v in value]
+        return [_masked(v, secrets) for v in value]
     return value
+
+
+def _hidden(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret value and any URL's userinfo masked."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return _URL_USERINFO.sub(rf"\g<1>{MASK}@", text)
 
 
 def _without_nulls(value: object) -> object:

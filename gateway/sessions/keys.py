@@ -18,10 +18,12 @@ Normalising lowercases ASCII letters and maps ``.`` to ``_`` (Slack's thread ts
 ``1712345678.123456`` becomes ``1712345678_123456``). Any other character outside
 ``[a-z0-9_-]``, a leading ``_``/``-`` or more than 64 characters make the id *lossy*: it
 becomes a readable head plus ``-`` and 16 hex digits of the SHA-256 of the raw text, so
-distinct raw ids stay distinct (apart from ASCII case and ``.``/``_``, which no provider
-uses to tell ids apart). Valid ids are fixed points: ``normalize_id(normalize_id(x)) ==
-normalize_id(x)``. The exact raw thread ts is kept in the session's origin, not in the key,
-because replies need it verbatim.
+distinct raw ids stay distinct (apart from ASCII case and ``.``/``_``, which no chat
+provider uses to tell ids apart). Web chat client ids are chosen by the client, where ``Ab``
+and ``aB`` are two browsers: they are normalised *exactly*, any id not already normalised
+taking the hash, so that only equal ids share a session. Valid ids are fixed points:
+``normalize_id(normalize_id(x)) == normalize_id(x)``. The exact raw thread ts is kept in the
+session's origin, not in the key, because replies need it verbatim.
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ def is_valid_id(value: str) -> bool:
     return ID_PATTERN.fullmatch(value) is not None
 
 
-def normalize_id(raw: str) -> str:
+def normalize_id(raw: str, *, exact: bool = False) -> str:
     """Turn a raw id from a chat provider or client into a safe id, deterministically.
 
     Raises :class:`InvalidIdError` for an empty string. The result always matches
-    ``^[a-z0-9][a-z0-9_-]{0,63}$`` and so is safe in a key and in a path segment.
+    ``^[a-z0-9][a-z0-9_-]{0,63}$`` and so is safe in a key and in a path segment. With
+    ``exact``, ids that differ only in case or in ``.``/``_`` stay distinct too.
     """
     if not isinstance(raw, str) or not raw:
         raise InvalidIdError("an id cannot be empty")
@@ -71,8 +74,10 @@ def normalize_id(raw: str) -> str:
             mapped.append(ch)
         elif "A" <= ch <= "Z":
             mapped.append(ch.lower())
+            lossy = lossy or exact
         elif ch == ".":
             mapped.append("_")
+            lossy = lossy or exact
         else:
             mapped.append("_")
             lossy = True
@@ -159,8 +164,10 @@ class SessionKey:
 
     @classmethod
     def webchat(cls, agent_id: str, client_id: str) -> SessionKey:
-        """``agent:<agentId>:webchat:<clientId>`` with the raw client id normalised."""
-        return cls(agent_id, "webchat", channel="webchat", subject=normalize_id(client_id))
+        """``agent:<agentId>:webchat:<clientId>`` with the raw client id normalised exactly
+        (client ids that differ only in case are different browsers)."""
+        subject = normalize_id(client_id, exact=True)
+        return cls(agent_id, "webchat", channel="webchat", subject=subject)
 
     @classmethod
     def dm(cls, agent_id: str, channel: str, user_id: str) -> SessionKey:

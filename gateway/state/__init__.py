@@ -29,6 +29,7 @@ from gateway.state.rows import (
     SessionRecord,
 )
 from gateway.state.runs import RunsTable
+from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "RunStatus",
     "RunsTable",
     "SchemaError",
+    "SeenTable",
     "SessionKind",
     "SessionRecord",
     "SessionsTable",

@@ -13,9 +13,9 @@ Settings: ``journal_mode=WAL`` (readers never block the writer), ``synchronous=N
 instead of failing at once), ``foreign_keys=ON``. At open, migrations from
 :mod:`gateway.state.schema` are applied in order. The file is created ``0600``.
 
-Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs` and
-:attr:`StateDB.outbox`; anything else can use :meth:`StateDB.read`/:meth:`StateDB.write`
-with a function of a :class:`sqlite3.Connection`.
+Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs`,
+:attr:`StateDB.outbox` and :attr:`StateDB.seen`; anything else can use
+:meth:`StateDB.read`/:meth:`StateDB.write` with a function of a :class:`sqlite3.Connection`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from gateway.state.errors import (
 from gateway.state.outbox import OutboxTable
 from gateway.state.runs import RunsTable
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class StateDB:
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
         self.batches = BatchesTable(self)
+        self.seen = SeenTable(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.readonly else "open")

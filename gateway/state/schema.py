@@ -15,6 +15,8 @@ session spawned), the ``batch_id`` of the ``sessions_yield`` batch it belongs to
 ``pending`` once final, then ``delivered`` (into the requester's history) or ``consumed``
 (returned by ``subagents wait`` or a batch's follow-up turn). ``batches`` holds yields and
 their follow-up; an outbox item carries the ``batch_id`` of the follow-up reply it posts.
+
+Version 3 adds ``seen_keys``: the chat events already handled.
 """
 
 from __future__ import annotations
@@ -162,5 +164,17 @@ _V2: Final = (
     "CREATE UNIQUE INDEX outbox_batch ON outbox (batch_id) WHERE batch_id IS NOT NULL",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
+#: Keys of chat events already handled (a channel's event ids and request signatures), each
+#: until ``expires_at``: a repeat or a replay inside that window is dropped, across restarts.
+_V3: Final = (
+    """
+    CREATE TABLE seen_keys (
+        key TEXT PRIMARY KEY,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX seen_keys_expiry ON seen_keys (expires_at)",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
 LATEST_VERSION: Final = len(MIGRATIONS)

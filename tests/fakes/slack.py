@@ -94,6 +94,10 @@ class FakeSlack:
         self.fault: FaultHook | None = None
         # Per method: [successes still to let through, then this failure].
         self._failures: dict[str, deque[list[Any]]] = {}
+        #: Methods whose calls are recorded but answered only once their event is set.
+        self._holds: dict[str, asyncio.Event] = {}
+        #: Seconds a method's calls take to be answered (Slack's own latency).
+        self._latency: dict[str, float] = {}
         self._sockets: list[web.WebSocketResponse] = []
         self._ack_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._changed = asyncio.Condition()
@@ -117,6 +121,8 @@ class FakeSlack:
         self._port = int(self._runner.addresses[0][1])
 
     async def close(self) -> None:
+        for gate in self._holds.values():
+            gate.set()
         for ws in list(self._sockets):
             await ws.close()
         for waiter in self._ack_waiters.values():
@@ -147,12 +153,29 @@ class FakeSlack:
         entries[0][0] = after
         self._failures.setdefault(method, deque()).extend(entries)
 
+    def hold(self, method: str) -> None:
+        """Calls of ``method`` are recorded at once but answered only after :meth:`release`
+        (a Web API that hangs); a call released after its client gave up still takes effect,
+        as a request that reached Slack does."""
+        self._holds[method] = asyncio.Event()
+
+    def slow(self, method: str, seconds: float) -> None:
+        """Calls of ``method`` are recorded at once and answered ``seconds`` later."""
+        self._latency[method] = seconds
+
+    def release(self, method: str) -> None:
+        """Answer the held calls of ``method`` and stop holding new ones."""
+        gate = self._holds.pop(method, None)
+        if gate is not None:
+            gate.set()
+
     def calls_to(self, method: str) -> list[ApiCall]:
         return [call for call in self.calls if call.method == method]
 
-    async def wait_for(self, predicate: Callable[[], bool]) -> None:
-        """Wait until ``predicate()`` holds (checked after every API call and ack)."""
-        async with asyncio.timeout(WAIT), self._changed:
+    async def wait_for(self, predicate: Callable[[], bool], *, within: float = WAIT) -> None:
+        """Wait until ``predicate()`` holds (checked after every API call and ack), at most
+        ``within`` seconds."""
+        async with asyncio.timeout(within), self._changed:
             await self._changed.wait_for(predicate)
 
     async def wait_posts(self, count: int) -> list[Post]:
@@ -317,8 +340,18 @@ class FakeSlack:
             args.update((await request.post()).items())
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        gate, latency = self._holds.get(method), self._latency.get(method, 0.0)
+        waits = gate is not None or latency > 0
+        if waits:
+            async with self._changed:
+                self.calls.append(ApiCall(method, args, token))
+                self._changed.notify_all()
+            if gate is not None:
+                await gate.wait()
+            await asyncio.sleep(latency)
         async with self._changed:
-            self.calls.append(ApiCall(method, args, token))
+            if not waits:
+                self.calls.append(ApiCall(method, args, token))
             response = self._answer(method, args, token)
             self._changed.notify_all()
         return response

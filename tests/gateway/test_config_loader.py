@@ -248,6 +248,47 @@ def test_negative_max_concurrent(write: WriteFile) -> None:
     assert issue.message == "Input should be greater than or equal to 1 (got -1)"
 
 
+def test_non_finite_numbers_name_file_line_and_key(write: WriteFile) -> None:
+    # JSON5 reads Infinity and NaN, TOML inf and nan, and 1e999 overflows to infinity; a run
+    # record holding one would make GET /v1/runs answer invalid JSON.
+    json5 = write(
+        "herald.json5",
+        "{\n  agent: {\n    timeoutSeconds: -Infinity,\n    subagents: {\n"
+        "      runTimeoutSeconds: Infinity,\n      archiveAfterMinutes: NaN,\n    },\n  },\n}\n",
+    )
+    assert [str(i) for i in issues_of(json5)] == [
+        f"{json5}:3:5: agent.timeoutSeconds: Input should be a finite number (got -inf)",
+        f"{json5}:5:7: agent.subagents.runTimeoutSeconds: Input should be a finite number "
+        "(got inf)",
+        f"{json5}:6:7: agent.subagents.archiveAfterMinutes: Input should be a finite number "
+        "(got nan)",
+    ]
+    toml = write(
+        "herald.toml",
+        "[gateway]\nshutdownDrainSeconds = 1e999\n"
+        "[agent.subagents]\nrunTimeoutSeconds = inf\n"
+        "[models.providers.demo]\napi = 'scripted'\n"
+        "models = [{ id = 'scripted', cost = { input = nan } }]\n",
+    )
+    assert [(i.line, i.key, i.message) for i in issues_of(toml)] == [
+        (2, "gateway.shutdownDrainSeconds", "Input should be a finite number (got inf)"),
+        (4, "agent.subagents.runTimeoutSeconds", "Input should be a finite number (got inf)"),
+        (
+            7,
+            "models.providers.demo.models[0].cost.input",
+            "Input should be a finite number (got nan)",
+        ),
+    ]
+
+
+def test_non_finite_numbers_from_the_environment_name_the_variable() -> None:
+    issue = one_issue(None, {"HERALD_AGENT__SUBAGENTS__RUNTIMEOUTSECONDS": "1e999"})
+    assert str(issue) == (
+        "agent.subagents.runTimeoutSeconds: Input should be a finite number (got inf) "
+        "(from environment variable HERALD_AGENT__SUBAGENTS__RUNTIMEOUTSECONDS)"
+    )
+
+
 def test_port_out_of_range(write: WriteFile) -> None:
     issue = one_issue(write("herald.json5", "{gateway: {port: 70000}}"))
     assert (issue.line, issue.column, issue.key) == (1, 12, "gateway.port")

@@ -128,6 +128,7 @@ async def test_a_scrape_reads_runs_lanes_outbox_and_channels_of_a_gateway(tmp_pa
         run_id = (await gw.announce())[0].run_id
         assert run_id is not None
         await gw.delivery(run_id)
+        await gw.runs_idle()  # the run's completion is written into the chat session too
         await asyncio.sleep(0)  # let the listener's bookkeeping run
         s = parse(await metrics.render(host_of(gw, metrics)))
 

@@ -80,6 +80,29 @@ def test_a_missing_demo_script_exits_78_before_the_database_is_made(tmp_path: Pa
     assert not state.exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("herald.json5", "{agent: {subagents: {runTimeoutSeconds: Infinity}}, %s}", ":1:22: "),
+        ("herald.toml", "[agent.subagents]\nrunTimeoutSeconds = nan\n%s", ":2:1: "),
+    ],
+)
+def test_a_non_finite_number_exits_78_before_anything_is_made(
+    tmp_path: Path, name: str, text: str, where: str
+) -> None:
+    state = tmp_path / "state"
+    if name.endswith(".toml"):
+        rest = f"[gateway]\nstateDir = '{state}'\n[channels.webchat]\nenabled = false\n"
+    else:
+        rest = f"gateway: {{stateDir: '{state}'}}, channels: {{webchat: {{enabled: false}}}}"
+    path = tmp_path / name
+    path.write_text(text % rest, encoding="utf-8")
+    refused_by_both(
+        path, f"{path}{where}agent.subagents.runTimeoutSeconds: Input should be a finite number"
+    )
+    assert not state.exists()
+
+
 def test_a_clean_config_passes_the_check(tmp_path: Path) -> None:
     done = herald("config", "check", "--config", str(config(tmp_path, tmp_path / "state")))
     assert done.returncode == 0, done.stdout + done.stderr

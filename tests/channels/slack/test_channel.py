@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from channels.base import OutboundMessage
 from channels.errors import ChannelSendError, ChannelStartError
+from channels.replay import MemorySeenKeys, SeenKeys
 from channels.slack import SlackChannel
 from channels.slack.constants import WORKING_REACTION
 from tests.channels.slack.conftest import Inbox, MakeChannel, slack_config
@@ -211,6 +213,60 @@ async def test_events_slack_retries_are_acked_and_handled_once(
         assert await fake_slack.wait_ack(envelope) == {"envelope_id": envelope}
     assert (await inbox.next()).text == "do it once"
     await assert_ignored(fake_slack, inbox)
+
+
+async def started(fake: FakeSlack, seen: SeenKeys) -> tuple[SlackChannel, Inbox]:
+    channel = SlackChannel(slack_config(fake), seen=seen)
+    inbox = Inbox()
+    await channel.start(inbox)
+    await fake.wait_connected()
+    return channel, inbox
+
+
+async def test_events_seen_before_a_restart_are_dropped_through_the_given_memory(
+    fake_slack: FakeSlack,
+) -> None:
+    seen = MemorySeenKeys(100)
+    first, inbox = await started(fake_slack, seen)
+    try:
+        await fake_slack.push_event(fake_slack.message("once", channel="D1"), event_id="Ev1")
+        assert (await inbox.next()).text == "once"
+    finally:
+        await first.stop()
+    # A new channel (as after a restart) with the same memory: Slack's retry is dropped.
+    second, inbox = await started(fake_slack, seen)
+    try:
+        retry = fake_slack.message("once", channel="D1")
+        await fake_slack.wait_ack(
+            await fake_slack.push_event(retry, event_id="Ev1", retry_attempt=1)
+        )
+        await assert_ignored(fake_slack, inbox)
+    finally:
+        await second.stop()
+
+
+class BrokenMemory:
+    """A memory of events that cannot be written (a full disk under the state database)."""
+
+    async def first_sighting(self, keys: Sequence[str], ttl_seconds: float) -> bool:
+        raise OSError("database or disk is full")
+
+
+async def test_a_failing_memory_drops_repeats_in_memory_and_warns_once(
+    fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel, inbox = await started(fake_slack, BrokenMemory())
+    try:
+        event = fake_slack.message("still once", channel="D1")
+        for attempt in range(3):
+            await fake_slack.push_event(event, event_id="Ev1", retry_attempt=attempt)
+        assert (await inbox.next()).text == "still once"
+        await assert_ignored(fake_slack, inbox)
+    finally:
+        await channel.stop()
+    warnings = [r for r in caplog.records if "cannot record seen requests" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "disk is full" in warnings[0].getMessage()
 
 
 async def test_app_mention_alone_is_enough(

@@ -10,6 +10,7 @@ from channels.slack.events import (
     chat_type_of,
     inbound_from_command,
     inbound_from_event,
+    replay_keys,
 )
 
 BOT = "U0BOT"
@@ -106,3 +107,11 @@ def test_recent_keys_forget_the_oldest() -> None:
     assert "a" in keys
     assert len(keys) == 2
     assert repr(keys) == "<RecentKeys 2/2>"
+
+
+def test_replay_keys_name_the_signature_the_event_and_the_trigger() -> None:
+    headers = {"x-slack-request-timestamp": ["1700000000"], "x-slack-signature": ["v0=ab"]}
+    body = {"event_id": "Ev1", "type": "event_callback"}
+    assert replay_keys(headers, body) == ["signature:1700000000:v0=ab", "event:Ev1"]
+    assert replay_keys({}, {"trigger_id": "1.2", "command": "/spawn"}) == ["trigger:1.2"]
+    assert replay_keys({"x-slack-signature": ["v0=ab"]}, {"event_id": 5}) == []

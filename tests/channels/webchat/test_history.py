@@ -8,10 +8,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channels.base import OutboundMessage, RunUpdate
 from channels.webchat import WebchatChannel, WebchatConfig
-from channels.webchat.history import COMPACT_FACTOR, HistoryFiles, Loaded
+from channels.webchat.history import COMPACT_FACTOR, HistoryFiles, Loaded, file_name
+from channels.webchat.protocol import CLIENT_ID_PATTERN
 
 
 def announce(client: str, text: str, run_id: str = "run-1") -> OutboundMessage:
@@ -84,3 +87,35 @@ def test_hostile_client_ids_never_become_paths(tmp_path: Path, client: str) -> N
     files = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
     with pytest.raises(ValueError, match="not a web chat client id"):
         files.load(client)
+
+
+SAFE_NAME = r"[a-z0-9][a-z0-9_-]{0,63}"
+
+
+@given(st.from_regex(CLIENT_ID_PATTERN, fullmatch=True))
+def test_every_client_id_gets_a_safe_lowercase_file_name(client: str) -> None:
+    name = file_name(client)
+    assert CLIENT_ID_PATTERN.fullmatch(name)
+    assert name == name.lower()
+    assert name[0] not in "_-"
+    assert len(name) <= 64
+
+
+def test_lowercase_ids_are_their_own_names_and_ids_differing_in_case_never_share_one() -> None:
+    # The page makes lowercase uuids: their files keep their names.
+    page_id = "0b7c3f9e-5a1d-4c2e-9f80-1a2b3c4d5e6f"
+    assert file_name(page_id) == page_id
+    clients = ["ab", "Ab", "aB", "AB", "-ab", "_ab", "A" * 64, "a" * 64]
+    names = [file_name(client) for client in clients]
+    # Distinct even on a filesystem that ignores case.
+    assert len({name.casefold() for name in names}) == len(clients)
+
+
+def test_clients_differing_in_case_keep_separate_histories(tmp_path: Path) -> None:
+    files = HistoryFiles(tmp_path, history_size=10, runs_kept=10)
+    for client in ("Ab", "aB"):
+        files.append(client, orjson.dumps({"type": "message", "id": client}).decode(), Loaded)
+    for client in ("Ab", "aB"):
+        loaded = files.load(client)
+        assert [orjson.loads(m)["id"] for m in loaded.messages] == [client]
+    assert len({p.name.casefold() for p in tmp_path.iterdir()}) == 2

@@ -46,6 +46,31 @@ def test_json5_syntax_errors_name_line_and_column(
 
 
 @pytest.mark.parametrize(
+    ("text", "line", "column", "key", "number"),
+    [
+        ("{\n  agent: { timeoutSeconds: -1e999 },\n}", 2, 28, "agent.timeoutSeconds", "-1e999"),
+        (
+            "{models: {providers: {x: {models: [{id: 'a'}, {cost: {input: 2.5E+400}}]}}}}",
+            1,
+            62,
+            "models.providers.x.models[1].cost.input",
+            "2.5E+400",
+        ),
+    ],
+)
+def test_json5_number_too_large_to_be_finite_names_its_key(
+    write: WriteFile, text: str, line: int, column: int, key: str, number: str
+) -> None:
+    # pyjson5 itself calls it an unclosed literal, which sends the reader to the wrong place.
+    path = write("herald.json5", text)
+    with pytest.raises(ConfigError) as excinfo:
+        read_config_file(path, {})
+    assert str(only_issue(excinfo)) == (
+        f"{path}:{line}:{column}: {key}: number {number} is out of range (numbers must be finite)"
+    )
+
+
+@pytest.mark.parametrize(
     ("text", "line", "column", "fragment"),
     [
         ("[gateway]\nport = \n", 2, 8, "invalid value"),

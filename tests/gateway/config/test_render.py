@@ -87,3 +87,60 @@ def test_rendering_a_loaded_file_masks_and_keeps_unset_secrets_null(tmp_path: Pa
     assert data["channels"]["discord"]["token"] == MASK
     assert data["channels"]["slack"]["botToken"] is None
     assert "discord-token-value" not in render_settings(loaded, "json5")
+
+
+KEY = 'sk-live-"quoted"-key-0123'
+
+
+def _loaded_with_key_repeated(tmp_path: Path) -> LoadedSettings:
+    path = tmp_path / "herald.json5"
+    path.write_text(
+        """{
+  agent: { model: "proxy/m", systemPrompt: "never say ${KEY}" },
+  models: { providers: {
+    proxy: { api: "openai-completions", apiKey: "${KEY}",
+             baseUrl: "https://user:${KEY}@llm.example/v1?key=${KEY}&team=a",
+             models: [{ id: "m" }] },
+    mirror: { api: "openai-completions", baseUrl: "https://bob:hunter2@mirror.local/v1",
+              models: [{ id: "m" }] },
+    short: { api: "openai-completions", apiKey: "abc", baseUrl: "https://abc.example/v1",
+             models: [{ id: "m" }] },
+  } },
+}""",
+        encoding="utf-8",
+    )
+    return load_settings(path, environ={"KEY": KEY})
+
+
+@pytest.mark.parametrize("fmt", ["json5", "json", "toml"])
+def test_a_secret_is_masked_wherever_it_appears_and_url_credentials_too(
+    tmp_path: Path, fmt: Any
+) -> None:
+    text = render_settings(_loaded_with_key_repeated(tmp_path), fmt)
+    for shown in (KEY, json.dumps(KEY)[1:-1], "live", "hunter2", "bob:"):
+        assert shown not in text, shown
+    if fmt == "toml":
+        data = tomllib.loads(text)
+    else:  # json5 starts with a comment line; the rest is JSON
+        data = json.loads(text.split("\n", 1)[1] if fmt == "json5" else text)
+    providers = data["models"]["providers"]
+    assert providers["proxy"]["apiKey"] == MASK
+    assert providers["proxy"]["baseUrl"] == f"https://{MASK}@llm.example/v1?key={MASK}&team=a"
+    assert providers["mirror"]["baseUrl"] == f"https://{MASK}@mirror.local/v1"
+    assert data["agent"]["systemPrompt"] == f"never say {MASK}"
+    # Values as short as "abc" are masked where they are secrets, not wherever they occur
+    # (as in the logs): that would garble more than it hides.
+    assert providers["short"]["apiKey"] == MASK
+    assert providers["short"]["baseUrl"] == "https://abc.example/v1"
+
+
+def test_config_show_masks_a_secret_repeated_in_a_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loaded = _loaded_with_key_repeated(tmp_path)
+    monkeypatch.setenv("KEY", KEY)
+    assert show_config(argparse.Namespace(config=str(loaded.path), format="json5")) == 0
+    out = capsys.readouterr().out
+    assert KEY not in out
+    assert json.dumps(KEY)[1:-1] not in out
+    assert f"https://{MASK}@llm.example/v1?key={MASK}&team=a" in out

@@ -266,17 +266,28 @@ async def test_malformed_tool_arguments_become_tool_call_errors(
     openai_fake: FakeOpenAI, make_openai: MakeOpenAI
 ) -> None:
     provider = make_openai()
-    openai_fake.reply_tool_calls([("call_1", "ls", '{"path": "do'), ("call_2", "ls", "[1, 2]")])
+    openai_fake.reply_tool_calls(
+        [
+            ("call_1", "ls", '{"path": "do'),
+            ("call_2", "ls", "[1, 2]"),
+            # Python's json would read these as infinity and NaN; neither is JSON.
+            ("call_3", "ls", '{"path": 1e999}'),
+            ("call_4", "ls", '{"path": NaN}'),
+        ]
+    )
     reply = await provider.complete(user_request(tools=(LS_TOOL,)))
 
-    bad_json, not_object = reply.tool_calls
+    bad_json, not_object, infinite, not_a_number = reply.tool_calls
+    for call in (infinite, not_a_number):
+        assert call.arguments == {}
+        assert (call.arguments_error or "").startswith("arguments are not valid JSON")
     assert bad_json.arguments == {}
     assert bad_json.raw_arguments == '{"path": "do'
     assert bad_json.arguments_error is not None
     assert bad_json.arguments_error.startswith("arguments are not valid JSON")
     assert not_object.arguments_error == "arguments must be a JSON object, got list"
 
-    # The runtime answers both with tool errors; the next request must be valid on the wire.
+    # The runtime answers each with a tool error; the next request must be valid on the wire.
     openai_fake.reply_text("sorry")
     await provider.complete(
         user_request(
@@ -286,11 +297,13 @@ async def test_malformed_tool_arguments_become_tool_call_errors(
                 ChatMessage(role="assistant", content="", tool_calls=reply.tool_calls),
                 ChatMessage(role="tool", content="bad arguments", tool_call_id="call_1"),
                 ChatMessage(role="tool", content="bad arguments", tool_call_id="call_2"),
+                ChatMessage(role="tool", content="bad arguments", tool_call_id="call_3"),
+                ChatMessage(role="tool", content="bad arguments", tool_call_id="call_4"),
             ),
         )
     )
     resent = openai_fake.requests[1].body["messages"][2]["tool_calls"]
-    assert [c["function"]["arguments"] for c in resent] == ["{}", "{}"]
+    assert [c["function"]["arguments"] for c in resent] == ["{}"] * 4
 
 
 async def test_empty_reply_is_an_empty_model_reply(

@@ -142,6 +142,27 @@ def test_normalize_keeps_lossy_ids_distinct() -> None:
     assert len(normalize_id(long_a)) <= 64
 
 
+@pytest.mark.parametrize("raw", ["C012AB3CD", "1712345678.123456", "a-b_c", "x" * 200])
+def test_exact_normalising_keeps_normalised_ids_and_the_hashes_of_the_rest(raw: str) -> None:
+    exact = normalize_id(raw, exact=True)
+    assert ID_PATTERN.fullmatch(exact)
+    assert normalize_id(exact, exact=True) == exact
+    if normalize_id(raw) == raw:
+        assert exact == raw
+
+
+def test_web_chat_client_ids_differing_only_in_case_or_dot_are_different_sessions() -> None:
+    # A web chat client chooses its id freely: "Ab" and "aB" are two browsers.
+    clients = ["ab", "Ab", "aB", "AB", "a_b", "a.b", "A_b"]
+    keys = {SessionKey.webchat("main", client) for client in clients}
+    assert len(keys) == len(clients)
+    assert str(SessionKey.webchat("main", "ab")) == "agent:main:webchat:ab"
+    for key in keys:
+        assert SessionKey.parse(str(key)) == key
+    # Chat providers' ids keep their case-folding: Slack's C1 and c1 are one channel.
+    assert SessionKey.dm("main", "slack", "U7") == SessionKey.dm("main", "slack", "u7")
+
+
 def test_normalize_rejects_empty() -> None:
     with pytest.raises(InvalidIdError):
         normalize_id("")
@@ -174,7 +195,7 @@ def test_inbound_keys_from_any_ids_parse_and_stay_under_the_state_dir(
 
 
 def test_key_for_inbound_routes_by_channel_and_chat_type() -> None:
-    assert str(key_for_inbound("main", "webchat", "dm", "Client-1", None, "u")) == (
+    assert str(key_for_inbound("main", "webchat", "dm", "client-1", None, "u")) == (
         "agent:main:webchat:client-1"
     )
     assert str(key_for_inbound("main", "slack", "dm", "D1", "171.2", "U7")) == (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any, Literal
 
 import pytest
@@ -209,6 +210,9 @@ def test_validate_returns_typed_params(reg: ToolRegistry) -> None:
     assert params.run_timeout_seconds == 5
 
 
+F = "Input should be a finite number"
+
+
 @pytest.mark.parametrize(
     ("args", "path", "message"),
     [
@@ -217,6 +221,9 @@ def test_validate_returns_typed_params(reg: ToolRegistry) -> None:
         ({"tasks": [{"task": "a"}], "extra": 1}, "args.extra", "Extra inputs are not permitted"),
         ({"tasks": [{"task": "a"}], "mode": "x"}, "args.mode", "Input should be 'parallel'"),
         ([1, 2], "args", "must be a JSON object"),
+        # Python's JSON reader turns 1e999 into infinity and reads NaN; neither is JSON again.
+        ({"tasks": [{"task": "a"}], "runTimeoutSeconds": math.inf}, "args.runTimeoutSeconds", F),
+        ({"tasks": [{"task": "a"}], "runTimeoutSeconds": math.nan}, "args.runTimeoutSeconds", F),
     ],
 )
 def test_validate_names_the_json_path(
