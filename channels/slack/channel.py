@@ -8,7 +8,8 @@ their own, so Slack gets its ack at once and :meth:`stop` can see every call in 
 Events Slack sends again (``X-Slack-Retry-Num``/``retry_attempt``, same ``event_id``) are
 acked and dropped, and so is the ``app_mention`` twin of a ``message`` event.
 Which events count and how they become :class:`InboundMessage`: :mod:`channels.slack.events`.
-Sending and the retry policy: :mod:`channels.slack.delivery`.
+Sending and the retry policy: :mod:`channels.slack.delivery`; finding a cut-off announce in
+the conversation after a crash: :mod:`channels.slack.lookup`.
 
 The gateway's side: in HTTP mode call :meth:`SlackChannel.add_routes` before the app starts
 and leave ``/slack/events`` out of bearer-token auth (Slack signs instead); the inbound
@@ -32,7 +33,14 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.base import (
+    Channel,
+    DeliveryLookup,
+    InboundHandler,
+    InboundMessage,
+    OutboundMessage,
+    SentMessage,
+)
 from channels.config_base import secret_value
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
@@ -55,6 +63,7 @@ from channels.slack.events import (
     inbound_from_command,
     inbound_from_event,
 )
+from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
 
 log = logging.getLogger(__name__)
@@ -233,6 +242,14 @@ class SlackChannel(Channel):
         for ts in sent.message_ids:
             self._threads.add(f"{message.chat_id}:{ts}")
         return sent
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        """Look for the announce's chunks by their message metadata in the conversation
+        (or thread) since ``since``; see :mod:`channels.slack.lookup`."""
+        client, poster = self._client, self._poster
+        if client is None or poster is None:
+            raise ChannelSendError(f"{self.name}: not started", retryable=True)
+        return await lookup(client, poster, message, since)
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

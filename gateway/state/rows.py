@@ -27,7 +27,8 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
 )
 Cleanup = Literal["delete", "keep"]
 #: ``sending`` is written before a send and left behind only by a crash mid-send; such an
-#: item is never sent again (at most once) but recorded as uncertain.
+#: item goes back to ``pending`` with ``in_doubt`` set, and is sent again only once its
+#: channel has said the cut-off send is not in the chat.
 OutboxState = Literal["pending", "sending", "delivered", "failed"]
 
 
@@ -277,6 +278,10 @@ class OutboxRecord:
     last_error: str | None = None
     delivered_at: float | None = None
     message_ids: tuple[str, ...] = ()
+    #: When the first send began (None: never tried).
+    first_attempt_at: float | None = None
+    #: A send was cut off by a crash: ask the chat before sending again.
+    in_doubt: bool = False
 
 
 def field_names(cls: type[Any]) -> tuple[str, ...]:
@@ -297,6 +302,7 @@ def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
     values = {name: row[name] for name in OUTBOX_COLUMNS}
     ids = values["message_ids"]
     values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
+    values["in_doubt"] = bool(values["in_doubt"])
     return OutboxRecord(**values)
 
 

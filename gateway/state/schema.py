@@ -8,6 +8,10 @@ Timestamps are epoch seconds (REAL). ``sessions`` is the index of every session;
 is archived when ``archived_at`` is set and keeps its row (usage stays queryable).
 ``runs`` records sub-agent runs; ``outbox`` holds announce deliveries (at most one per
 run). ``message_ids`` is a JSON list of the provider's message ids.
+
+Version 2: ``outbox.first_attempt_at`` (when the first send began: the start of the window
+in which a cut-off send is looked for in the chat) and ``outbox.in_doubt`` (1 while an item
+a crash left mid-send waits for its channel to say whether that send reached the chat).
 """
 
 from __future__ import annotations
@@ -114,5 +118,10 @@ _V1: Final = (
     "CREATE INDEX outbox_due ON outbox (state, next_attempt_at)",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1,)
+_V2: Final = (
+    "ALTER TABLE outbox ADD COLUMN first_attempt_at REAL",
+    "ALTER TABLE outbox ADD COLUMN in_doubt INTEGER NOT NULL DEFAULT 0",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
 LATEST_VERSION: Final = len(MIGRATIONS)
