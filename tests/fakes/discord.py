@@ -142,6 +142,13 @@ class _Script:
 
 
 @dataclass(slots=True)
+class _Cut:
+    stored: bool
+    after: int
+    matching: Callable[[Json], bool] | None
+
+
+@dataclass(slots=True)
 class _Session:
     session_id: str
     seq: int = 0
@@ -196,7 +203,7 @@ class FakeDiscord:
         #: Seconds an enforced nonce returns the bot's earlier message.
         self.nonce_window = NONCE_WINDOW
         self._nonces: dict[str, tuple[float, Json]] = {}
-        self._cuts: list[bool] = []
+        self._cuts: list[_Cut] = []
         self._closing = asyncio.Event()
         self.typing: list[str] = []
         self.deleted_channels: set[str] = set()
@@ -317,11 +324,14 @@ class FakeDiscord:
             }
         )
 
-    def cut_off_next_message(self, *, stored: bool) -> None:
-        """The next message create never gets an answer, as when the caller dies in the
-        middle of it: the message is created first (``stored``) or not. The request hangs
-        until the fake closes."""
-        self._cuts.append(stored)
+    def cut_off_next_message(
+        self, *, stored: bool, after: int = 0, matching: Callable[[Json], bool] | None = None
+    ) -> None:
+        """Once ``after`` more message creates (those whose body is ``matching``, when
+        given) were answered, the next one never gets an answer, as when the caller dies in
+        the middle of it: the message is created first (``stored``) or not. The request
+        hangs until the fake closes."""
+        self._cuts.append(_Cut(stored, after, matching))
 
     def next_id(self) -> str:
         """A fresh snowflake: the time now, increasing like Discord's."""
@@ -441,8 +451,17 @@ class FakeDiscord:
         self.requests.append(RecordedRequest(request.method, path, body, authorized))
         await self._note()
         creates = request.method == "POST" and path.endswith("/messages")
-        if authorized and creates and self._cuts:
-            if self._cuts.pop(0):
+        cut = self._cuts[0] if authorized and creates and self._cuts else None
+        if cut is not None and (cut.matching is None or cut.matching(body)):
+            if cut.after > 0:
+                cut.after -= 1
+                cut = None
+            else:
+                self._cuts.pop(0)
+        else:
+            cut = None
+        if cut is not None:
+            if cut.stored:
                 await self._route(request.method, path.strip("/").split("/"), body, request)
                 await self._note()
             await self._closing.wait()  # the caller is gone before any answer

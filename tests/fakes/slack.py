@@ -161,12 +161,19 @@ class FakeSlack:
         entries[0][0] = after
         self._failures.setdefault(method, deque()).extend(entries)
 
-    def cut_off(self, method: str, *, stored: bool, after: int = 0) -> None:
-        """Once ``after`` more calls of ``method`` were answered, the next one never gets an
-        answer, as when the caller dies in the middle of it: Slack has acted on it
-        (``stored``: the post is in the conversation) or not yet. It hangs until the fake
-        closes."""
-        self._cuts.setdefault(method, deque()).append([after, stored])
+    def cut_off(
+        self,
+        method: str,
+        *,
+        stored: bool,
+        after: int = 0,
+        matching: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        """Once ``after`` more calls of ``method`` (those ``matching`` their arguments, when
+        given) were answered, the next one never gets an answer, as when the caller dies in
+        the middle of it: Slack has acted on it (``stored``: the post is in the
+        conversation) or not yet. It hangs until the fake closes."""
+        self._cuts.setdefault(method, deque()).append([after, stored, matching])
 
     def calls_to(self, method: str) -> list[ApiCall]:
         return [call for call in self.calls if call.method == method]
@@ -348,10 +355,11 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
         cuts = self._cuts.get(method)
         cut: bool | None = None
-        if cuts and cuts[0][0] > 0:
-            cuts[0][0] -= 1
-        elif cuts:
-            cut = bool(cuts.popleft()[1])
+        if cuts and (cuts[0][2] is None or cuts[0][2](args)):
+            if cuts[0][0] > 0:
+                cuts[0][0] -= 1
+            else:
+                cut = bool(cuts.popleft()[1])
         async with self._changed:
             self.calls.append(ApiCall(method, args, token))
             if cut is None or cut:
