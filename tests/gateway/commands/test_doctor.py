@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.commands.doctor import Finding, add_commands, diagnose
 from gateway.constants import STATE_DB_NAME
 from gateway.state import StateDB
+from gateway.state.schema import LATEST_VERSION
 from tests.fakes.discord import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
@@ -222,7 +223,7 @@ async def test_the_state_database_schema_is_checked(tmp_path: Path) -> None:
     subject = f"state db {STATE_DB_NAME}"
     ok = about(await run(tmp_path), subject)
     assert ok.level == "ok"
-    assert "schema version 1" in ok.message
+    assert f"schema version {LATEST_VERSION}" in ok.message
 
     with sqlite3.connect(state / STATE_DB_NAME) as conn:
         conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (99, 0)")
