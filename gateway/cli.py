@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "gateway.commands.sessions",
     "gateway.commands.runs",
     "gateway.commands.doctor",
+    "gateway.commands.status",
 )
 
 

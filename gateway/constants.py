@@ -13,6 +13,10 @@ ENV_NESTED_DELIMITER: Final = "__"
 
 #: sysexits.h EX_CONFIG: systemd's RestartPreventExitStatus=78 stops a crash loop on it.
 EXIT_CONFIG: Final = 78
+#: EX_UNAVAILABLE: the address cannot be bound.
+EXIT_UNAVAILABLE: Final = 69
+#: EX_TEMPFAIL: another gateway runs on this state directory; try again later.
+EXIT_TEMPFAIL: Final = 75
 
 #: Session, agent and chat ids after normalising (DESIGN §7).
 ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

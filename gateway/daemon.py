@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import logging
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -15,14 +16,13 @@ from aiohttp import web
 
 from channels import ChannelStartError
 from gateway.app import build_app
-from gateway.constants import EXIT_CONFIG
+from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE
 from gateway.reload import SettingsHolder
 from gateway.sdnotify import Notifier
 
 logger = logging.getLogger(__name__)
 
 #: Exit status when the listening socket cannot be bound (sysexits.h EX_UNAVAILABLE).
-EXIT_UNAVAILABLE = 69
 
 
 #: prctl(2) option: 0 makes /proc/<pid>/environ, /mem and core dumps root-only.
@@ -51,8 +51,11 @@ async def serve(
     *,
     config_dir: Path | None = None,
     notifier: Notifier | None = None,
+    sock: socket.socket | None = None,
 ) -> int:
-    """Run the gateway until SIGTERM or SIGINT; returns the process exit status."""
+    """Run the gateway until SIGTERM or SIGINT; returns the process exit status. ``sock``
+    is the listening socket when the caller bound it already (``herald run`` does, before
+    anything starts); otherwise the configured address is bound once the app is up."""
     started = time.monotonic()
     harden_process()
     notifier = notifier or Notifier.from_env()
@@ -73,7 +76,11 @@ async def serve(
 
     logger.info(
         "gateway starting",
-        extra={"host": settings.gateway.host, "port": settings.gateway.port},
+        extra={
+            "host": settings.gateway.host,
+            "port": settings.gateway.port,
+            "config": holder.path or "embedded defaults",
+        },
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, request_stop, signal.Signals(signum).name)
@@ -86,7 +93,11 @@ async def serve(
             # A bad token will not fix itself: exit 78 so systemd does not restart in a loop.
             logger.error("a channel cannot start", extra={"error": str(exc)})
             return EXIT_CONFIG
-        site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
+        site: web.BaseSite = (
+            web.SockSite(runner, sock)
+            if sock is not None
+            else web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
+        )
         try:
             await site.start()
         except OSError as exc:

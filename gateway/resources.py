@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
+from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
@@ -38,8 +38,11 @@ from gateway.subagents import (
     SESSIONS,
     SPAWNER,
     TURNS,
+    YIELDS,
     Announcer,
+    BatchCoordinator,
     ChildSessions,
+    Completions,
     RunFeed,
     RunManager,
     RunRunner,
@@ -53,6 +56,7 @@ from gateway.wiring import (
     CHAT,
     CONFIG_DIR,
     CONTEXTS,
+    CONVERSATIONS,
     DELIVERY_LISTENERS,
     LANES,
     METRICS,
@@ -129,6 +133,7 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
         contexts=app[CONTEXTS],
         metrics=app[METRICS],
     )
+    app[CONVERSATIONS] = Conversations(app[TURN_FACTORY])
     yield
 
 
@@ -172,6 +177,19 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     holder, db, store = app[SETTINGS], app[STATE], app[SESSION_STORE]
     feed = RunFeed(db.runs, channels_of(app), app[METRICS])
     children = ChildSessions(app[TURN_FACTORY])
+    lanes = app[LANES]
+    completions = Completions(
+        db=db, store=store, conversations=app[CONVERSATIONS], session_lane=lanes.session
+    )
+    batches = BatchCoordinator(
+        db=db,
+        store=store,
+        conversations=app[CONVERSATIONS],
+        session_lane=lanes.session,
+        main_lane=lanes.main,
+        outbox=app[OUTBOX],
+        completions=completions,
+    )
     announcer = Announcer(
         holder=holder,
         db=db,
@@ -181,24 +199,28 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         archive=app[ARCHIVE],
         feed=feed,
         metrics=app[METRICS],
+        on_final=batches.hand_on,
     )
     runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
-    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
+    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches)
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
+    app[TOOL_SERVICES][YIELDS] = batches
     try:
         yield
     finally:
         await manager.close(0)  # idempotent: the drain has closed it already
+        batches.close()
+        completions.close()
 
 
 async def _chat(app: web.Application) -> AsyncIterator[None]:
     holder, store, subagents = app[SETTINGS], app[SESSION_STORE], app[SUBAGENTS]
     lanes, replier = app[LANES], Replier(channels_of(app))
     turns = ChatTurns(
-        factory=app[TURN_FACTORY],
+        conversations=app[CONVERSATIONS],
         session_lane=lanes.session,
         main_lane=lanes.main,
         channels=channels_of(app),
@@ -239,6 +261,8 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
             manager=subagents.manager,
             announcer=subagents.announcer,
         )
+        await subagents.completions.recover()
+        await subagents.batches.recover()
         logger.info("gateway ready")
         yield
     finally:

@@ -113,3 +113,31 @@ def format_stats_line(
         f"transcript {transcript_path or MISSING}",
     ]
     return "Stats: " + SEPARATOR.join(parts)
+
+
+def format_batch_stats_line(
+    counts: Iterable[tuple[str, int]],
+    runtime_s: float | None,
+    usage: Usage,
+    cost_usd: float | None,
+    run_ids: Iterable[str],
+) -> str:
+    """The stats line of a batch's follow-up reply.
+
+    ``Stats: 3 sub-agents (2 done, 1 timeout) • runtime 1m05s • tokens 36.9k (in 30.0k /
+    out 6.9k) • est $0.12 • runs 1a2b3c4d, 5e6f7a8b, 9c0d1e2f``: ``counts`` are (status,
+    runs) in the order to print, runs by the first 8 characters of their ids.
+    """
+    pairs = [(status, n) for status, n in counts if n]
+    total = sum(n for _, n in pairs)
+    noun = "sub-agent" if total == 1 else "sub-agents"
+    detail = ", ".join(f"{n} {status}" for status, n in pairs)
+    tokens = (
+        f"tokens {format_tokens(usage.total)} "
+        f"(in {format_tokens(usage.input)} / out {format_tokens(usage.output)})"
+    )
+    parts = [f"{total} {noun} ({detail})", f"runtime {format_runtime(runtime_s)}", tokens]
+    if cost_usd is not None:
+        parts.append(f"est {format_cost(cost_usd)}")
+    parts.append("runs " + ", ".join(run_id[:8] for run_id in run_ids))
+    return "Stats: " + SEPARATOR.join(parts)

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from channels import Channel
-from gateway.agent import ToolContexts, ToolInvoker, TurnFactory
+from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
@@ -36,8 +36,11 @@ from gateway.settings import HeraldSettings
 from gateway.state import StateDB
 from gateway.subagents import (
     Announcer,
+    BatchCoordinator,
+    Completions,
     RunManager,
     Spawner,
+    register_orchestration_tools,
     register_session_tools,
 )
 from gateway.tools import ServiceKey, ToolRegistry, default_registry
@@ -99,6 +102,8 @@ class SubagentParts:
     manager: RunManager
     spawner: Spawner
     announcer: Announcer
+    completions: Completions
+    batches: BatchCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,7 @@ def tool_services(app: web.Application) -> dict[ServiceKey[Any], object]:
 
 CONTEXTS = web.AppKey("contexts", ToolContexts)
 TURN_FACTORY = web.AppKey("turn_factory", TurnFactory)
+CONVERSATIONS = web.AppKey("conversations", Conversations)
 LANES = web.AppKey("lanes", Lanes)
 ARCHIVE = web.AppKey("archive", ArchiveScheduler)
 OUTBOX = web.AppKey("outbox", Outbox)
@@ -145,6 +151,7 @@ def build_tools(settings: HeraldSettings) -> ToolRegistry:
     """Every tool: the built-ins, then the session tools."""
     registry = default_registry(settings)
     register_session_tools(registry)
+    register_orchestration_tools(registry)
     return registry
 
 
@@ -231,6 +238,10 @@ class AppParts:
     @property
     def turn_factory(self) -> TurnFactory:
         return self.app[TURN_FACTORY]
+
+    @property
+    def conversations(self) -> Conversations:
+        return self.app[CONVERSATIONS]
 
     @property
     def invoker(self) -> ToolInvoker:

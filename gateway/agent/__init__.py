@@ -3,7 +3,9 @@ agent's effective profile and the tool context of a session. Chat turns and sub-
 both use it."""
 
 from gateway.agent.context import ToolContexts
+from gateway.agent.conversation import Conversations, TurnResult
 from gateway.agent.factory import TurnFactory
+from gateway.agent.history import HistoryCache, trim_history
 from gateway.agent.invoke import (
     AgentNotFoundError,
     InvokeError,
@@ -13,12 +15,24 @@ from gateway.agent.invoke import (
 )
 from gateway.agent.profile import AgentProfile, resolve_agent, subagent_model_ref
 from gateway.agent.sink import StoreSink
-from gateway.agent.turn import EndedBy, TranscriptSink, TurnOutcome, TurnSetup, run_turn
+from gateway.agent.turn import (
+    EndedBy,
+    Inbox,
+    Injected,
+    TranscriptSink,
+    TurnOutcome,
+    TurnSetup,
+    run_turn,
+)
 
 __all__ = [
     "AgentNotFoundError",
     "AgentProfile",
+    "Conversations",
     "EndedBy",
+    "HistoryCache",
+    "Inbox",
+    "Injected",
     "InvokeError",
     "SessionNotFoundError",
     "StoreSink",
@@ -28,8 +42,10 @@ __all__ = [
     "TranscriptSink",
     "TurnFactory",
     "TurnOutcome",
+    "TurnResult",
     "TurnSetup",
     "resolve_agent",
     "run_turn",
     "subagent_model_ref",
+    "trim_history",
 ]

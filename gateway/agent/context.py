@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.agent.profile import resolve_agent
 from gateway.reload import SettingsHolder
-from gateway.state import SessionRecord
+from gateway.state import Origin, SessionRecord
 from gateway.tools import ServiceKey, ToolContext
 
 
@@ -27,8 +27,16 @@ class ToolContexts:
     def __repr__(self) -> str:
         return f"<ToolContexts services={sorted(k.name for k in self._services)}>"
 
-    def for_session(self, session: SessionRecord, *, run_id: str | None = None) -> ToolContext:
-        """The context of a call made from ``session`` (in sub-agent run ``run_id``)."""
+    def for_session(
+        self,
+        session: SessionRecord,
+        *,
+        run_id: str | None = None,
+        origin: Origin | None = None,
+        depth: int = 0,
+    ) -> ToolContext:
+        """The context of a call made from ``session`` (in sub-agent run ``run_id`` at
+        ``depth``; in a chat turn answering a message from ``origin``)."""
         settings = self._holder.current
         profile = resolve_agent(settings, session.agent_id)
         return ToolContext(
@@ -39,5 +47,7 @@ class ToolContexts:
             session_id=session.session_id,
             is_subagent=session.is_subagent,
             run_id=run_id,
+            origin=origin,
+            depth=depth,
             services=self._services,
         )

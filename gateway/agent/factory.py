@@ -17,7 +17,7 @@ from gateway.providers import ProviderRegistry
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import SessionRecord
+from gateway.state import Origin, SessionRecord
 from gateway.tools import ToolRegistry
 
 
@@ -63,6 +63,8 @@ class TurnFactory:
         tools: frozenset[str],
         max_iterations: int,
         run_id: str | None = None,
+        origin: Origin | None = None,
+        depth: int = 0,
     ) -> tuple[TurnSetup, StoreSink]:
         """The setup and sink of a turn in ``session`` on ``model_ref`` (raises the
         providers' ``UnknownModelError`` when the ref names nothing configured)."""
@@ -74,7 +76,9 @@ class TurnFactory:
             system=system,
             tools=tools,
             max_iterations=max_iterations,
-            tool_context=self._contexts.for_session(session, run_id=run_id),
+            tool_context=self._contexts.for_session(
+                session, run_id=run_id, origin=origin, depth=depth
+            ),
         )
         sink = StoreSink(
             self.store,

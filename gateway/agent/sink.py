@@ -40,9 +40,14 @@ class StoreSink:
     _unsaved_cost: float | None = None
 
     async def message(
-        self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
+        self,
+        message: ChatMessage,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> None:
-        await self.store.append_message(self.session, message, model=model, usage=usage)
+        await self.store.append_message(self.session, message, model=model, usage=usage, meta=meta)
         if usage is None:
             return
         call_cost = cost_usd(usage, self.cost)

@@ -18,7 +18,7 @@ from gateway.tools import ToolContext, ToolOutput, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
-EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations"]
+EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations", "yield"]
 SPAWN_TOOL = "sessions_spawn"
 
 
@@ -26,10 +26,30 @@ class TranscriptSink(Protocol):
     """Where a turn records what happens, as it happens."""
 
     async def message(
-        self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
+        self,
+        message: ChatMessage,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> None: ...
 
     async def event(self, name: str, data: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """A message given to a running turn from outside (a steer, a nested completion)."""
+
+    message: ChatMessage
+    meta: dict[str, Any]
+
+
+class Inbox(Protocol):
+    """Messages for a running turn, taken before each model call (so never between a tool
+    call and its result): :meth:`take` returns what arrived since the last call."""
+
+    async def take(self) -> list[Injected]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +140,24 @@ async def call_model(
 
 
 async def run_turn(
-    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage], sink: TranscriptSink
+    setup: TurnSetup,
+    registry: ToolRegistry,
+    history: list[ChatMessage],
+    sink: TranscriptSink,
+    inbox: Inbox | None = None,
 ) -> TurnOutcome:
     """Loop model and tools on ``history`` (which ends with the new input) until done.
 
-    ``history`` is extended in place with every assistant and tool message.
+    ``history`` is extended in place with every assistant and tool message, and with what
+    ``inbox`` gives before each model call.
     """
     outcome = TurnOutcome(text="", ended_by="max_iterations")
     last_text = ""
     for _ in range(setup.max_iterations):
+        if inbox is not None:
+            for item in await inbox.take():
+                history.append(item.message)
+                await sink.message(item.message, meta=item.meta)
         reply = await call_model(setup, registry, history, sink)
         outcome.iterations += 1
         outcome.usage = outcome.usage + reply.usage
@@ -143,7 +172,10 @@ async def run_turn(
         ending = await run_tools(reply.tool_calls, setup, registry, history, sink)
         if ending is not None:
             outcome.submitted = ending.data
-            if ending.data is not None and "error" in ending.data:
+            if ending.data is not None and ending.data.get("status") == "yielded":
+                outcome.ended_by = "yield"
+                outcome.text = str(ending.data.get("message") or "")
+            elif ending.data is not None and "error" in ending.data:
                 outcome.ended_by = "submit_error"
                 outcome.text = str(ending.data["error"])
             else:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from typing import Any
 
+from gateway import instance
+from gateway.constants import EXIT_TEMPFAIL, EXIT_UNAVAILABLE
 from gateway.logs import setup_logging
 
 
@@ -37,10 +40,24 @@ def run(args: argparse.Namespace) -> int:
     overrides = cli_overrides(args)
     loaded = load_settings(args.config, environ=os.environ, overrides=overrides)
     preflight(loaded)  # before anything is created: a config error exits 78 here
-    setup_logging(loaded.settings.gateway.log_level)
-    holder = SettingsHolder(
-        loaded.settings,
-        path=str(loaded.path) if loaded.path else None,
-        overrides=overrides,
-    )
-    return asyncio.run(serve(holder, config_dir=loaded.config_dir))
+    gateway = loaded.settings.gateway
+    try:
+        lock = instance.acquire(gateway.resolved_state_dir())
+    except instance.AlreadyRunningError as exc:
+        print(f"herald: {exc}", file=sys.stderr)
+        return EXIT_TEMPFAIL
+    try:
+        try:
+            sock = instance.bind(gateway.host, gateway.port)
+        except instance.PortInUseError as exc:
+            print(f"herald: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        setup_logging(gateway.log_level)
+        holder = SettingsHolder(
+            loaded.settings,
+            path=str(loaded.path) if loaded.path else None,
+            overrides=overrides,
+        )
+        return asyncio.run(serve(holder, config_dir=loaded.config_dir, sock=sock))
+    finally:
+        lock.release()

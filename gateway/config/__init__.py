@@ -7,7 +7,15 @@ environment variables and command-line overrides, in rising precedence over the 
 :class:`gateway.errors.ConfigError` whose issues name the file, line, column and key.
 """
 
-from gateway.config._load import LoadedSettings, load_settings
+from gateway.config._load import LoadedSettings, config_candidates, find_config, load_settings
 from gateway.config._render import MASK, RenderFormat, render_settings
 
-__all__ = ["MASK", "LoadedSettings", "RenderFormat", "load_settings", "render_settings"]
+__all__ = [
+    "MASK",
+    "LoadedSettings",
+    "RenderFormat",
+    "config_candidates",
+    "find_config",
+    "load_settings",
+    "render_settings",
+]

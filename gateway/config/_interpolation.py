@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from gateway.config._schema import KeyPath, annotation_at, model_class
 from gateway.settings import AgentDefaults
 
@@ -110,6 +112,9 @@ def why_needed(path: KeyPath, merged: Mapping[str, object]) -> str | None:
             enabled = info.default if info else True
         if str(enabled).lower() in ("false", "0", "no", "off"):
             return None
+        required = _required_secrets(path[:2], _get(merged, "channels", str(path[1])))
+        if len(path) == 3 and required is not None and str(path[2]) not in required:
+            return None  # e.g. Slack's signingSecret in Socket Mode
         return f"channels.{path[1]}.enabled is true"
     if len(path) >= 4 and path[:2] == ("models", "providers"):
         users = [key for key, ref in _model_refs(merged) if ref.partition("/")[0] == path[2]]
@@ -117,6 +122,23 @@ def why_needed(path: KeyPath, merged: Mapping[str, object]) -> str | None:
             return None
         return f"{users[0]} uses provider {path[2]!r}"
     return ""
+
+
+def _required_secrets(where: KeyPath, section: object) -> tuple[str, ...] | None:
+    """The secret keys an enabled channel needs in the mode its section sets (its config
+    model's ``required_secrets``); None when that cannot be told."""
+    model = model_class(annotation_at(where))
+    if model is None or not isinstance(section, Mapping):
+        return None
+    plain = {
+        key: value for key, value in section.items() if isinstance(value, str | bool | int | float)
+    }
+    try:
+        config = model.model_validate(plain)
+    except ValidationError:
+        return None
+    needs = getattr(config, "required_secrets", None)
+    return tuple(needs()) if callable(needs) else None
 
 
 def _model_refs(merged: Mapping[str, object]) -> list[tuple[str, str]]:

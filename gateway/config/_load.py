@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -51,14 +51,15 @@ def load_settings(
 ) -> LoadedSettings:
     """Load, merge and validate the configuration.
 
-    ``path`` defaults to ``$HERALD_CONFIG``, else no file (defaults only). ``environ``
+    ``path`` defaults to the first file of :func:`find_config`, else no file (defaults
+    only). ``environ``
     (default ``os.environ``) supplies ``HERALD_*`` overrides and ``${VAR}`` values;
     ``overrides`` are command-line flags as a nested camelCase dict, highest precedence.
     Raises ConfigError listing every problem found; never another exception for bad input.
     """
     env = os.environ if environ is None else environ
     if path is None:
-        path = env.get(CONFIG_ENV) or None
+        path = find_config(env)
     config_file = read_config_file(path, env) if path is not None else None
     file_data = config_file.data if config_file else {}
     issues = list(config_file.issues) if config_file else []
@@ -108,6 +109,37 @@ def load_settings(
         config_dir=config_file.path.parent if config_file else Path.cwd(),
         unset_secrets=frozenset(unset),
     )
+
+
+#: File names looked for in each folder of the lookup, in order.
+CONFIG_NAMES: Final = ("herald.json5", "herald.toml", "herald.json")
+SYSTEM_CONFIG_DIR: Final = Path("/etc/herald")
+
+
+def config_candidates(environ: Mapping[str, str]) -> list[Path]:
+    """Where a config file is looked for when none is named, in order: the current
+    directory, ``$XDG_CONFIG_HOME/herald`` (``~/.config/herald``), ``/etc/herald``."""
+    folders = [Path.cwd()]
+    xdg = environ.get("XDG_CONFIG_HOME")
+    home = environ.get("HOME")
+    if xdg:
+        folders.append(Path(xdg) / "herald")
+    elif home:
+        folders.append(Path(home) / ".config" / "herald")
+    folders.append(SYSTEM_CONFIG_DIR)
+    return [folder / name for folder in folders for name in CONFIG_NAMES]
+
+
+def find_config(environ: Mapping[str, str]) -> str | None:
+    """The config file to use when ``--config`` names none: ``$HERALD_CONFIG``, else the
+    first of :func:`config_candidates` that exists, else None (embedded defaults)."""
+    named = environ.get(CONFIG_ENV)
+    if named:
+        return named
+    for candidate in config_candidates(environ):
+        if candidate.is_file():
+            return str(candidate)
+    return None
 
 
 def _overrides_data(

@@ -163,7 +163,8 @@ class Outbox:
             chat_id=item.chat_id,
             thread_id=item.thread_id,
             text=item.text,
-            kind="announce",
+            # A batch's follow-up is the agent answering: a reply, not an announce.
+            kind="reply" if item.batch_id is not None else "announce",
             run_id=item.run_id,
             outbox_id=item_id,
         )

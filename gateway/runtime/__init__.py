@@ -2,7 +2,6 @@
 
 from gateway.runtime.chat_commands import ChatCommands
 from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError, parse_command
-from gateway.runtime.history import HistoryCache, trim_history
 from gateway.runtime.router import Router
 from gateway.runtime.turns import BUSY_REPLY, ChatTurns, origin_of
 
@@ -13,9 +12,7 @@ __all__ = [
     "ChatCommands",
     "ChatTurns",
     "CommandUsageError",
-    "HistoryCache",
     "Router",
     "origin_of",
     "parse_command",
-    "trim_history",
 ]

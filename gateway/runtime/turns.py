@@ -13,18 +13,11 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
 from channels import Channel, InboundMessage
-from gateway.agent import StoreSink, TurnFactory, resolve_agent, run_turn
+from gateway.agent import Conversations
 from gateway.delivery import Replier
-from gateway.llm import ChatMessage
-from gateway.providers import ProviderError
-from gateway.runtime.history import HistoryCache
-from gateway.sessions import SessionError
 from gateway.state import Origin, SessionRecord
-from gateway.tools import tools_for_agent
-from gateway.usage import format_runtime
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 
 logger = logging.getLogger(__name__)
@@ -49,19 +42,18 @@ class ChatTurns:
     def __init__(
         self,
         *,
-        factory: TurnFactory,
+        conversations: Conversations,
         session_lane: Lane,
         main_lane: Lane,
         channels: Mapping[str, Channel],
         replier: Replier,
     ) -> None:
-        self._factory = factory
-        self._store = factory.store
+        self._conversations = conversations
+        self._store = conversations.store
         self._session_lane = session_lane
         self._main_lane = main_lane
         self._channels = channels
         self._replier = replier
-        self._histories = HistoryCache(factory.store)
         self._turns: dict[str, set[JobHandle[None]]] = defaultdict(set)
 
     def __repr__(self) -> str:
@@ -89,20 +81,22 @@ class ChatTurns:
             del self._turns[key]
 
     async def _turn(self, key: str, text: str, inbound: InboundMessage | None) -> None:
+        reply: str | None
         channel = self._channels.get(inbound.channel) if inbound else None
         try:
             async with self._main_lane.slot():
                 working = channel.working(inbound) if channel and inbound else None
                 async with working or contextlib.nullcontext():
                     try:
-                        reply = await self.run_turn(key, text)
+                        origin = origin_of(inbound) if inbound is not None else None
+                        reply = await self.run_turn(key, text, origin)
                     except asyncio.CancelledError:
                         if (origin := await self._reply_to(key, inbound)) is not None:
                             await asyncio.shield(self._replier.reply(origin, "Stopped.", "notice"))
                         raise
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY
-        if (origin := await self._reply_to(key, inbound)) is not None:
+        if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
             await self._replier.reply(origin, reply)
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
@@ -113,57 +107,10 @@ class ChatTurns:
         session = await self._store.get(key)
         return session.origin if session is not None else None
 
-    async def run_turn(self, key: str, text: str) -> str:
-        """One turn of session ``key``; returns the reply text (errors become a clear text)."""
-        settings = self._factory.settings
-        session = await self._store.require(key)
-        profile = resolve_agent(settings, session.agent_id)
-        sink: StoreSink | None = None
-        finished = False
-        try:
-            registry = self._factory.tools
-            setup, sink = self._factory.prepare(
-                session,
-                model_ref=session.model or profile.model_ref,
-                system=profile.system_prompt,
-                tools=tools_for_agent(settings, session.agent_id, registry),
-                max_iterations=profile.max_iterations,
-            )
-            history = await self._histories.take(key)
-            user = ChatMessage(role="user", content=text)
-            history.append(user)
-            await sink.message(user)
-            async with asyncio.timeout(profile.timeout_seconds):
-                outcome = await run_turn(setup, registry, history, sink)
-            await sink.sync()
-            self._histories.keep(key, history)
-            finished = True
-        except TimeoutError:
-            reply = f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
-            await self._record(session, "error", {"error": "timeout"})
-            return reply
-        except ProviderError as exc:
-            await self._record(session, "error", {"error": str(exc)})
-            return f"Sorry, the model call failed: {exc}"
-        except SessionError as exc:
-            logger.warning("turn refused", extra={"session": key, "error": str(exc)})
-            return f"Sorry, this conversation cannot continue: {exc}"
-        except OSError as exc:  # the transcript could not be written (disk full, say)
-            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
-            return "Sorry, I could not record this conversation (the gateway's disk may be full)."
-        finally:
-            if not finished:
-                self._histories.forget(key)  # the transcript is the truth: reload next time
-            if sink is not None:
-                await asyncio.shield(sink.save_usage())
-        if outcome.ended_by == "max_iterations":
-            note = f"(stopped after {outcome.iterations} model calls without a final answer)"
-            return f"{outcome.text}\n\n{note}" if outcome.text else note
-        return outcome.text if outcome.text.strip() else "(the model gave an empty reply)"
-
-    async def _record(self, session: SessionRecord, name: str, data: dict[str, Any]) -> None:
-        with contextlib.suppress(SessionError):
-            await self._store.append_event(session, name, data)
+    async def run_turn(self, key: str, text: str, origin: Origin | None = None) -> str | None:
+        """One turn of session ``key``; the reply text to post (errors become a clear text),
+        or None when the turn yielded without a message."""
+        return (await self._conversations.turn(key, text, origin=origin)).text
 
     def stop(self, key: str) -> int:
         """Cancel the session's queued and running turns; returns how many."""

@@ -257,13 +257,15 @@ class SessionStore:
         *,
         model: str | None = None,
         usage: Usage | None = None,
+        meta: Mapping[str, Any] | None = None,
         wait: bool = False,
     ) -> str:
-        """Append a message line; returns its line id. ``model``/``usage`` annotate a reply.
+        """Append a message line; returns its line id. ``model``/``usage`` annotate a reply,
+        ``meta`` (e.g. ``{"kind": "subagent_completion", "runId": …}``) a written-in message.
 
         Usage totals are not touched here: call :meth:`add_usage` once per model call.
         """
-        record = message_record(message, model=model, usage=usage, at=self._clock())
+        record = message_record(message, model=model, usage=usage, at=self._clock(), meta=meta)
         await self._append(session, record, wait)
         return str(record["id"])
 

@@ -123,8 +123,10 @@ def message_record(
     model: str | None = None,
     usage: Usage | None = None,
     at: float | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A message line for ``message``; ``model``/``usage`` annotate an assistant reply."""
+    """A message line for ``message``; ``model``/``usage`` annotate an assistant reply, and
+    ``meta`` says what wrote a message the person did not (a sub-agent completion, say)."""
     body: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         body["toolCalls"] = [tool_call_json(c) for c in message.tool_calls]
@@ -138,7 +140,10 @@ def message_record(
         body["model"] = model
     if usage is not None:
         body["usage"] = usage.to_json()
-    return {"type": "message", "id": new_line_id(), "timestamp": iso_timestamp(at), "message": body}
+    line = {"type": "message", "id": new_line_id(), "timestamp": iso_timestamp(at), "message": body}
+    if meta:
+        line["meta"] = dict(meta)
+    return line
 
 
 def event_record(

@@ -1,5 +1,6 @@
 """The state database (SQLite, WAL): sessions index, sub-agent runs, announce outbox."""
 
+from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
 from gateway.state.errors import (
     InvalidUpdateError,
@@ -15,7 +16,10 @@ from gateway.state.outbox import OutboxTable
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_STATUSES,
+    BatchRecord,
+    BatchState,
     Cleanup,
+    Completion,
     Origin,
     OutboxRecord,
     OutboxState,
@@ -30,7 +34,11 @@ from gateway.state.sessions import SessionsTable
 __all__ = [
     "FINISHED_STATUSES",
     "RUN_STATUSES",
+    "BatchRecord",
+    "BatchState",
+    "BatchesTable",
     "Cleanup",
+    "Completion",
     "InvalidUpdateError",
     "Origin",
     "OutboxRecord",

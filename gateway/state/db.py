@@ -32,6 +32,7 @@ from typing import Final, TypeVar
 from urllib.parse import quote
 
 from gateway.backoff import backoff
+from gateway.state.batches import BatchesTable
 from gateway.state.errors import (
     ReadOnlyStateError,
     SchemaError,
@@ -77,6 +78,7 @@ class StateDB:
         self.sessions = SessionsTable(self)
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
+        self.batches = BatchesTable(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.readonly else "open")

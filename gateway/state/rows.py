@@ -26,6 +26,8 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
     {"done", "error", "timeout", "cancelled", "interrupted"}
 )
 Cleanup = Literal["delete", "keep"]
+Completion = Literal["pending", "delivered", "consumed"]
+BatchState = Literal["waiting", "following", "done"]
 #: ``sending`` is written before a send and left behind only by a crash mid-send; such an
 #: item goes back to ``pending`` with ``in_doubt`` set, and is sent again only once its
 #: channel has said the cut-off send is not in the chat.
@@ -232,6 +234,16 @@ class RunRecord:
     outcome: RunStatus | None = None
     #: The announce message as composed (reply + stats line), whether or not it was posted.
     announce_text: str | None = None
+    #: The run whose session spawned this one (None for a run a person's session spawned).
+    parent_run_id: str | None = None
+    #: 1 for a run spawned from a person's session, d + 1 for one spawned by a depth-d run.
+    depth: int = 1
+    #: The ``sessions_yield`` batch this run belongs to, if any.
+    batch_id: str | None = None
+    #: The result's way into the requester's conversation (see the schema docstring).
+    completion: Completion | None = None
+    #: A ``subagents wait`` is waiting for this run: its announce is held for the waiter.
+    held: bool = False
 
     @property
     def usage(self) -> Usage:
@@ -278,10 +290,40 @@ class OutboxRecord:
     last_error: str | None = None
     delivered_at: float | None = None
     message_ids: tuple[str, ...] = ()
+    #: The batch whose follow-up reply this item posts.
+    batch_id: str | None = None
     #: When the first send began (None: never tried).
     first_attempt_at: float | None = None
     #: A send was cut off by a crash: ask the chat before sending again.
     in_doubt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A ``sessions_yield`` batch; fields are the ``batches`` columns. ``run_ids`` is in
+    spawn order; ``run_id`` is the yielding run when the requester is a sub-agent."""
+
+    batch_id: str
+    session_key: str
+    run_ids: tuple[str, ...]
+    first_spawn_at: float
+    created_at: float
+    deadline_at: float
+    run_id: str | None = None
+    message: str | None = None
+    origin_channel: str | None = None
+    origin_account: str | None = None
+    origin_chat_id: str | None = None
+    origin_thread_id: str | None = None
+    origin_chat_type: str | None = None
+    state: BatchState = "waiting"
+    followup_started_at: float | None = None
+    ended_at: float | None = None
+    reply_text: str | None = None
+
+    @property
+    def origin(self) -> Origin | None:
+        return origin_from_columns(dataclasses.asdict(self))
 
 
 def field_names(cls: type[Any]) -> tuple[str, ...]:
@@ -290,11 +332,13 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
 
 RUN_COLUMNS: Final = field_names(RunRecord)
 OUTBOX_COLUMNS: Final = field_names(OutboxRecord)
+BATCH_COLUMNS: Final = field_names(BatchRecord)
 
 
 def run_from_row(row: sqlite3.Row) -> RunRecord:
     values = {name: row[name] for name in RUN_COLUMNS}
     values["model_applied"] = bool(values["model_applied"])
+    values["held"] = bool(values["held"])
     return RunRecord(**values)
 
 
@@ -304,6 +348,12 @@ def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
     values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
     values["in_doubt"] = bool(values["in_doubt"])
     return OutboxRecord(**values)
+
+
+def batch_from_row(row: sqlite3.Row) -> BatchRecord:
+    values = {name: row[name] for name in BATCH_COLUMNS}
+    values["run_ids"] = tuple(orjson.loads(values["run_ids"]))
+    return BatchRecord(**values)
 
 
 def to_column_value(value: Any) -> Any:

@@ -9,7 +9,14 @@ is archived when ``archived_at`` is set and keeps its row (usage stays queryable
 ``runs`` records sub-agent runs; ``outbox`` holds announce deliveries (at most one per
 run). ``message_ids`` is a JSON list of the provider's message ids.
 
-Version 2: ``outbox.first_attempt_at`` (when the first send began: the start of the window
+Version 2 adds orchestration: a run's ``parent_run_id`` and ``depth`` (1 for a run a person's
+session spawned), the ``batch_id`` of the ``sessions_yield`` batch it belongs to, and its
+``completion`` — the result written into the requester's conversation exactly once:
+``pending`` once final, then ``delivered`` (into the requester's history) or ``consumed``
+(returned by ``subagents wait`` or a batch's follow-up turn). ``batches`` holds yields and
+their follow-up; an outbox item carries the ``batch_id`` of the follow-up reply it posts.
+
+Version 3: ``outbox.first_attempt_at`` (when the first send began: the start of the window
 in which a cut-off send is looked for in the chat) and ``outbox.in_doubt`` (1 while an item
 a crash left mid-send waits for its channel to say whether that send reached the chat).
 """
@@ -118,10 +125,51 @@ _V1: Final = (
     "CREATE INDEX outbox_due ON outbox (state, next_attempt_at)",
 )
 
+BATCH_STATE_SQL: Final = "'waiting', 'following', 'done'"
+COMPLETION_SQL: Final = "'pending', 'delivered', 'consumed'"
+
 _V2: Final = (
+    "ALTER TABLE runs ADD COLUMN parent_run_id TEXT REFERENCES runs (run_id)",
+    "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE runs ADD COLUMN batch_id TEXT",
+    f"""
+    ALTER TABLE runs ADD COLUMN completion TEXT
+        CHECK (completion IS NULL OR completion IN ({COMPLETION_SQL}))
+    """,
+    "ALTER TABLE runs ADD COLUMN held INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX runs_parent_run ON runs (parent_run_id)",
+    "CREATE INDEX runs_batch ON runs (batch_id) WHERE batch_id IS NOT NULL",
+    "CREATE INDEX runs_completion ON runs (completion) WHERE completion = 'pending'",
+    f"""
+    CREATE TABLE batches (
+        batch_id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL REFERENCES sessions (key),
+        run_id TEXT REFERENCES runs (run_id),
+        run_ids TEXT NOT NULL,
+        message TEXT,
+        origin_channel TEXT,
+        origin_account TEXT,
+        origin_chat_id TEXT,
+        origin_thread_id TEXT,
+        origin_chat_type TEXT,
+        first_spawn_at REAL NOT NULL,
+        created_at REAL NOT NULL,
+        deadline_at REAL NOT NULL,
+        state TEXT NOT NULL DEFAULT 'waiting' CHECK (state IN ({BATCH_STATE_SQL})),
+        followup_started_at REAL,
+        ended_at REAL,
+        reply_text TEXT
+    )
+    """,
+    "CREATE INDEX batches_open ON batches (state) WHERE state != 'done'",
+    "ALTER TABLE outbox ADD COLUMN batch_id TEXT REFERENCES batches (batch_id)",
+    "CREATE UNIQUE INDEX outbox_batch ON outbox (batch_id) WHERE batch_id IS NOT NULL",
+)
+
+_V3: Final = (
     "ALTER TABLE outbox ADD COLUMN first_attempt_at REAL",
     "ALTER TABLE outbox ADD COLUMN in_doubt INTEGER NOT NULL DEFAULT 0",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
 LATEST_VERSION: Final = len(MIGRATIONS)

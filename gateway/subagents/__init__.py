@@ -6,14 +6,20 @@
 - :mod:`~gateway.subagents.manager`: lane jobs, abort, wait, close (``RunManager``);
 - :mod:`~gateway.subagents.recovery`: what a previous process left;
 - :mod:`~gateway.subagents.presenter`: how a run is shown;
-- :mod:`~gateway.subagents.tools`: the session tools.
+- :mod:`~gateway.subagents.tools`: the session tools;
+- :mod:`~gateway.subagents.completions`: results written into the requester's history;
+- :mod:`~gateway.subagents.batches`: ``sessions_yield`` batches and their follow-up turn;
+- :mod:`~gateway.subagents.orchestration`: the orchestration tools.
 """
 
 from gateway.subagents.announce import Announcer, compose_announce
+from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions
+from gateway.subagents.completions import COMPLETION_PREFIX, Completions
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
+from gateway.subagents.orchestration import YIELDS, YieldService, register_orchestration_tools
 from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
 from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
@@ -36,12 +42,16 @@ from gateway.subagents.tools import (
 )
 
 __all__ = [
+    "COMPLETION_PREFIX",
     "SESSIONS",
     "SPAWNER",
     "SPAWN_FORBIDDEN_NESTED",
     "TURNS",
+    "YIELDS",
     "Announcer",
+    "BatchCoordinator",
     "ChildSessions",
+    "Completions",
     "RunFeed",
     "RunFinishedError",
     "RunManager",
@@ -54,9 +64,11 @@ __all__ = [
     "SpawnService",
     "Spawner",
     "TurnQueue",
+    "YieldService",
     "allowed_targets",
     "compose_announce",
     "recover",
+    "register_orchestration_tools",
     "register_session_tools",
     "run_info",
     "run_json",

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from gateway.archive import ArchiveScheduler
@@ -120,8 +120,11 @@ class Announcer:
         archive: ArchiveScheduler,
         feed: RunFeed,
         metrics: Metrics,
+        on_final: Callable[[RunRecord], Awaitable[None]],
         clock: Callable[[], float] = time.time,
     ) -> None:
+        #: Hands a final run's result on (its batch, its waiter or its requester's history).
+        self.on_final = on_final
         self._holder = holder
         self._db = db
         self._store = store
@@ -139,19 +142,23 @@ class Announcer:
             return
         if await self._db.outbox.get_by_run(run_id) is not None:
             # Queued before a crash; only the status update was lost.
-            await self._db.runs.update(run_id, status=run.outcome or "error")
-            await self._feed.changed(run_id)
+            run = await self._db.batches.finish_run(
+                run_id, {"status": run.outcome or "error"}, None
+            )
+            await self._settled(run)
             return
         status: RunStatus = run.outcome or "error"
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
-        if status in MODEL_ANNOUNCED:
+        # A run of a batch posts nothing of its own: the follow-up speaks for it.
+        if status in MODEL_ANNOUNCED and run.batch_id is None:
             reply = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
-                await self._db.runs.update(run_id, status=status, announce_state="skipped")
+                changes = {"status": status, "announce_state": "skipped"}
+                run = await self._db.batches.finish_run(run_id, changes, None)
                 self._metrics.announce_delivery("skipped")
                 await self._store.append_event(child, "announce", {"skipped": True})
-                await self.settle_archive(run)
+                await self._settled(run)
                 return
         run = await self._db.runs.get(run_id) or run  # usage now includes the announce turn
         runtime = (run.ended_at or self._clock()) - (run.started_at or run.created_at)
@@ -162,38 +169,54 @@ class Announcer:
             runtime_seconds=runtime,
             transcript_path=run.transcript_path,
         )
-        await self._queue(run, status, text)
-        await self._store.append_event(child, "announce", {"status": status, "text": text})
+        run = await self._finish(run, status, text)
+        posted = run.announce_state == "queued"
+        await self._store.append_event(
+            child, "announce", {"status": status, "text": text, "state": run.announce_state}
+        )
         parent = await self._store.get(run.parent_session_key or "")
-        if parent is not None and not parent.archived:
+        if posted and parent is not None and not parent.archived:
             await self._store.append_event(
                 parent, "subagent_announce", {"runId": run_id, "status": status, "text": text}
             )
         logger.info("sub-agent finished", extra={"run_id": run_id, "status": status})
-        await self.settle_archive(run)
+        await self._settled(run)
 
-    async def _queue(self, run: RunRecord, status: RunStatus, text: str) -> None:
-        """Apply the final status and queue the announce for the origin, in one write."""
+    async def _finish(self, run: RunRecord, status: RunStatus, text: str) -> RunRecord:
+        """Apply the final status and queue the announce for the origin, in one write
+        (unless a batch or a wait takes the run's result instead)."""
         origin = run.origin
+        changes: dict[str, object] = {"status": status, "announce_text": text}
+        item: OutboxRecord | None = None
         if origin is None:
-            await self._db.runs.update(
-                run.run_id, status=status, announce_state="no_origin", announce_text=text
+            changes["announce_state"] = "no_origin"
+        else:
+            item = OutboxRecord(
+                channel=origin.channel,
+                account=origin.account,
+                chat_id=origin.chat_id,
+                thread_id=origin.thread_id,
+                text=text,
+                created_at=self._clock(),
+                run_id=run.run_id,
             )
+        run = await self._db.batches.finish_run(run.run_id, changes, item)
+        if run.announce_state == "queued":
+            self._outbox.kick()
+        elif run.announce_state == "no_origin":
             self._metrics.announce_delivery("no_origin")
-            return
-        item = OutboxRecord(
-            channel=origin.channel,
-            account=origin.account,
-            chat_id=origin.chat_id,
-            thread_id=origin.thread_id,
-            text=text,
-            created_at=self._clock(),
-            run_id=run.run_id,
-        )
-        await self._db.outbox.insert_for_run(
-            item, {"status": status, "announce_state": "queued", "announce_text": text}
-        )
-        self._outbox.kick()
+        return run
+
+    async def _settled(self, run: RunRecord) -> None:
+        """The run is final: archive its child, then hand its result on."""
+        await self.settle_archive(run)
+        await self._completed(run)
+
+    async def _completed(self, run: RunRecord) -> None:
+        try:
+            await self.on_final(run)
+        except Exception:
+            logger.exception("completion not handed on", extra={"run_id": run.run_id})
 
     async def _announce_turn(
         self, run: RunRecord, child: SessionRecord, status: RunStatus

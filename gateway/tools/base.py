@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from gateway.settings import HeraldSettings
+from gateway.state import Origin
 from gateway.tools.errors import ServiceUnavailableError
 
 T = TypeVar("T")
@@ -104,6 +105,10 @@ class ToolContext:
     is_subagent: bool = False
     #: The sub-agent run this session belongs to, when there is one.
     run_id: str | None = None
+    #: The chat and thread of the message this turn answers (None outside chat turns).
+    origin: Origin | None = None
+    #: 0 in a session a person talks to, d + 1 in a sub-agent spawned at depth d.
+    depth: int = 0
     services: Mapping[ServiceKey[Any], object] = field(default_factory=dict)
 
     def service(self, key: ServiceKey[T]) -> T:

@@ -11,8 +11,9 @@ The layers are intersected:
 
 * an agent's session: registry ∩ ``agent.tools`` ∩ ``routing.agents.<id>.tools``;
 * a sub-agent session: its target agent's set ∩ ``agent.subagents.tools`` ∩ the parent
-  agent's set, minus the session tools (``sessions_spawn``, ``sessions_list``,
-  ``sessions_history``, ``sessions_send``, ``agents_list``), so a sub-agent never gets a
+  agent's set, minus the session tools (``sessions_spawn``, ``sessions_yield``,
+  ``subagents``, ``sessions_list``, ``sessions_history``, ``sessions_send``,
+  ``agents_list``), so a sub-agent never gets a
   tool its parent lacks (seed 001).
 
 ``exec`` is off unless allowed: it is in an agent's set only when ``agent.tools.allow`` or
@@ -44,7 +45,15 @@ WILDCARD: Final = "*"
 GROUP_PREFIX: Final = "group:"
 
 SESSION_TOOLS: Final = frozenset(
-    {"sessions_spawn", "sessions_list", "sessions_history", "sessions_send", "agents_list"}
+    {
+        "sessions_spawn",
+        "sessions_yield",
+        "subagents",
+        "sessions_list",
+        "sessions_history",
+        "sessions_send",
+        "agents_list",
+    }
 )
 SUBAGENT_ONLY_TOOLS: Final = frozenset({"submit_result", "submit_error"})
 #: Tools that a layer's allow list must name (directly or by group) to be available at all.

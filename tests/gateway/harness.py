@@ -178,6 +178,13 @@ class Harness(wiring.AppParts):
         async with asyncio.timeout(HANG_GUARD_SECONDS):
             await self.channel.wait_update(run_id, status)
 
+    async def runs_idle(self) -> None:
+        """Wait until no run, no completion write and no chat turn is queued or running."""
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            for _ in range(3):  # each lane's work can queue work on the other
+                await self.lanes.subagent.join()
+                await self.lanes.session.join()
+
     async def finished(self, run_id: str) -> RunRecord:
         async with asyncio.timeout(HANG_GUARD_SECONDS):
             return await self.runs.wait(run_id)

@@ -404,3 +404,37 @@ def test_unknown_provider_api_lists_the_choices(write: WriteFile) -> None:
     issue = one_issue(path)
     assert issue.key == "models.providers.a.api"
     assert "'openai-completions', 'anthropic-messages' or 'scripted'" in issue.message
+
+
+def test_without_config_the_lookup_order_is_env_then_cwd_then_user_then_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.config import config_candidates, find_config
+
+    cwd, home, named = tmp_path / "cwd", tmp_path / "home", tmp_path / "named.toml"
+    cwd.mkdir()
+    (home / ".config" / "herald").mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    env = {"HOME": str(home)}
+    user = home / ".config" / "herald" / "herald.toml"
+    candidates = config_candidates(env)
+    assert candidates[:3] == [cwd / "herald.json5", cwd / "herald.toml", cwd / "herald.json"]
+    assert user in candidates
+    assert candidates[-3:] == [
+        Path("/etc/herald") / n for n in ("herald.json5", "herald.toml", "herald.json")
+    ]
+    assert candidates.index(user) < len(candidates) - 3
+    found = find_config(env)  # nothing in cwd or the user folder: /etc/herald, if anything
+    assert found is None or found.startswith("/etc/herald/")
+    user.write_text('[agent]\nmodel = "demo/scripted"\n')
+    assert find_config(env) == str(user)
+    (cwd / "herald.json5").write_text("{}")
+    assert find_config(env) == str(cwd / "herald.json5")
+    named.write_text("")
+    assert find_config({**env, "HERALD_CONFIG": str(named)}) == str(named)
+    assert find_config({"XDG_CONFIG_HOME": str(tmp_path / "xdg")}) == str(cwd / "herald.json5")
+    # load_settings without a path takes the file the lookup finds.
+    (cwd / "herald.json5").write_text("{ agent: { maxConcurrent: 7 } }")
+    loaded = load_settings(None, environ=env)
+    assert loaded.path == cwd / "herald.json5"
+    assert loaded.settings.agent.max_concurrent == 7

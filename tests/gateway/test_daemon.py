@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.constants import EXIT_CONFIG
+from gateway.constants import EXIT_CONFIG, EXIT_TEMPFAIL, EXIT_UNAVAILABLE, STATE_DB_NAME
 from tests.gateway.daemon_process import (
     HERALD,
     clean_env,
@@ -75,9 +75,39 @@ async def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         config = daemon_config(tmp_path, port)
         async with herald("run", "--config", str(config)) as daemon:
-            assert await daemon.wait_exit() == 69
-        record = next(r for r in daemon.logs if r.get("msg") == "cannot listen")
-        assert record["port"] == port
+            assert await daemon.wait_exit() == EXIT_UNAVAILABLE
+        output = "\n".join(daemon.raw)
+        assert f"herald: cannot listen on 127.0.0.1:{port}: the port is in use" in output
+        assert "Traceback" not in output
+        # Found before anything started: no database, so no run was recovered or started.
+        assert not (tmp_path / "state" / STATE_DB_NAME).exists()
+
+
+async def test_a_second_gateway_on_the_same_state_directory_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    config = daemon_config(tmp_path, port)
+    async with herald("run", "--config", str(config), port=port) as first:
+        await first.wait_healthy()
+        (tmp_path / "second").mkdir()
+        other = daemon_config(tmp_path / "second", free_port())
+        data = json.loads(other.read_text())
+        data["gateway"]["stateDir"] = str(tmp_path / "state")  # the first one's
+        other.write_text(json.dumps(data))
+        async with herald("run", "--config", str(other)) as second:
+            assert await second.wait_exit() == EXIT_TEMPFAIL
+        output = "\n".join(second.raw)
+        state = tmp_path / "state"
+        assert (
+            f"herald: already running (pid {first.process.pid}) on state directory {state}"
+            in output
+        )
+        assert "Traceback" not in output
+        # The first gateway was not disturbed.
+        first.process.send_signal(signal.SIGTERM)
+        assert await first.wait_exit() == 0
+    # Its lock died with it: the state directory can be used again.
+    async with herald("run", "--config", str(config), port=port) as again:
+        await again.wait_healthy()
 
 
 async def test_notifies_systemd_ready_and_stopping(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import TurnSetup, run_turn
+from gateway.agent import Injected, TurnSetup, run_turn
 from gateway.agent.turn import build_request, run_tools
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.llm import ChatMessage, ToolCall, Usage
@@ -50,11 +50,19 @@ class RecordingSink:
     """A transcript sink that keeps what the turn recorded, in order."""
 
     lines: list[tuple[str, Any]] = field(default_factory=list)
+    metas: list[dict[str, Any]] = field(default_factory=list)
 
     async def message(
-        self, message: ChatMessage, *, model: str | None = None, usage: Usage | None = None
+        self,
+        message: ChatMessage,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         self.lines.append(("message", (message, model, usage)))
+        if meta is not None:
+            self.metas.append(meta)
 
     async def event(self, name: str, data: dict[str, Any]) -> None:
         self.lines.append(("event", (name, data)))
@@ -299,3 +307,42 @@ async def test_a_provider_error_propagates_with_nothing_recorded(
         await run_turn(make_setup(provider, spawner, tmp_path), registry, history, sink)
     assert history == [ChatMessage(role="user", content="x")]
     assert sink.lines == []
+
+
+@dataclass
+class ListInbox:
+    """An inbox that gives its messages at the second model call (after a tool ran)."""
+
+    items: list[Injected]
+    calls: int = 0
+
+    async def take(self) -> list[Injected]:
+        self.calls += 1
+        if self.calls < 2:
+            return []
+        items, self.items = self.items, []
+        return items
+
+
+async def test_an_inbox_message_reaches_the_next_model_call_after_the_tool_results(
+    model: FakeOpenAI,
+    provider: OpenAIProvider,
+    spawner: RecordingSpawner,
+    registry: ToolRegistry,
+    tmp_path: Path,
+) -> None:
+    model.reply_tool_calls([("call_1", "ls", {"path": "."})])
+    model.reply_text("steered")
+    steer = ChatMessage(role="user", content="focus on tea")
+    inbox = ListInbox([Injected(steer, {"kind": "steer"})])
+    sink = RecordingSink()
+    history = [ChatMessage(role="user", content="research drinks")]
+    setup = make_setup(provider, spawner, tmp_path)
+    outcome = await run_turn(setup, registry, history, sink, inbox)
+    assert outcome.text == "steered"
+    assert [m.role for m in history] == ["user", "assistant", "tool", "user", "assistant"]
+    assert history[3] == steer
+    assert sink.metas == [{"kind": "steer"}]
+    sent = model.requests[1].body["messages"]
+    assert sent[-1] == {"role": "user", "content": "focus on tea"}
+    assert sent[-2]["role"] == "tool"

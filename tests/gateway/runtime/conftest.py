@@ -53,7 +53,7 @@ async def make_turns(gw: Harness) -> AsyncIterator[MakeTurns]:
 
     def make(*, session_lane: Lane | None = None, main_lane: Lane | None = None) -> ChatTurns:
         turns = ChatTurns(
-            factory=gw.turn_factory,
+            conversations=gw.conversations,
             session_lane=session_lane or gw.lanes.session,
             main_lane=main_lane or gw.lanes.main,
             channels=gw.channels,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.agent.history import HistoryCache, trim_history
 from gateway.llm import ChatMessage, ToolCall
-from gateway.runtime import HistoryCache, trim_history
 from gateway.sessions import SessionStore
 from tests.gateway.sessions.support import opened_store
 

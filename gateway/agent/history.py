@@ -58,6 +58,13 @@ class HistoryCache:
         while len(self._entries) > self._size:
             self._entries.popitem(last=False)
 
+    def append(self, key: str, message: ChatMessage) -> None:
+        """Add a message written into the session between turns (a sub-agent completion)
+        to its cached history; an uncached session reads it from the transcript."""
+        cached = self._entries.get(key)
+        if cached is not None:
+            cached.append(message)
+
     def forget(self, key: str) -> None:
         """Drop ``key``: its next turn reads the transcript."""
         self._entries.pop(key, None)

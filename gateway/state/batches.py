@@ -1,0 +1,323 @@
+"""The ``batches`` table and the run-side writes of orchestration, each one transaction.
+
+Who gets a finished run's result is decided inside the write that makes the run final
+(:meth:`BatchesTable.finish_run`), so a ``sessions_yield`` forming a batch, a
+``subagents wait`` holding a run and the run's own end can never both claim it: SQLite runs
+one write at a time, and each reads the run's row inside its own transaction.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gateway.state._sql import (
+    Database,
+    column_list,
+    in_clause,
+    insert_sql,
+    integrity_error,
+    update_assignments,
+)
+from gateway.state.errors import RecordConflictError, RecordNotFoundError
+from gateway.state.rows import (
+    BATCH_COLUMNS,
+    FINISHED_STATUSES,
+    OUTBOX_COLUMNS,
+    RUN_COLUMNS,
+    BatchRecord,
+    OutboxRecord,
+    RunRecord,
+    batch_from_row,
+    run_from_row,
+    to_column_value,
+)
+
+_SELECT = f"SELECT {column_list(BATCH_COLUMNS)} FROM batches"
+_RUN_SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
+_UPDATABLE = frozenset(BATCH_COLUMNS) - {"batch_id"}
+_OUTBOX_INSERT = tuple(c for c in OUTBOX_COLUMNS if c != "id")
+_FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
+
+
+class BatchesTable:
+    """Data access for ``batches`` and the orchestration writes on ``runs``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def form(self, batch: BatchRecord) -> BatchRecord | None:
+        """Record ``batch`` over every live run ``batch.session_key`` spawned that is in no
+        batch yet (``batch.run_ids`` is ignored: the runs are chosen in the transaction);
+        None when there is none (nothing pending)."""
+        select = (
+            "SELECT run_id, created_at FROM runs WHERE parent_session_key = ?"
+            f" AND status NOT IN {_FINAL_MARKS} AND batch_id IS NULL"
+            " ORDER BY created_at, run_id"
+        )
+
+        def run(conn: sqlite3.Connection) -> BatchRecord | None:
+            rows = conn.execute(select, [batch.session_key, *_FINISHED]).fetchall()
+            if not rows:
+                return None
+            run_ids = tuple(str(row[0]) for row in rows)
+            values = {
+                **{name: getattr(batch, name) for name in BATCH_COLUMNS},
+                "run_ids": run_ids,
+                "first_spawn_at": min(float(row[1]) for row in rows),
+            }
+            conn.execute(
+                insert_sql("batches", BATCH_COLUMNS),
+                [to_column_value(values[name]) for name in BATCH_COLUMNS],
+            )
+            marks, ids = in_clause(run_ids)
+            conn.execute(
+                f"UPDATE runs SET batch_id = ? WHERE run_id IN {marks}", [batch.batch_id, *ids]
+            )
+            return _get(conn, batch.batch_id)
+
+        return await self._db.write(run)
+
+    async def get(self, batch_id: str) -> BatchRecord | None:
+        return await self._db.read(lambda conn: _find(conn, batch_id))
+
+    async def open_batches(self) -> builtins.list[BatchRecord]:
+        """Batches whose follow-up has not been posted, oldest first."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[BatchRecord]:
+            rows = conn.execute(f"{_SELECT} WHERE state != 'done' ORDER BY created_at")
+            return [batch_from_row(row) for row in rows]
+
+        return await self._db.read(run)
+
+    async def update(self, batch_id: str, /, **changes: Any) -> BatchRecord:
+        assignments, values = update_assignments("batches", changes, _UPDATABLE)
+
+        def run(conn: sqlite3.Connection) -> BatchRecord:
+            sql = f"UPDATE batches SET {assignments} WHERE batch_id = ?"
+            if conn.execute(sql, [*values, batch_id]).rowcount != 1:
+                raise RecordNotFoundError("batches", batch_id)
+            return _get(conn, batch_id)
+
+        return await self._db.write(run)
+
+    async def detach_live(self, batch_id: str) -> builtins.list[str]:
+        """Take the batch's runs that are still live out of it (its timeout passed): they
+        announce and complete on their own later. Returns their ids."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[str]:
+            rows = conn.execute(
+                f"SELECT run_id FROM runs WHERE batch_id = ? AND status NOT IN {_FINAL_MARKS}",
+                [batch_id, *_FINISHED],
+            ).fetchall()
+            ids = [str(row[0]) for row in rows]
+            if ids:
+                marks, items = in_clause(ids)
+                conn.execute(f"UPDATE runs SET batch_id = NULL WHERE run_id IN {marks}", items)
+            return ids
+
+        return await self._db.write(run)
+
+    async def finish(
+        self, batch_id: str, reply_text: str, ended_at: float, item: OutboxRecord | None
+    ) -> BatchRecord:
+        """The follow-up is done: queue its reply (``item``, when it has a chat), consume the
+        batch's completions and close the batch — one transaction, so the follow-up is posted
+        exactly once whatever stops the gateway."""
+
+        def run(conn: sqlite3.Connection) -> BatchRecord:
+            batch = _get(conn, batch_id)
+            if batch.state == "done":
+                return batch
+            if item is not None:
+                try:
+                    conn.execute(
+                        insert_sql("outbox", _OUTBOX_INSERT),
+                        [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise integrity_error("outbox", exc) from exc
+            marks, ids = in_clause(batch.run_ids)
+            conn.execute(
+                f"UPDATE runs SET completion = 'consumed' WHERE run_id IN {marks}"
+                f" AND status IN {_FINAL_MARKS}",
+                [*ids, *_FINISHED],
+            )
+            conn.execute(
+                "UPDATE batches SET state = 'done', reply_text = ?, ended_at = ?"
+                " WHERE batch_id = ?",
+                (reply_text, ended_at, batch_id),
+            )
+            return _get(conn, batch_id)
+
+        return await self._db.write(run)
+
+    async def finish_run(
+        self, run_id: str, changes: dict[str, Any], item: OutboxRecord | None
+    ) -> RunRecord:
+        """Make a run final: apply ``changes`` (its status and announce text), mark its
+        completion pending, and queue ``item`` — unless the run belongs to a batch (its
+        announce is ``consumed``: the batch's follow-up speaks for it) or a ``wait`` holds it
+        (``held``: the waiter takes it, or releases it with :meth:`release`)."""
+        allowed = frozenset(RUN_COLUMNS) - {"run_id"}
+
+        def run(conn: sqlite3.Connection) -> RunRecord:
+            current = _run(conn, run_id)
+            if current.finished:  # a final run never changes; a second completion is refused
+                raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
+            update = {**changes, "completion": "pending"}
+            if current.batch_id is not None:
+                update["announce_state"] = "consumed"
+            elif current.held:
+                update["announce_state"] = "held"
+            elif item is not None:
+                update["announce_state"] = "queued"
+                try:
+                    conn.execute(
+                        insert_sql("outbox", _OUTBOX_INSERT),
+                        [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise integrity_error("outbox", exc) from exc
+            assignments, values = update_assignments("runs", update, allowed)
+            conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
+            return _run(conn, run_id)
+
+        return await self._db.write(run)
+
+    async def hold(self, run_ids: Sequence[str]) -> None:
+        """Mark live runs as waited for (a ``wait`` began)."""
+        marks, ids = in_clause(run_ids)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"UPDATE runs SET held = 1 WHERE run_id IN {marks}"
+                f" AND status NOT IN {_FINAL_MARKS}",
+                [*ids, *_FINISHED],
+            )
+
+        await self._db.write(run)
+
+    async def consume(self, run_ids: Iterable[str]) -> builtins.list[RunRecord]:
+        """Take the pending completions of ``run_ids`` (a ``wait`` returns them): they are
+        never written into history later, and a held announce is dropped with them."""
+        marks, ids = in_clause(run_ids)
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            rows = conn.execute(
+                f"{_RUN_SELECT} WHERE run_id IN {marks} AND completion = 'pending'"
+                " AND batch_id IS NULL",
+                ids,
+            ).fetchall()
+            taken = [run_from_row(row) for row in rows]
+            if taken:
+                marks2, ids2 = in_clause([r.run_id for r in taken])
+                conn.execute(
+                    "UPDATE runs SET completion = 'consumed', held = 0, announce_state ="
+                    " CASE WHEN announce_state = 'held' THEN 'consumed' ELSE announce_state END"
+                    f" WHERE run_id IN {marks2}",
+                    ids2,
+                )
+            return [_run(conn, r.run_id) for r in taken]
+
+        return await self._db.write(run)
+
+    async def release(self, run_ids: Iterable[str]) -> builtins.list[RunRecord]:
+        """A wait ended: clear ``held``; runs whose announce it held and did not take are
+        returned (their announce is queued now by the caller)."""
+        marks, ids = in_clause(run_ids)
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            rows = conn.execute(
+                f"{_RUN_SELECT} WHERE run_id IN {marks} AND announce_state = 'held'", ids
+            ).fetchall()
+            conn.execute(f"UPDATE runs SET held = 0 WHERE run_id IN {marks}", ids)
+            return [run_from_row(row) for row in rows]
+
+        return await self._db.write(run)
+
+    async def held_announces(self) -> builtins.list[RunRecord]:
+        """Runs whose announce a wait held when the gateway stopped (recovery)."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            rows = conn.execute(f"{_RUN_SELECT} WHERE announce_state = 'held'").fetchall()
+            return [run_from_row(row) for row in rows]
+
+        return await self._db.read(run)
+
+    async def queue_held(self, run_id: str, item: OutboxRecord) -> None:
+        """Queue the announce a wait held and released."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            current = _run(conn, run_id)
+            if current.announce_state != "held":
+                return
+            try:
+                conn.execute(
+                    insert_sql("outbox", _OUTBOX_INSERT),
+                    [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
+                )
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("outbox", exc) from exc
+            conn.execute(
+                "UPDATE runs SET announce_state = 'queued', held = 0 WHERE run_id = ?", (run_id,)
+            )
+
+        await self._db.write(run)
+
+    async def mark_delivered(self, run_id: str) -> bool:
+        """The completion was written into the requester's history; False if it had been
+        taken (consumed), delivered meanwhile, or belongs to a batch or a wait instead."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            sql = (
+                "UPDATE runs SET completion = 'delivered' WHERE run_id = ?"
+                " AND completion = 'pending' AND batch_id IS NULL AND held = 0"
+            )
+            return conn.execute(sql, (run_id,)).rowcount == 1
+
+        return await self._db.write(run)
+
+    async def pending_completions(self) -> builtins.list[RunRecord]:
+        """Final runs outside any batch whose completion is not yet in a conversation."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            rows = conn.execute(
+                f"{_RUN_SELECT} WHERE completion = 'pending' AND batch_id IS NULL"
+                " ORDER BY ended_at, run_id"
+            ).fetchall()
+            return [run_from_row(row) for row in rows]
+
+        return await self._db.read(run)
+
+    async def runs_of(self, batch: BatchRecord) -> builtins.list[RunRecord]:
+        """The batch's runs, in spawn order."""
+        marks, ids = in_clause(batch.run_ids)
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            rows = conn.execute(f"{_RUN_SELECT} WHERE run_id IN {marks}", ids).fetchall()
+            by_id = {r.run_id: r for r in map(run_from_row, rows)}
+            return [by_id[i] for i in batch.run_ids if i in by_id]
+
+        return await self._db.read(run)
+
+
+def _find(conn: sqlite3.Connection, batch_id: str) -> BatchRecord | None:
+    row = conn.execute(f"{_SELECT} WHERE batch_id = ?", (batch_id,)).fetchone()
+    return batch_from_row(row) if row is not None else None
+
+
+def _get(conn: sqlite3.Connection, batch_id: str) -> BatchRecord:
+    batch = _find(conn, batch_id)
+    if batch is None:
+        raise RecordNotFoundError("batches", batch_id)
+    return batch
+
+
+def _run(conn: sqlite3.Connection, run_id: str) -> RunRecord:
+    row = conn.execute(f"{_RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise RecordNotFoundError("runs", run_id)
+    return run_from_row(row)

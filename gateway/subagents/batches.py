@@ -1,0 +1,242 @@
+"""``sessions_yield`` batches: wait for every run of a batch, then one follow-up turn.
+
+A yield forms a batch of the requester's runs that are not final (in one transaction, see
+:meth:`gateway.state.BatchesTable.form`). When the last of them is final, or the batch's
+timeout passes (the runs still live leave the batch and complete on their own later), the
+requester agent runs one follow-up turn on its session's lane whose user message holds every
+completion in spawn order. Its reply, ending with the batch's stats line, is queued in the
+outbox for the chat and thread of the turn that yielded, in the same transaction that closes
+the batch and consumes its completions. A stop at any point is resumed at the next start:
+a ``waiting`` batch is re-armed, a ``following`` one finishes the follow-up the transcript
+began (its user message is never written twice), and its reply is posted exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from gateway.agent import Conversations, TurnResult
+from gateway.delivery import Outbox
+from gateway.sessions import SessionStore
+from gateway.state import BatchRecord, Origin, OutboxRecord, RunRecord, StateDB
+from gateway.subagents.completions import FOLLOWUP_KIND, Completions, followup_text
+from gateway.usage import format_batch_stats_line, sum_usage
+from lanes import Lane, LaneClosed
+
+logger = logging.getLogger(__name__)
+
+#: The order statuses are counted in on the stats line (``running``: left at a timeout).
+STATS_ORDER = ("done", "error", "timeout", "cancelled", "interrupted", "running")
+
+
+def batch_stats_line(
+    runs: list[RunRecord], followup: TurnResult, runtime_seconds: float | None
+) -> str:
+    """The follow-up's stats line: the children's and the follow-up turn's tokens and cost."""
+    counts = {status: 0 for status in STATS_ORDER}
+    for run in runs:
+        counts["running" if not run.finished else run.status] += 1
+    usage = sum_usage([*(run.usage for run in runs), followup.usage])
+    costs = [run.cost_usd for run in runs if run.cost_usd is not None]
+    if followup.cost_usd is not None:
+        costs.append(followup.cost_usd)
+    cost = sum(costs) if costs else None
+    return format_batch_stats_line(
+        counts.items(), runtime_seconds, usage, cost, [run.run_id for run in runs]
+    )
+
+
+class BatchCoordinator:
+    """Forms batches, watches them, and runs their follow-ups (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDB,
+        store: SessionStore,
+        conversations: Conversations,
+        session_lane: Lane,
+        main_lane: Lane,
+        outbox: Outbox,
+        completions: Completions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._completions = completions
+        self._store = store
+        self._conversations = conversations
+        self._session_lane = session_lane
+        self._main_lane = main_lane
+        self._outbox = outbox
+        self._clock = clock
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        #: Batches whose follow-up this process has queued (so it is queued once).
+        self._started: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<BatchCoordinator waiting={len(self._timers)} started={len(self._started)}>"
+
+    async def form(
+        self,
+        session_key: str,
+        *,
+        message: str | None,
+        timeout_seconds: float,
+        origin: Origin | None,
+        run_id: str | None = None,
+    ) -> BatchRecord | None:
+        """A batch of ``session_key``'s live runs outside any batch; None if there is none.
+        Its follow-up goes to ``origin`` (the yielding turn's chat), else the session's."""
+        if origin is None:
+            session = await self._store.get(session_key)
+            origin = session.origin if session is not None else None
+        now = self._clock()
+        batch = BatchRecord(
+            batch_id=str(uuid.uuid4()),
+            session_key=session_key,
+            run_ids=(),
+            first_spawn_at=now,
+            created_at=now,
+            deadline_at=now + timeout_seconds,
+            run_id=run_id,
+            message=message,
+            origin_channel=origin.channel if origin else None,
+            origin_account=origin.account if origin else None,
+            origin_chat_id=origin.chat_id if origin else None,
+            origin_thread_id=origin.thread_id if origin else None,
+            origin_chat_type=origin.chat_type if origin else None,
+        )
+        formed = await self._db.batches.form(batch)
+        if formed is not None:
+            self._arm(formed)
+            logger.info(
+                "batch formed", extra={"batch": formed.batch_id, "runs": len(formed.run_ids)}
+            )
+            await self.run_final(formed.batch_id)  # every run may have ended already
+        return formed
+
+    def _arm(self, batch: BatchRecord) -> None:
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, batch.deadline_at - self._clock())
+        self._timers[batch.batch_id] = loop.call_later(delay, self._due, batch.batch_id)
+
+    def _due(self, batch_id: str) -> None:
+        self._timers.pop(batch_id, None)
+        self._start(batch_id, timed_out=True)
+
+    async def hand_on(self, run: RunRecord) -> None:
+        """Where a final run's result goes: its batch, its waiter (woken by the run feed),
+        or its requester's history."""
+        if run.batch_id is not None:
+            await self.run_final(run.batch_id)
+        elif not run.held:
+            self._completions.deliver(run)
+
+    async def run_final(self, batch_id: str) -> None:
+        """A run of the batch is final: start the follow-up once all of them are."""
+        batch = await self._db.batches.get(batch_id)
+        if batch is None or batch.state != "waiting":
+            return
+        runs = await self._db.batches.runs_of(batch)
+        if all(run.finished for run in runs):
+            self._start(batch_id, timed_out=False)
+
+    def _start(self, batch_id: str, *, timed_out: bool) -> None:
+        if batch_id in self._started:
+            return
+        self._started.add(batch_id)
+        timer = self._timers.pop(batch_id, None)
+        if timer is not None:
+            timer.cancel()
+        task = asyncio.ensure_future(self._queue(batch_id, timed_out))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _queue(self, batch_id: str, timed_out: bool) -> None:
+        try:
+            batch = await self._db.batches.get(batch_id)
+            if batch is None or batch.state == "done":
+                return
+            if batch.state == "waiting":
+                if timed_out:
+                    left = await self._db.batches.detach_live(batch_id)
+                    logger.info("batch timed out", extra={"batch": batch_id, "live": len(left)})
+                batch = await self._db.batches.update(
+                    batch_id, state="following", followup_started_at=self._clock()
+                )
+            self._session_lane.submit(lambda: self._followup(batch_id), key=batch.session_key)
+        except LaneClosed:
+            self._started.discard(batch_id)  # the next start resumes it
+        except Exception:
+            self._started.discard(batch_id)
+            logger.exception("batch follow-up could not be queued", extra={"batch": batch_id})
+
+    async def _followup(self, batch_id: str) -> None:
+        """The follow-up turn and its reply (on the session's lane, in a main-lane slot)."""
+        batch = await self._db.batches.get(batch_id)
+        if batch is None or batch.state == "done":
+            return
+        runs = await self._db.batches.runs_of(batch)
+        key = batch.session_key
+        logger.info("batch follow-up started", extra={"batch": batch_id})
+        async with self._main_lane.slot():
+            records = (await self._store.read(key)).records
+            if _followup_begun(records, batch_id):
+                result = await self._conversations.resume(key, origin=batch.origin)
+            else:
+                meta = {"kind": FOLLOWUP_KIND, "batchId": batch_id}
+                text = followup_text(batch, runs)
+                result = await self._conversations.turn(key, text, origin=batch.origin, meta=meta)
+        ended = self._clock()
+        stats = batch_stats_line(runs, result, ended - batch.first_spawn_at)
+        reply = f"{result.text.strip()}\n\n{stats}" if result.text else stats
+        origin = batch.origin
+        item = (
+            OutboxRecord(
+                channel=origin.channel,
+                account=origin.account,
+                chat_id=origin.chat_id,
+                thread_id=origin.thread_id,
+                text=reply,
+                created_at=ended,
+                kind="followup",
+                batch_id=batch_id,
+            )
+            if origin is not None
+            else None
+        )
+        await self._db.batches.finish(batch_id, reply, ended, item)
+        self._started.discard(batch_id)
+        if item is not None:
+            self._outbox.kick()
+        logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
+
+    async def recover(self) -> int:
+        """Start-up: re-arm waiting batches and resume follow-ups; returns how many."""
+        batches = await self._db.batches.open_batches()
+        for batch in batches:
+            if batch.state == "following":
+                self._start(batch.batch_id, timed_out=False)
+            else:
+                self._arm(batch)
+                await self.run_final(batch.batch_id)
+        return len(batches)
+
+    def close(self) -> None:
+        """Stop the timers (a waiting batch is re-armed at the next start)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+def _followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:
+    for record in records:
+        meta = record.get("meta")
+        if isinstance(meta, dict) and meta.get("batchId") == batch_id:
+            return True
+    return False

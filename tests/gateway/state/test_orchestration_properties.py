@@ -1,0 +1,234 @@
+"""Fan-in invariants of orchestration, over random orders of spawns, yields, completions,
+waits, deliveries and restarts, on the real state database (seed 002's properties).
+
+For every batch: pending + completed = N always, pending only shrinks and completed only
+grows. Every final run's result reaches the requester's model exactly once: its completion
+goes ``pending`` → ``delivered`` or ``pending`` → ``consumed``, never both, never back. A
+final run never changes status, and a second completion of it is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from gateway.state import (
+    BatchRecord,
+    OutboxRecord,
+    RecordConflictError,
+    RunRecord,
+    SessionRecord,
+    StateDB,
+)
+
+REQUESTER = "agent:main:memory:channel:c1"
+FINAL = ("done", "error", "timeout", "cancelled")
+
+
+class Orchestration(RuleBasedStateMachine):
+    """Drives :class:`gateway.state.BatchesTable` the way the gateway does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="herald-props-"))
+        self.db = self.run(StateDB.open(self.dir / "herald.db"))
+        self.runs: list[str] = []
+        self.final: dict[str, str] = {}  # run id → its final status, once final
+        self.completion: dict[str, str] = {}  # run id → last completion state seen
+        self.batches: dict[str, tuple[str, ...]] = {}
+        self.pending_seen: dict[str, set[str]] = {}
+        self.completed_seen: dict[str, set[str]] = {}
+        self.held: set[str] = set()
+        self.empty_yields = 0
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        self.run(self.db.close())
+        self.loop.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize()
+    def requester(self) -> None:
+        record = SessionRecord(
+            key=REQUESTER,
+            session_id=str(uuid.uuid4()),
+            agent_id="main",
+            kind="chat",
+            created_at=1.0,
+            updated_at=1.0,
+        )
+        self.run(self.db.sessions.create(record))
+
+    @rule()
+    def spawn(self) -> None:
+        n = len(self.runs)  # ids from a counter: hypothesis replays draws by value
+        child_key = f"agent:main:subagent:{n:08d}"
+        child = SessionRecord(
+            key=child_key,
+            session_id=f"child-{n}",
+            agent_id="main",
+            kind="subagent",
+            created_at=1.0,
+            updated_at=1.0,
+            parent_key=REQUESTER,
+        )
+        self.run(self.db.sessions.create(child))
+        run = RunRecord(
+            run_id=f"run-{n:04d}",
+            child_session_key=child_key,
+            child_session_id=child.session_id,
+            requester_agent_id="main",
+            agent_id="main",
+            task="t",
+            created_at=float(len(self.runs)),
+            status="running",
+            parent_session_key=REQUESTER,
+            origin_channel="memory",
+            origin_account="default",
+            origin_chat_id="c1",
+        )
+        self.run(self.db.runs.insert(run))
+        self.runs.append(run.run_id)
+
+    @rule()
+    def yield_batch(self) -> None:
+        batch = BatchRecord(
+            batch_id=f"batch-{len(self.batches) + self.empty_yields:04d}",
+            session_key=REQUESTER,
+            run_ids=(),
+            first_spawn_at=0.0,
+            created_at=0.0,
+            deadline_at=1e9,
+        )
+        formed = self.run(self.db.batches.form(batch))
+        live_free = [r for r in self.runs if r not in self.final and not self._in_batch(r)]
+        if formed is None:
+            assert live_free == []
+            self.empty_yields += 1
+            return
+        assert sorted(formed.run_ids) == sorted(live_free)
+        self.batches[formed.batch_id] = formed.run_ids
+        self.pending_seen[formed.batch_id] = set(formed.run_ids)
+        self.completed_seen[formed.batch_id] = set()
+
+    def _in_batch(self, run_id: str) -> bool:
+        return any(run_id in ids for ids in self.batches.values())
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data(), status=st.sampled_from(FINAL))
+    def finish(self, data: st.DataObject, status: str) -> None:
+        run_id = data.draw(st.sampled_from(self.runs))
+        item = OutboxRecord(
+            channel="memory",
+            account="default",
+            chat_id="c1",
+            text="announce",
+            created_at=0.0,
+            run_id=run_id,
+        )
+        if run_id in self.final:
+            with pytest.raises(RecordConflictError):
+                self.run(self.db.batches.finish_run(run_id, {"status": status}, item))
+            return
+        run = self.run(self.db.batches.finish_run(run_id, {"status": status}, item))
+        self.final[run_id] = status
+        assert run.completion == "pending"
+        self.completion[run_id] = "pending"
+        if self._in_batch(run_id):
+            assert run.announce_state == "consumed"
+        elif run_id in self.held:
+            assert run.announce_state == "held"
+        else:
+            assert run.announce_state == "queued"
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        run_id = data.draw(st.sampled_from(self.runs))
+        delivered = self.run(self.db.batches.mark_delivered(run_id))
+        expected = self.completion.get(run_id) == "pending" and not self._in_batch(run_id)
+        assert delivered == expected
+        if delivered:
+            self.completion[run_id] = "delivered"
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data())
+    def wait(self, data: st.DataObject) -> None:
+        ids = data.draw(st.lists(st.sampled_from(self.runs), min_size=1, max_size=4, unique=True))
+        self.run(self.db.batches.hold(ids))
+        self.held.update(r for r in ids if r not in self.final)
+        taken = self.run(self.db.batches.consume(ids))
+        for run in taken:
+            assert self.completion.get(run.run_id) == "pending"
+            assert not self._in_batch(run.run_id)
+            self.completion[run.run_id] = "consumed"
+        released = self.run(self.db.batches.release(ids))
+        self.held.difference_update(ids)
+        assert all(run.announce_state == "held" for run in released)
+
+    @precondition(lambda self: bool(self.batches))
+    @rule(data=st.data())
+    def follow_up(self, data: st.DataObject) -> None:
+        batch_id = data.draw(st.sampled_from(sorted(self.batches)))
+        ids = self.batches[batch_id]
+        if not all(r in self.final for r in ids):
+            return
+        self.run(self.db.batches.finish(batch_id, "reply", 1.0, None))
+        for run_id in ids:
+            if self.completion.get(run_id) == "pending":
+                self.completion[run_id] = "consumed"
+
+    @rule()
+    def restart(self) -> None:
+        self.run(self.db.close())
+        self.db = self.run(StateDB.open(self.dir / "herald.db"))
+
+    @invariant()
+    def fan_in_is_conserved(self) -> None:
+        for batch_id, ids in self.batches.items():
+            runs = [self.run(self.db.runs.get(r)) for r in ids]
+            completed = {r.run_id for r in runs if r.finished}
+            pending = {r.run_id for r in runs if not r.finished}
+            assert len(pending) + len(completed) == len(ids)
+            assert pending <= self.pending_seen[batch_id]  # only shrinks
+            assert completed >= self.completed_seen[batch_id]  # only grows
+            self.pending_seen[batch_id] = pending
+            self.completed_seen[batch_id] = completed
+
+    @invariant()
+    def completions_and_finals_are_as_recorded(self) -> None:
+        for run_id in self.runs:
+            run = self.run(self.db.runs.get(run_id))
+            assert run is not None
+            if run_id in self.final:
+                assert run.status == self.final[run_id]  # a final run never changes
+                assert run.completion == self.completion[run_id]  # exactly one way in
+            else:
+                assert run.completion is None
+
+
+Orchestration.TestCase.settings = settings(
+    max_examples=40,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestOrchestration = Orchestration.TestCase
