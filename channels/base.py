@@ -7,6 +7,7 @@ A channel turns provider events into :class:`InboundMessage` and sends
 from __future__ import annotations
 
 import abc
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -19,6 +20,8 @@ from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
+#: What a channel can say about an earlier send it may or may not have completed.
+LookupOutcome = Literal["found", "not_found", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,18 @@ class OutboundMessage:
     kind: OutboundKind = "reply"
     #: Correlation for live surfaces (the web chat shows announces beside their run).
     run_id: str | None = None
+    #: The outbox item this message delivers: the same on every attempt, so a channel can
+    #: make a resend idempotent or find an earlier attempt in the chat. None for replies.
+    outbox_id: int | None = None
+
+    def delivery_token(self, part: int = 0) -> str | None:
+        """A short id of part ``part`` of this outbox item's message, the same on every
+        attempt and unique across gateways (it covers the run id): 24 hex digits, within
+        Discord's 25-character nonce. None when the message is no outbox item."""
+        if self.outbox_id is None:
+            return None
+        seed = f"herald:{self.outbox_id}:{self.run_id or ''}:{part}".encode()
+        return hashlib.blake2b(seed, digest_size=12).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +72,21 @@ class SentMessage:
 
     chat_id: str
     message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryLookup:
+    """What a channel found when asked whether an earlier, cut-off send reached the chat.
+
+    ``found``: every part is in the chat (``message_ids`` in order); ``not_found``: no
+    complete copy, so sending (again) posts it once — parts already in the chat are skipped
+    by the next :meth:`Channel.send` of the same message; ``unknown``: the channel cannot
+    tell (``detail`` says why), so the caller must not send it again.
+    """
+
+    outcome: LookupOutcome
+    message_ids: tuple[str, ...] = ()
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +127,15 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     async def send(self, message: OutboundMessage) -> SentMessage:
         """Deliver ``message``; raise :class:`channels.errors.ChannelSendError` on failure."""
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        """Look in the chat for ``message`` (an outbox item, ``outbox_id`` set) as sent by an
+        attempt that began at or after ``since`` (epoch seconds) and was cut off before its
+        outcome was recorded. Raise :class:`channels.errors.ChannelSendError` when the chat
+        could not be asked (``retryable`` when asking again later can help).
+        Default: ``unknown`` — the channel keeps no record it could search.
+        """
+        return DeliveryLookup("unknown", detail=f"the {self.name} channel cannot look up sends")
 
     @property
     @abc.abstractmethod

@@ -5,7 +5,9 @@ client is READY; the client then keeps running in a background task and reconnec
 RESUME) by itself. Inbound messages are handed to the gateway's handler one at a time, in
 the order Discord sent them. ``send()`` posts over REST, split to Discord's 2,000-character
 limit, with mentions that can never ping ``@everyone``, roles or users; rate limits are left
-to discord.py, which sleeps ``retry_after`` on a 429 and tries again.
+to discord.py, which sleeps ``retry_after`` on a 429 and tries again. An announce's parts
+carry nonces made from its outbox item, so Discord itself drops a resend soon after a
+crash; :meth:`DiscordChannel.find_delivered` looks in the channel (:mod:`.lookup`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
-from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.base import (
+    Channel,
+    DeliveryLookup,
+    InboundHandler,
+    InboundMessage,
+    OutboundMessage,
+    SentMessage,
+)
 from channels.config_base import secret_value
 from channels.discord._sdk import discord
 from channels.discord.config import DiscordConfig
@@ -33,6 +43,7 @@ from channels.discord.endpoints import (
 from channels.discord.errors import send_error, start_error
 from channels.discord.events import to_inbound
 from channels.discord.format import chunk_message
+from channels.discord.lookup import lookup
 from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
@@ -251,9 +262,12 @@ class DiscordChannel(Channel):
             return SentMessage(chat_id=message.chat_id, message_ids=())
         target = client.get_partial_messageable(int(message.chat_id))
         sent = self._partial.pop(message, [])
-        for part in parts[len(sent) :]:
+        for index in range(len(sent), len(parts)):
+            # An outbox item's nonce makes a resend idempotent (discord.py always sends
+            # enforce_nonce with it); other messages get a random one, as discord.py would.
+            nonce = message.delivery_token(index) or secrets.randbits(64)
             try:
-                posted = await target.send(part, allowed_mentions=NO_PINGS)
+                posted = await target.send(parts[index], allowed_mentions=NO_PINGS, nonce=nonce)
             except Exception as exc:
                 error = send_error(exc)
                 if error is None:
@@ -263,6 +277,21 @@ class DiscordChannel(Channel):
                 raise error from exc
             sent.append(str(posted.id))
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(sent))
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        """Look for the announce's parts among the bot's messages in its channel since
+        ``since``; leading parts found are skipped by the next :meth:`send` of it."""
+        client = self._client
+        if client is None or client.is_closed() or self._task is None or self._me is None:
+            raise ChannelSendError(f"the {self.name} channel is not running", retryable=True)
+        if not message.chat_id.isdigit():
+            return DeliveryLookup("not_found")  # its send fails for good, as it did before
+        parts = chunk_message(message.text)
+        target = client.get_partial_messageable(int(message.chat_id))
+        result, leading = await lookup(target, self._me, parts, message, since)
+        if result.outcome == "not_found" and leading:
+            self._remember_partial(message, leading)
+        return result
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

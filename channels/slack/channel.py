@@ -11,7 +11,8 @@ signed requests replayed while their signature is valid are acked and dropped: t
 the gateway keeps in its state database, so this holds after any number of other events
 and across a restart. The ``app_mention`` twin of a ``message`` event is dropped too.
 Which events count and how they become :class:`InboundMessage`: :mod:`channels.slack.events`.
-Sending and the retry policy: :mod:`channels.slack.delivery`.
+Sending and the retry policy: :mod:`channels.slack.delivery`; finding a cut-off announce in
+the conversation after a crash: :mod:`channels.slack.lookup`.
 
 The gateway's side: in HTTP mode call :meth:`SlackChannel.add_routes` before the app starts
 and leave ``/slack/events`` out of bearer-token auth (Slack signs instead); the inbound
@@ -36,7 +37,14 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.base import Channel, InboundHandler, InboundMessage, OutboundMessage, SentMessage
+from channels.base import (
+    Channel,
+    DeliveryLookup,
+    InboundHandler,
+    InboundMessage,
+    OutboundMessage,
+    SentMessage,
+)
 from channels.config_base import secret_value
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
@@ -62,6 +70,7 @@ from channels.slack.events import (
     inbound_from_event,
     replay_keys,
 )
+from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
 
 log = logging.getLogger(__name__)
@@ -250,6 +259,14 @@ class SlackChannel(Channel):
         for ts in sent.message_ids:
             self._threads.add(f"{message.chat_id}:{ts}")
         return sent
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        """Look for the announce's chunks by their message metadata in the conversation
+        (or thread) since ``since``; see :mod:`channels.slack.lookup`."""
+        client, poster = self._client, self._poster
+        if client is None or poster is None:
+            raise ChannelSendError(f"{self.name}: not started", retryable=True)
+        return await lookup(client, poster, message, since)
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

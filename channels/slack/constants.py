@@ -36,6 +36,19 @@ ACTIVE_THREADS_CAPACITY: Final = 2_000
 #: Messages whose send failed part-way: the next try resumes after the chunks that landed.
 PARTIAL_SENDS_CAPACITY: Final = 256
 
+#: Message metadata ``event_type`` of announce chunks, found again after a crash by it.
+ANNOUNCE_EVENT_TYPE: Final = "herald_announce"
+
+#: A cut-off send is looked for from this many seconds before its first attempt: Slack's
+#: clock and the gateway's may differ a little.
+LOOKUP_CLOCK_SKEW: Final = 60.0
+
+#: Messages per ``conversations.history``/``replies`` page, and pages read at most, when
+#: looking for a cut-off send: 2,000 messages since the attempt began is a very busy chat;
+#: beyond that the lookup answers "cannot tell" rather than read on.
+LOOKUP_PAGE_SIZE: Final = 200
+LOOKUP_MAX_PAGES: Final = 10
+
 #: A reply waits out a 429 in place once if Slack asks for at most this many seconds;
 #: longer waits, and announces, go back to the outbox with ``retry_after``.
 INLINE_RETRY_AFTER_MAX: Final = 10.0

@@ -17,6 +17,10 @@ waits ``retry_after`` itself, so a 429 is never waited out twice over.
 
 A message split in chunks that fails part-way remembers which chunks landed; when the outbox
 sends the same message again, posting resumes after them instead of repeating them.
+
+An outbox item's chunks carry message metadata (:func:`announce_metadata`: event type
+``herald_announce``, the item's id, its run id, the chunk's index and count), by which
+:mod:`channels.slack.lookup` finds them in the conversation after a crash cut a send off.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from channels.base import OutboundMessage, SentMessage
 from channels.errors import ChannelSendError
 from channels.slack.config import SlackConfig
 from channels.slack.constants import (
+    ANNOUNCE_EVENT_TYPE,
     CHUNK_LIMIT,
     DEFAULT_API_BASE_URL,
     INLINE_RETRY_AFTER_MAX,
@@ -97,6 +102,17 @@ def _retry_after(response: Any) -> float | None:
         return None
 
 
+def announce_metadata(message: OutboundMessage, part: int, parts: int) -> dict[str, Any] | None:
+    """The message metadata of chunk ``part`` of ``parts`` of an outbox item (None for
+    other messages): what :mod:`channels.slack.lookup` looks for."""
+    if message.outbox_id is None:
+        return None
+    payload: dict[str, Any] = {"outbox_id": message.outbox_id, "part": part, "parts": parts}
+    if message.run_id is not None:
+        payload["run_id"] = message.run_id
+    return {"event_type": ANNOUNCE_EVENT_TYPE, "event_payload": payload}
+
+
 class Poster:
     """Posts an :class:`OutboundMessage` as mrkdwn chunks with ``chat.postMessage``."""
 
@@ -109,14 +125,19 @@ class Poster:
     def __repr__(self) -> str:
         return f"<Poster partial={len(self._partial)}>"
 
+    def chunks(self, message: OutboundMessage) -> list[str]:
+        """The chunks ``message`` is posted as."""
+        return split_text(to_mrkdwn(message.text), self._chunk_limit)
+
     async def post(self, message: OutboundMessage) -> SentMessage:
         """Post every chunk of ``message`` in order; raise :class:`ChannelSendError` on failure."""
-        chunks = split_text(to_mrkdwn(message.text), self._chunk_limit)
+        chunks = self.chunks(message)
         posted = self._partial.pop(message, [])
         chat_id = message.chat_id
-        for chunk in chunks[len(posted) :]:
+        for part in range(len(posted), len(chunks)):
+            metadata = announce_metadata(message, part, len(chunks))
             try:
-                response = await self._post_chunk(message, chunk)
+                response = await self._post_chunk(message, chunks[part], metadata)
             except ChannelSendError:
                 if posted:
                     self._remember(message, posted)
@@ -125,12 +146,17 @@ class Poster:
             posted.append(str(response.get("ts") or ""))
         return SentMessage(chat_id=chat_id, message_ids=tuple(posted))
 
-    async def _post_chunk(self, message: OutboundMessage, chunk: str) -> Any:
+    async def _post_chunk(
+        self, message: OutboundMessage, chunk: str, metadata: dict[str, Any] | None
+    ) -> Any:
         waited = False
         while True:
             try:
                 return await self._client.chat_postMessage(
-                    channel=message.chat_id, text=chunk, thread_ts=message.thread_id
+                    channel=message.chat_id,
+                    text=chunk,
+                    thread_ts=message.thread_id,
+                    metadata=metadata,
                 )
             except Exception as exc:  # classified below; nothing escapes unclassified
                 error = send_error("chat.postMessage", exc)
@@ -148,6 +174,12 @@ class Poster:
             if not error.retryable:
                 log.warning("slack: permanent send failure to %s: %s", message.chat_id, error)
             raise error
+
+    def remember(self, message: OutboundMessage, posted: list[str]) -> None:
+        """The first ``len(posted)`` chunks of ``message`` are in the chat already (found
+        there after a crash): the next :meth:`post` of it resumes after them."""
+        if posted:
+            self._remember(message, list(posted))
 
     def _remember(self, message: OutboundMessage, posted: list[str]) -> None:
         self._partial[message] = posted

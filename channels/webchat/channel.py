@@ -12,6 +12,11 @@ messages, the latest status of its sub-agent runs and the typing state. Each mes
 person is echoed as a ``user`` message to every page of that client and handed to the
 gateway as an :class:`InboundMessage` (``chat_id`` = ``sender_id`` = the client id, a DM).
 Sends to a client without an open page are kept (bounded) and replayed on its next hello.
+
+An announce (an outbox item) gets a message id made from its item, the same on every
+attempt: a resend after a crash is dropped by the server's history (which already holds that
+id) and by the page (which shows each id once), and :meth:`WebchatChannel.find_delivered`
+answers from the history.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from aiohttp.typedefs import Handler
 
 from channels.base import (
     Channel,
+    DeliveryLookup,
     InboundHandler,
     InboundMessage,
     OutboundMessage,
@@ -167,7 +173,9 @@ class WebchatChannel(Channel):
             raise ChannelSendError(
                 f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
             )
-        message_id = self._record(client, message.kind, message.text, message.run_id)
+        message_id = self._record(
+            client, message.kind, message.text, message.run_id, _outbox_message_id(message)
+        )
         log.debug(
             "web chat message",
             extra={
@@ -177,6 +185,15 @@ class WebchatChannel(Channel):
             },
         )
         return SentMessage(chat_id=message.chat_id, message_ids=(message_id,))
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        """Found when the client's history (kept on disk before any page is sent the
+        message) holds the announce's message id."""
+        client = self._client_for(message.chat_id)
+        message_id = _outbox_message_id(message)
+        if client is None or message_id is None or not client.has_message(message_id):
+            return DeliveryLookup("not_found")
+        return DeliveryLookup("found", (message_id,))
 
     async def run_update(self, update: RunUpdate) -> None:
         """Show a run's status on the client's pages and keep the latest for the replay."""
@@ -212,8 +229,18 @@ class WebchatChannel(Channel):
     def _client_for(self, chat_id: str) -> ClientState | None:
         return self._clients.get(chat_id) if valid_client_id(chat_id) else None
 
-    def _record(self, client: ClientState, kind: MessageKind, text: str, run_id: str | None) -> str:
-        message_id = f"{self._boot}-{next(self._ids)}"
+    def _record(
+        self,
+        client: ClientState,
+        kind: MessageKind,
+        text: str,
+        run_id: str | None,
+        message_id: str | None = None,
+    ) -> str:
+        message_id = message_id or f"{self._boot}-{next(self._ids)}"
+        if client.has_message(message_id):
+            log.info("web chat message already shown", extra={"client": client.client_id})
+            return message_id
         client.add_message(
             message_frame(kind, text, message_id=message_id, ts=time.time(), run_id=run_id)
         )
@@ -323,3 +350,10 @@ class WebchatChannel(Channel):
         for result in results:
             if isinstance(result, Exception):
                 log.warning("web chat socket close failed", extra={"error": repr(result)})
+
+
+def _outbox_message_id(message: OutboundMessage) -> str | None:
+    """The message id of an outbox item's message, the same on every attempt (None for
+    other messages, which get a fresh id)."""
+    token = message.delivery_token()
+    return None if token is None else f"outbox-{token}"

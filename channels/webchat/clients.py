@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict, deque
 
+import orjson
+
 from channels.webchat.connection import Connection
 from channels.webchat.history import HistoryFiles, Loaded
 from channels.webchat.protocol import ready_frame, typing_frame
@@ -50,6 +52,13 @@ class ClientState:
         """Push ``frame`` to every open page of this client."""
         for connection in list(self.connections):
             connection.push(frame)
+
+    def has_message(self, message_id: str) -> bool:
+        """Whether the kept history holds a message with ``message_id``."""
+        return any(
+            message_id in frame and orjson.loads(frame).get("id") == message_id
+            for frame in self.history
+        )
 
     def add_message(self, frame: str) -> None:
         """Remember a message frame and show it on every open page."""

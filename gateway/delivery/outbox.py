@@ -6,9 +6,13 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
 - ``pending`` → ``sending`` is written before each attempt; ``delivered`` or ``failed``
   after it. A transient failure goes back to ``pending`` with a backoff (the channel's
   ``retry_after`` when it gives one); a permanent one is ``failed`` and recorded on the run.
-- Each announce is delivered **at most once**: an item still ``sending`` at start-up was cut
-  off by a crash mid-send and may have reached the chat, so it is recorded as failed with an
-  explanation rather than sent a second time.
+- Each announce is delivered **exactly once** where its channel can say what is in the
+  chat: an item still ``sending`` at start-up was cut off by a crash mid-send and may have
+  reached the chat, so it goes back to ``pending`` marked ``in_doubt``, and before any
+  second send its channel is asked (:meth:`Channel.find_delivered`): found → ``delivered``
+  with the chat's message ids; not found → sent (with the same delivery id, which makes the
+  send idempotent where the chat supports it); cannot tell → recorded as failed with the
+  "uncertain" explanation rather than risk a second copy (**at most once**).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from channels import Channel, ChannelSendError, OutboundMessage
+from channels import Channel, ChannelSendError, DeliveryLookup, OutboundMessage
 from gateway.backoff import backoff
 from gateway.state import OutboxRecord, StateDB
 
@@ -70,13 +74,16 @@ class Outbox:
         self._listeners.append(listener)
 
     async def start(self) -> int:
-        """Settle items a crash left mid-send, then start delivering. Returns that count."""
-        uncertain = await self._db.outbox.mark_interrupted_sends(UNCERTAIN)
+        """Reopen items a crash left mid-send (their chat is asked before any second send),
+        then start delivering. Returns how many were reopened."""
+        reopened = await self._db.outbox.reopen_interrupted_sends()
         await self._db.outbox.reconcile_runs()
-        if uncertain:
-            logger.warning("outbox: sends cut off by a restart", extra={"count": uncertain})
+        if reopened:
+            logger.warning(
+                "outbox: sends cut off by a restart; asking their chats", extra={"count": reopened}
+            )
         self._task = asyncio.create_task(self._loop(), name="outbox")
-        return uncertain
+        return reopened
 
     def kick(self) -> None:
         """Look for due items now (after an insert)."""
@@ -147,10 +154,9 @@ class Outbox:
         item_id = _id_of(item)
         channel = self._channels.get(item.channel)
         if channel is None:
-            await self._fail(item, f"channel {item.channel!r} is not enabled in this gateway")
+            error = f"channel {item.channel!r} is not enabled in this gateway"
+            await (self._uncertain(item, error) if item.in_doubt else self._fail(item, error))
             return
-        attempts = item.attempts + 1
-        item = await self._db.outbox.update(item_id, state="sending", attempts=attempts)
         message = OutboundMessage(
             channel=item.channel,
             account=item.account,
@@ -160,24 +166,20 @@ class Outbox:
             # A batch's follow-up is the agent answering: a reply, not an announce.
             kind="reply" if item.batch_id is not None else "announce",
             run_id=item.run_id,
+            outbox_id=item_id,
+        )
+        if item.in_doubt and await self._settled_by_lookup(item, channel, message):
+            return
+        attempts = item.attempts + 1
+        first = item.first_attempt_at if item.first_attempt_at is not None else self._clock()
+        item = await self._db.outbox.update(
+            item_id, state="sending", attempts=attempts, first_attempt_at=first, in_doubt=False
         )
         try:
             sent = await channel.send(message)
         except ChannelSendError as exc:
             if exc.retryable and attempts < self._max_attempts:
-                delay = exc.retry_after or backoff(attempts, base=self._base_delay, cap=MAX_DELAY)
-                await self._db.outbox.update(
-                    item_id,
-                    state="pending",
-                    next_attempt_at=self._clock() + delay,
-                    last_error=str(exc),
-                )
-                if self.on_retry is not None:
-                    self.on_retry()
-                logger.warning(
-                    "announce delivery failed; will retry",
-                    extra={"run_id": item.run_id, "attempt": attempts, "error": str(exc)},
-                )
+                await self._retry_later(item, attempts, exc, str(exc))
                 return
             await self._fail(item, str(exc))
             return
@@ -185,19 +187,95 @@ class Outbox:
             logger.exception("announce delivery crashed", extra={"run_id": item.run_id})
             await self._fail(item, f"{type(exc).__name__}: {exc}")
             return
+        await self._delivered(item, sent.message_ids, attempts)
+
+    async def _settled_by_lookup(
+        self, item: OutboxRecord, channel: Channel, message: OutboundMessage
+    ) -> bool:
+        """Ask the chat whether the send a crash cut off reached it. True when that settled
+        the item (delivered, uncertain, or asked again later); False when it must be sent."""
+        since = item.first_attempt_at if item.first_attempt_at is not None else item.created_at
+        try:
+            lookup = await channel.find_delivered(message, since)
+        except ChannelSendError as exc:
+            attempts = item.attempts + 1
+            if exc.retryable and attempts < self._max_attempts:
+                await self._retry_later(item, attempts, exc, f"looking for the cut-off send: {exc}")
+                return True
+            await self._uncertain(item, str(exc))
+            return True
+        except Exception as exc:  # a channel bug: never a second send on a guess
+            logger.exception("announce lookup crashed", extra={"run_id": item.run_id})
+            await self._uncertain(item, f"{type(exc).__name__}: {exc}")
+            return True
+        return await self._apply_lookup(item, lookup)
+
+    async def _apply_lookup(self, item: OutboxRecord, lookup: DeliveryLookup) -> bool:
+        if lookup.outcome == "found":
+            logger.info(
+                "a cut-off announce is in the chat; recorded as delivered",
+                extra={"run_id": item.run_id, "channel": item.channel},
+            )
+            await self._delivered(item, lookup.message_ids, item.attempts)
+            return True
+        if lookup.outcome == "unknown":
+            await self._uncertain(item, lookup.detail or "the chat cannot tell")
+            return True
+        logger.info(
+            "a cut-off announce is not in the chat; sending it",
+            extra={"run_id": item.run_id, "channel": item.channel},
+        )
+        return False
+
+    async def _retry_later(
+        self, item: OutboxRecord, attempts: int, exc: ChannelSendError, error: str
+    ) -> None:
+        """Back to ``pending`` (``in_doubt`` as it was), due after the backoff."""
+        delay = exc.retry_after or backoff(attempts, base=self._base_delay, cap=MAX_DELAY)
+        await self._db.outbox.update(
+            _id_of(item),
+            state="pending",
+            attempts=attempts,
+            next_attempt_at=self._clock() + delay,
+            last_error=error,
+        )
+        if self.on_retry is not None:
+            self.on_retry()
+        logger.warning(
+            "announce delivery failed; will retry",
+            extra={"run_id": item.run_id, "attempt": attempts, "error": error},
+        )
+
+    async def _delivered(
+        self, item: OutboxRecord, message_ids: tuple[str, ...], attempts: int
+    ) -> None:
         item = await self._db.outbox.settle(
-            item_id,
+            _id_of(item),
             {
                 "state": "delivered",
                 "delivered_at": self._clock(),
-                "message_ids": sent.message_ids,
+                "message_ids": message_ids,
                 "last_error": None,
+                "in_doubt": False,
             },
             {"announce_state": "delivered", "announce_error": None},
         )
         logger.info(
             "announce delivered",
             extra={"run_id": item.run_id, "channel": item.channel, "attempts": attempts},
+        )
+        self._notify(item)
+
+    async def _uncertain(self, item: OutboxRecord, why: str) -> None:
+        """A cut-off send whose chat cannot say whether it arrived: never sent again."""
+        item = await self._db.outbox.settle(
+            _id_of(item),
+            {"state": "failed", "last_error": UNCERTAIN, "in_doubt": False},
+            {"announce_state": "uncertain", "announce_error": UNCERTAIN},
+        )
+        logger.warning(
+            "announce cut off by a restart and not sent again: its chat cannot tell",
+            extra={"run_id": item.run_id, "channel": item.channel, "error": why},
         )
         self._notify(item)
 

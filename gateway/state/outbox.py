@@ -120,19 +120,14 @@ class OutboxTable:
 
         return await self._db.write(run)
 
-    async def mark_interrupted_sends(self, message: str) -> int:
-        """Items left ``sending`` by a crash: record them failed, never send them again, and
-        their runs' announce state ``uncertain`` (one transaction); returns how many."""
+    async def reopen_interrupted_sends(self) -> int:
+        """Items left ``sending`` by a crash: back to ``pending``, due now, marked
+        ``in_doubt`` so that the chat is asked before any second send; returns how many."""
 
         def run(conn: sqlite3.Connection) -> int:
-            conn.execute(
-                "UPDATE runs SET announce_state = 'uncertain', announce_error = ?"
-                " WHERE run_id IN (SELECT run_id FROM outbox WHERE state = 'sending')",
-                (message,),
-            )
             return conn.execute(
-                "UPDATE outbox SET state = 'failed', last_error = ? WHERE state = 'sending'",
-                (message,),
+                "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL"
+                " WHERE state = 'sending'"
             ).rowcount
 
         return await self._db.write(run)

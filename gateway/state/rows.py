@@ -29,7 +29,8 @@ Cleanup = Literal["delete", "keep"]
 Completion = Literal["pending", "delivered", "consumed"]
 BatchState = Literal["waiting", "following", "done"]
 #: ``sending`` is written before a send and left behind only by a crash mid-send; such an
-#: item is never sent again (at most once) but recorded as uncertain.
+#: item goes back to ``pending`` with ``in_doubt`` set, and is sent again only once its
+#: channel has said the cut-off send is not in the chat.
 OutboxState = Literal["pending", "sending", "delivered", "failed"]
 
 
@@ -291,6 +292,10 @@ class OutboxRecord:
     message_ids: tuple[str, ...] = ()
     #: The batch whose follow-up reply this item posts.
     batch_id: str | None = None
+    #: When the first send began (None: never tried).
+    first_attempt_at: float | None = None
+    #: A send was cut off by a crash: ask the chat before sending again.
+    in_doubt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +346,7 @@ def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
     values = {name: row[name] for name in OUTBOX_COLUMNS}
     ids = values["message_ids"]
     values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
+    values["in_doubt"] = bool(values["in_doubt"])
     return OutboxRecord(**values)
 
 

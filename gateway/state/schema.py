@@ -17,6 +17,10 @@ session spawned), the ``batch_id`` of the ``sessions_yield`` batch it belongs to
 their follow-up; an outbox item carries the ``batch_id`` of the follow-up reply it posts.
 
 Version 3 adds ``seen_keys``: the chat events already handled.
+
+Version 4: ``outbox.first_attempt_at`` (when the first send began: the start of the window
+in which a cut-off send is looked for in the chat) and ``outbox.in_doubt`` (1 while an item
+a crash left mid-send waits for its channel to say whether that send reached the chat).
 """
 
 from __future__ import annotations
@@ -176,5 +180,10 @@ _V3: Final = (
     "CREATE INDEX seen_keys_expiry ON seen_keys (expires_at)",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
+_V4: Final = (
+    "ALTER TABLE outbox ADD COLUMN first_attempt_at REAL",
+    "ALTER TABLE outbox ADD COLUMN in_doubt INTEGER NOT NULL DEFAULT 0",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4)
 LATEST_VERSION: Final = len(MIGRATIONS)

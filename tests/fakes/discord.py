@@ -1,11 +1,18 @@
 """A wire-level fake of Discord on loopback: the REST API (v10) and the gateway websocket.
 
 REST, under ``/api/v10``: ``GET /users/@me`` and ``GET /oauth2/applications/@me`` (what
-discord.py's login asks), ``POST /channels/{id}/messages``, ``POST /channels/{id}/typing``
-and ``GET /channels/{id}``. Every request needs ``Authorization: Bot <token>`` (else 401)
-and is recorded. Failures are scripted per route: any status and body, or a 429 shaped like
-Discord's (``retry_after`` in the body, ``Retry-After``/``Via`` headers); or decided per
-request by :attr:`FakeDiscord.fault` (failures at a set rate). Message bodies are
+discord.py's login asks), ``POST /channels/{id}/messages``, ``GET /channels/{id}/messages``
+(``limit`` 1–100, default 50, with ``before``/``after``; newest first, as Discord answers),
+``POST /channels/{id}/typing`` and ``GET /channels/{id}``. A message create with a
+``nonce`` and ``enforce_nonce`` answers, within :attr:`FakeDiscord.nonce_window` seconds,
+with the message the bot already created with that nonce instead of a second one (nonces
+longer than 25 characters are refused, as Discord does); created messages echo the nonce,
+listed ones carry none. Message ids are snowflakes of the time they were made.
+Every request needs ``Authorization: Bot <token>`` (else 401) and is recorded. Failures
+are scripted per route: any status and body, or a 429 shaped like Discord's
+(``retry_after`` in the body, ``Retry-After``/``Via`` headers); or decided per request by
+:attr:`FakeDiscord.fault` (failures at a set rate); or a message create is cut off
+(:meth:`FakeDiscord.cut_off_next_message`). Message bodies are
 checked like Discord does: at most 2,000 characters, never empty; a deleted channel is a
 404 ``Unknown Channel`` (code 10003).
 
@@ -21,9 +28,9 @@ send RECONNECT (op 7), or have IDENTIFY answered with a close code such as 4004.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import socket
+import time
 import uuid
 import zlib
 from collections.abc import Callable, Mapping
@@ -42,6 +49,11 @@ TIMESTAMP = "2026-01-31T14:55:37.123000+00:00"
 DEFAULT_HEARTBEAT_MS = 41_250
 #: Seconds a wait gives up after: a guard against hanging, not a timing assertion.
 WAIT_GUARD = 10.0
+#: Discord checks an enforced nonce for uniqueness "in the past few minutes".
+NONCE_WINDOW = 300.0
+#: Milliseconds of the Discord epoch (2015-01-01T00:00:00Z), the origin of snowflake times.
+DISCORD_EPOCH_MS = 1_420_070_400_000
+MAX_NONCE_LENGTH = 25
 
 Json = dict[str, Any]
 
@@ -130,6 +142,13 @@ class _Script:
 
 
 @dataclass(slots=True)
+class _Cut:
+    stored: bool
+    after: int
+    matching: Callable[[Json], bool] | None
+
+
+@dataclass(slots=True)
 class _Session:
     session_id: str
     seq: int = 0
@@ -177,7 +196,15 @@ class FakeDiscord:
         #: When set, IDENTIFY is answered by closing with this code (4004, 4014, …).
         self.close_on_identify: int | None = None
         self.requests: list[RecordedRequest] = []
+        #: Message create bodies that created a message, by channel id.
         self.posted: dict[str, list[Json]] = {}
+        #: The messages each channel holds (the bot's, as created), oldest first.
+        self.messages: dict[str, list[Json]] = {}
+        #: Seconds an enforced nonce returns the bot's earlier message.
+        self.nonce_window = NONCE_WINDOW
+        self._nonces: dict[str, tuple[float, Json]] = {}
+        self._cuts: list[_Cut] = []
+        self._closing = asyncio.Event()
         self.typing: list[str] = []
         self.deleted_channels: set[str] = set()
         self.channels: dict[str, Json] = {}
@@ -195,7 +222,7 @@ class FakeDiscord:
         self._session: _Session | None = None
         self._live: _Connection | None = None
         self._all: set[_Connection] = set()
-        self._ids = itertools.count(1_200_000_000_000_000_000)
+        self._last_id = 0
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -214,6 +241,7 @@ class FakeDiscord:
         await web.SockSite(self._runner, sock).start()
 
     async def close(self) -> None:
+        self._closing.set()
         for conn in list(self._all):
             await conn.ws.close(code=1001, message=b"fake Discord shutting down")
         if self._runner is not None:
@@ -296,6 +324,21 @@ class FakeDiscord:
             }
         )
 
+    def cut_off_next_message(
+        self, *, stored: bool, after: int = 0, matching: Callable[[Json], bool] | None = None
+    ) -> None:
+        """Once ``after`` more message creates (those whose body is ``matching``, when
+        given) were answered, the next one never gets an answer, as when the caller dies in
+        the middle of it: the message is created first (``stored``) or not. The request
+        hangs until the fake closes."""
+        self._cuts.append(_Cut(stored, after, matching))
+
+    def next_id(self) -> str:
+        """A fresh snowflake: the time now, increasing like Discord's."""
+        now = (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22
+        self._last_id = max(now, self._last_id + 1)
+        return str(self._last_id)
+
     def requests_to(self, method: str, path: str) -> list[RecordedRequest]:
         """The recorded requests of one route."""
         return [r for r in self.requests if r.method == method and r.path == path]
@@ -316,7 +359,7 @@ class FakeDiscord:
     ) -> Json:
         """A message object as MESSAGE_CREATE carries it (no ``guild_id`` for a DM)."""
         payload: Json = {
-            "id": str(next(self._ids)),
+            "id": self.next_id(),
             "channel_id": channel_id,
             "author": author,
             "content": content,
@@ -357,8 +400,10 @@ class FakeDiscord:
         return session.seq
 
     async def post_message(self, **fields: Any) -> Json:
-        """Dispatch MESSAGE_CREATE for :meth:`message_payload` ``(**fields)``; return it."""
+        """Dispatch MESSAGE_CREATE for :meth:`message_payload` ``(**fields)`` (the message
+        joins its channel's messages); return it."""
         payload = self.message_payload(**fields)
+        self.messages.setdefault(payload["channel_id"], []).append(payload)
         await self.dispatch("MESSAGE_CREATE", payload)
         return payload
 
@@ -405,6 +450,22 @@ class FakeDiscord:
         authorized = request.headers.get("Authorization") == f"Bot {self.token}"
         self.requests.append(RecordedRequest(request.method, path, body, authorized))
         await self._note()
+        creates = request.method == "POST" and path.endswith("/messages")
+        cut = self._cuts[0] if authorized and creates and self._cuts else None
+        if cut is not None and (cut.matching is None or cut.matching(body)):
+            if cut.after > 0:
+                cut.after -= 1
+                cut = None
+            else:
+                self._cuts.pop(0)
+        else:
+            cut = None
+        if cut is not None:
+            if cut.stored:
+                await self._route(request.method, path.strip("/").split("/"), body, request)
+                await self._note()
+            await self._closing.wait()  # the caller is gone before any answer
+            raise web.HTTPServiceUnavailable()
         if not authorized:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         fault = self.fault(request.method, path, body) if self.fault is not None else None
@@ -418,9 +479,11 @@ class FakeDiscord:
                 break
             script.times -= 1
             return _json(script.body, status=script.status, headers=script.headers)
-        return await self._route(request.method, path.strip("/").split("/"), body)
+        return await self._route(request.method, path.strip("/").split("/"), body, request)
 
-    async def _route(self, method: str, parts: list[str], body: Any) -> web.StreamResponse:
+    async def _route(
+        self, method: str, parts: list[str], body: Any, request: web.Request
+    ) -> web.StreamResponse:
         match method, parts:
             case "GET", ["users", "@me"]:
                 return _json(self.bot)
@@ -428,6 +491,8 @@ class FakeDiscord:
                 return _json(self._application())
             case "POST", ["channels", channel_id, "messages"]:
                 return self._create_message(channel_id, body)
+            case "GET", ["channels", channel_id, "messages"]:
+                return self._list_messages(channel_id, request.query)
             case "POST", ["channels", channel_id, "typing"]:
                 if channel_id in self.deleted_channels:
                     return _unknown_channel()
@@ -451,9 +516,48 @@ class FakeDiscord:
             return _json(
                 {"message": "Invalid Form Body", "code": 50035, "errors": errors}, status=400
             )
+        nonce = body.get("nonce")
+        if nonce is not None and len(str(nonce)) > MAX_NONCE_LENGTH:
+            errors = {"nonce": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}
+            return _json(
+                {"message": "Invalid Form Body", "code": 50035, "errors": errors}, status=400
+            )
+        now = time.monotonic()
+        if nonce is not None and body.get("enforce_nonce") is True:
+            earlier = self._nonces.get(str(nonce))
+            if earlier is not None and now - earlier[0] < self.nonce_window:
+                return _json(earlier[1])  # the same message again, nothing new posted
         self.posted.setdefault(channel_id, []).append(body)
-        message = self.message_payload(channel_id=channel_id, author=self.bot, content=content)
+        # Discord stores the content trimmed.
+        message = self.message_payload(
+            channel_id=channel_id, author=self.bot, content=content.strip()
+        )
+        self.messages.setdefault(channel_id, []).append(message)
+        if nonce is not None:
+            self._nonces[str(nonce)] = (now, message)
+            return _json({**message, "nonce": nonce})
         return _json(message)
+
+    def _list_messages(self, channel_id: str, query: Mapping[str, str]) -> web.StreamResponse:
+        if channel_id in self.deleted_channels:
+            return _unknown_channel()
+        try:
+            limit = int(query.get("limit", "50"))
+            before = int(query["before"]) if "before" in query else None
+            after = int(query["after"]) if "after" in query else None
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        if not 1 <= limit <= 100:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        held = sorted(self.messages.get(channel_id, []), key=lambda m: int(m["id"]))
+        if before is not None:
+            held = [m for m in held if int(m["id"]) < before]
+        if after is not None:
+            # The oldest ``limit`` after it (discord.py pages forward from the newest).
+            held = [m for m in held if int(m["id"]) > after][:limit]
+        else:
+            held = held[-limit:]
+        return _json(list(reversed(held)))
 
     def _application(self) -> Json:
         return {

@@ -6,6 +6,12 @@ Web API: ``POST /api/<method>`` with the bot token (the app token for
 method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``), or decided per call by
 :attr:`FakeSlack.fault` (failures at a set rate).
 
+Conversations keep their messages, as Slack does: the bot's posts (with their message
+``metadata``) and the ``message`` events a test pushes. ``conversations.history`` (top-level
+messages, newest first) and ``conversations.replies`` (a thread's parent, then its replies,
+oldest first) answer from them with ``oldest``/``latest``/``inclusive``/``limit``/``cursor``
+paging, and include each message's metadata only with ``include_all_metadata``.
+
 Socket Mode: ``apps.connections.open`` hands out a ``ws://`` URL on the same server; the
 websocket sends ``hello``, then the envelopes a test pushes, and records the client's acks
 (``{"envelope_id": …}``). HTTP mode requests are signed with :meth:`FakeSlack.sign` exactly
@@ -65,6 +71,7 @@ class Post:
     text: str
     ts: str
     thread_ts: str | None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass
@@ -98,11 +105,17 @@ class FakeSlack:
         self._holds: dict[str, asyncio.Event] = {}
         #: Seconds a method's calls take to be answered (Slack's own latency).
         self._latency: dict[str, float] = {}
+        # Per method: [calls still to answer, then cut one off: after Slack acted on it?].
+        self._cuts: dict[str, deque[list[Any]]] = {}
+        self._closing = asyncio.Event()
         self._sockets: list[web.WebSocketResponse] = []
         self._ack_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._changed = asyncio.Condition()
         self._connected = asyncio.Event()
         self._ts = itertools.count(1)
+        self._last_ts = 0.0
+        #: Each conversation's messages (message objects as Slack stores them), by channel.
+        self.history: dict[str, list[dict[str, Any]]] = {}
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -123,6 +136,7 @@ class FakeSlack:
     async def close(self) -> None:
         for gate in self._holds.values():
             gate.set()
+        self._closing.set()
         for ws in list(self._sockets):
             await ws.close()
         for waiter in self._ack_waiters.values():
@@ -169,6 +183,20 @@ class FakeSlack:
         if gate is not None:
             gate.set()
 
+    def cut_off(
+        self,
+        method: str,
+        *,
+        stored: bool,
+        after: int = 0,
+        matching: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        """Once ``after`` more calls of ``method`` (those ``matching`` their arguments, when
+        given) were answered, the next one never gets an answer, as when the caller dies in
+        the middle of it: Slack has acted on it (``stored``: the post is in the
+        conversation) or not yet. It hangs until the fake closes."""
+        self._cuts.setdefault(method, deque()).append([after, stored, matching])
+
     def calls_to(self, method: str) -> list[ApiCall]:
         return [call for call in self.calls if call.method == method]
 
@@ -183,9 +211,13 @@ class FakeSlack:
         return self.posts
 
     def next_ts(self) -> str:
-        """A fresh message ts, increasing like Slack's."""
-        n = next(self._ts)
-        return f"{1_700_000_000 + n}.{n:06d}"
+        """A fresh message ts: the time now in microseconds, increasing like Slack's."""
+        self._last_ts = max(time.time(), self._last_ts + 1e-6)
+        return f"{self._last_ts:.6f}"
+
+    def visible(self, channel: str) -> list[dict[str, Any]]:
+        """The bot's messages in ``channel`` (threads included), oldest first."""
+        return [m for m in self.history.get(channel, []) if m.get("bot_id") == BOT_ID]
 
     # -- Socket Mode -------------------------------------------------------------------------
 
@@ -211,7 +243,11 @@ class FakeSlack:
         retry_attempt: int = 0,
         retry_reason: str = "",
     ) -> str:
-        """Push an ``events_api`` envelope around ``event``; returns the envelope id."""
+        """Push an ``events_api`` envelope around ``event``; returns the envelope id.
+
+        A ``message`` event's message joins its conversation's history."""
+        if event.get("type") == "message" and "subtype" not in event:
+            self._store(str(event.get("channel")), dict(event))
         return await self.push(
             {
                 "envelope_id": str(uuid.uuid4()),
@@ -340,6 +376,13 @@ class FakeSlack:
             args.update((await request.post()).items())
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        cuts = self._cuts.get(method)
+        cut: bool | None = None
+        if cuts and (cuts[0][2] is None or cuts[0][2](args)):
+            if cuts[0][0] > 0:
+                cuts[0][0] -= 1
+            else:
+                cut = bool(cuts.popleft()[1])
         gate, latency = self._holds.get(method), self._latency.get(method, 0.0)
         waits = gate is not None or latency > 0
         if waits:
@@ -352,8 +395,12 @@ class FakeSlack:
         async with self._changed:
             if not waits:
                 self.calls.append(ApiCall(method, args, token))
-            response = self._answer(method, args, token)
+            if cut is None or cut:
+                response = self._answer(method, args, token)
             self._changed.notify_all()
+        if cut is not None:
+            await self._closing.wait()  # the caller is gone before any answer
+            raise web.HTTPServiceUnavailable()
         return response
 
     def _answer(self, method: str, args: dict[str, Any], token: str | None) -> web.Response:
@@ -415,13 +462,70 @@ class FakeSlack:
             return _error("channel_not_found")
         if not text:
             return _error("no_text")
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):  # form-encoded callers send it as JSON text
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                return _error("invalid_metadata_format")
+        if metadata is not None and not _valid_metadata(metadata):
+            return _error("invalid_metadata_format")
         ts = self.next_ts()
         thread_ts = args.get("thread_ts")
-        self.posts.append(Post(channel, text, ts, str(thread_ts) if thread_ts else None))
-        message = {"type": "message", "text": text, "user": BOT_USER_ID, "bot_id": BOT_ID, "ts": ts}
+        self.posts.append(Post(channel, text, ts, str(thread_ts) if thread_ts else None, metadata))
+        message: dict[str, Any] = {
+            "type": "message",
+            "text": text,
+            "user": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "app_id": APP_ID,
+            "ts": ts,
+        }
         if thread_ts:
             message["thread_ts"] = thread_ts
+        if metadata is not None:
+            message["metadata"] = metadata
+        self._store(channel, message)
         return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    def _store(self, channel: str, message: dict[str, Any]) -> None:
+        messages = self.history.setdefault(channel, [])
+        if any(m.get("ts") == message.get("ts") for m in messages):
+            return
+        messages.append(message)
+        thread_ts = message.get("thread_ts")
+        parent = next((m for m in messages if thread_ts and m.get("ts") == thread_ts), None)
+        if parent is not None and parent is not message:
+            parent["reply_count"] = int(parent.get("reply_count", 0)) + 1
+            parent.setdefault("thread_ts", thread_ts)
+
+    def _m_conversations_history(self, args: dict[str, Any]) -> web.Response:
+        channel = str(args.get("channel") or "")
+        if channel not in self.channels:
+            return _error("channel_not_found")
+        # Replies stay in their thread; the parent (thread_ts == ts) is top-level.
+        top = [
+            m for m in self.history.get(channel, []) if m.get("thread_ts") in (None, m.get("ts"))
+        ]
+        in_range = _in_range(top, args)
+        in_range.sort(key=lambda m: float(m["ts"]), reverse=True)
+        return _page(in_range, args)
+
+    def _m_conversations_replies(self, args: dict[str, Any]) -> web.Response:
+        channel = str(args.get("channel") or "")
+        if channel not in self.channels:
+            return _error("channel_not_found")
+        ts = str(args.get("ts") or "")
+        if not ts:
+            return _error("invalid_arguments")
+        messages = self.history.get(channel, [])
+        parent = next((m for m in messages if m.get("ts") == ts), None)
+        if parent is None:
+            return _error("thread_not_found")
+        replies = [m for m in messages if m.get("thread_ts") == ts and m is not parent]
+        replies = _in_range(replies, args)
+        replies.sort(key=lambda m: float(m["ts"]))
+        return _page([parent, *replies], args)
 
     def _m_chat_update(self, args: dict[str, Any]) -> web.Response:
         channel = str(args.get("channel") or "")
@@ -485,3 +589,47 @@ class FakeSlack:
 
 def _error(code: str) -> web.Response:
     return web.json_response({"ok": False, "error": code})
+
+
+def _truthy(value: Any) -> bool:
+    """A boolean argument as Slack reads it: slack_sdk sends "1"/"0" in query strings."""
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _valid_metadata(metadata: Any) -> bool:
+    return (
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("event_type"), str)
+        and bool(metadata["event_type"])
+        and isinstance(metadata.get("event_payload"), dict)
+    )
+
+
+def _in_range(messages: list[dict[str, Any]], args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``messages`` within ``oldest``/``latest`` (exclusive unless ``inclusive``)."""
+    inclusive = _truthy(args.get("inclusive"))
+    oldest = float(args.get("oldest") or 0)
+    latest = float(args["latest"]) if args.get("latest") else float("inf")
+
+    def keep(message: dict[str, Any]) -> bool:
+        ts = float(message["ts"])
+        if inclusive:
+            return oldest <= ts <= latest
+        return oldest < ts < latest
+
+    return [m for m in messages if keep(m)]
+
+
+def _page(messages: list[dict[str, Any]], args: Mapping[str, Any]) -> web.Response:
+    """One page of ``messages`` as Slack answers it: ``limit`` (default 100, at most 999)
+    from ``cursor``, metadata only with ``include_all_metadata``."""
+    limit = min(int(args.get("limit") or 100), 999)
+    cursor = str(args.get("cursor") or "")
+    start = int(cursor.removeprefix("next:")) if cursor.startswith("next:") else 0
+    page = messages[start : start + limit]
+    if not _truthy(args.get("include_all_metadata")):
+        page = [{k: v for k, v in m.items() if k != "metadata"} for m in page]
+    more = start + limit < len(messages)
+    body: dict[str, Any] = {"ok": True, "messages": page, "has_more": more}
+    body["response_metadata"] = {"next_cursor": f"next:{start + limit}" if more else ""}
+    return web.json_response(body)

@@ -378,7 +378,9 @@
         setStatus("online", "Connected");
         break;
       case "message":
-        if (seen.has(frame.id)) break; // the replay after a reconnect repeats messages
+        // The replay after a reconnect repeats messages, and an announce resent after a
+        // gateway restart keeps its id: each id is shown once.
+        if (seen.has(frame.id)) break;
         seen.add(frame.id);
         renderMessage(frame);
         break;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import pytest
 
@@ -375,3 +376,83 @@ async def test_a_bad_chat_id_is_a_permanent_failure(make_channel: MakeChannel) -
         await running.channel.send(reply("hi", chat_id="general"))
 
     assert not caught.value.retryable
+
+
+def announce(text: str, *, outbox_id: int = 7, run_id: str = "run-1") -> OutboundMessage:
+    """An outbox item's message: the same on every attempt to deliver it."""
+    return OutboundMessage(
+        channel="discord",
+        account=BOT_ID,
+        chat_id=GENERAL,
+        thread_id=None,
+        text=text,
+        kind="announce",
+        run_id=run_id,
+        outbox_id=outbox_id,
+    )
+
+
+async def test_an_announce_sent_again_soon_is_one_message_by_its_enforced_nonce(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    first = await make_channel()
+    message = announce("\n".join(f"line {i} " + "z" * 90 for i in range(30)))
+    sent = await first.channel.send(message)
+    await first.channel.stop()
+    # A new process (nothing remembered) sends the same item again, as after a crash.
+    second = await make_channel()
+    again = await second.channel.send(message)
+
+    assert again.message_ids == sent.message_ids
+    assert len(fake_discord.messages[GENERAL]) == len(sent.message_ids) >= 2
+    bodies = [r.body for r in fake_discord.requests_to("POST", MESSAGES)]
+    nonces = [body["nonce"] for body in bodies]
+    assert all(body["enforce_nonce"] is True for body in bodies)
+    assert all(isinstance(n, str) and len(n) <= 25 for n in nonces)
+    # One nonce per part, the same on both attempts; another item gets others.
+    parts = len(sent.message_ids)
+    assert nonces[:parts] == nonces[parts:]
+    assert len(set(nonces)) == parts
+    assert message.delivery_token(0) != announce(message.text, outbox_id=8).delivery_token(0)
+
+
+async def test_find_delivered_reads_the_channel_after_the_nonce_window(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    fake_discord.nonce_window = 0.0  # Discord has forgotten the nonces
+    running = await make_channel()
+    since = time.time()
+    await fake_discord.post_message(channel_id=GENERAL, author=ALICE, content="unrelated")
+    done = announce("the result")
+    sent = await running.channel.send(done)
+    missing = announce("never sent", outbox_id=8)
+
+    found = await running.channel.find_delivered(done, since)
+    not_found = await running.channel.find_delivered(missing, since)
+    too_early = await running.channel.find_delivered(done, time.time() + 3600)
+
+    assert (found.outcome, found.message_ids) == ("found", sent.message_ids)
+    assert not_found.outcome == "not_found"
+    assert too_early.outcome == "not_found"
+
+
+async def test_a_resend_after_a_lookup_skips_the_parts_already_in_the_channel(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    fake_discord.nonce_window = 0.0  # only the lookup can prevent a repeat
+    first = await make_channel()
+    since = time.time()
+    message = announce("\n".join(f"line {i} " + "w" * 90 for i in range(30)))
+    fake_discord.fail("POST", MESSAGES, 503, after=1)  # the second part fails
+    with pytest.raises(ChannelSendError):
+        await first.channel.send(message)
+    await first.channel.stop()
+
+    second = await make_channel()
+    lookup = await second.channel.find_delivered(message, since)
+    sent = await second.channel.send(message)
+
+    assert lookup.outcome == "not_found"
+    contents = [m["content"] for m in fake_discord.messages[GENERAL]]
+    assert len(contents) == len(sent.message_ids) >= 2
+    assert "\n".join(contents) == message.text

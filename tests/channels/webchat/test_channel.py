@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import aiohttp
@@ -187,6 +188,29 @@ async def test_reload_replays_the_conversation_in_order(webchat: Webchat) -> Non
         ("user", "hello"),
         ("reply", "hi there"),
     ]
+
+
+async def test_an_announce_sent_again_is_shown_once_with_the_same_id(webchat: Webchat) -> None:
+    page = await webchat.page(ALICE)
+    item = dataclasses.replace(outbound("tides: done", kind="announce", run_id="r1"), outbox_id=7)
+    other = dataclasses.replace(item, outbox_id=8, text="another")
+    before = await webchat.channel.find_delivered(item, 0.0)
+    first = await webchat.channel.send(item)
+    again = await webchat.channel.send(item)  # resent after a crash, as the outbox would
+    await webchat.channel.send(other)
+    after = await webchat.channel.find_delivered(item, 0.0)
+
+    assert first.message_ids == again.message_ids
+    assert (before.outcome, after.outcome, after.message_ids) == (
+        "not_found",
+        "found",
+        first.message_ids,
+    )
+    # The open page got it once (the next frame is the other announce), and so does a
+    # page that connects now.
+    assert [(await page.next())["text"] for _ in range(2)] == ["tides: done", "another"]
+    replay = await webchat.page(ALICE)
+    assert [(await replay.next())["text"] for _ in range(2)] == ["tides: done", "another"]
 
 
 async def test_history_is_bounded(make_webchat: MakeWebchat) -> None:

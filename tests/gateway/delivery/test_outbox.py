@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from channels import Channel, ChannelSendError, OutboundMessage, SentMessage
+from channels import Channel, ChannelSendError, DeliveryLookup, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway.delivery import MAX_ATTEMPTS, Outbox
+from gateway.delivery import MAX_ATTEMPTS, UNCERTAIN, Outbox
 from gateway.delivery.outbox import BASE_DELAY, MAX_DELAY
-from gateway.state import OutboxRecord, RunRecord, SessionRecord, StateDB
+from gateway.state import OutboxRecord, StateDB
+from tests.gateway.delivery._support import HANG_GUARD_SECONDS, Settled, queued_announce
 
-#: Guard against a hung test; never an assertion about speed.
-HANG_GUARD_SECONDS = 10
 #: The backoff's jitter scales a delay down by at most this share.
 JITTER = 0.2
 
@@ -61,66 +59,6 @@ async def make_outbox(db: StateDB, clock: FakeClock) -> AsyncIterator[MakeOutbox
     yield make
     for outbox in made:
         await outbox.close()
-
-
-async def queued_announce(
-    db: StateDB, *, channel: str = "memory", text: str = "the announce", **fields: Any
-) -> tuple[OutboxRecord, str]:
-    """A finished run whose announce is queued, as the announce step leaves it; the item
-    and the run's id."""
-    child = SessionRecord(
-        key=f"agent:main:subagent:{uuid.uuid4()}",
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=1.0,
-        updated_at=1.0,
-    )
-    await db.sessions.create(child)
-    run = RunRecord(
-        run_id=str(uuid.uuid4()),
-        child_session_key=child.key,
-        child_session_id=child.session_id,
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=1.0,
-        status="announcing",
-        outcome="done",
-    )
-    await db.runs.insert(run)
-    item = OutboxRecord(
-        channel=channel,
-        account="default",
-        chat_id="c1",
-        text=text,
-        created_at=1.0,
-        run_id=run.run_id,
-        **fields,
-    )
-    stored = await db.outbox.insert_for_run(
-        item, {"status": "done", "announce_state": "queued", "announce_text": text}
-    )
-    return stored, run.run_id
-
-
-class Settled:
-    """An outbox listener: the items delivered or failed for good, in order."""
-
-    def __init__(self) -> None:
-        self.items: list[OutboxRecord] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, item: OutboxRecord) -> None:
-        self.items.append(item)
-        self._changed.set()
-
-    async def wait(self, count: int = 1) -> list[OutboxRecord]:
-        async with asyncio.timeout(HANG_GUARD_SECONDS):
-            while len(self.items) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.items
 
 
 class Retries:
@@ -354,3 +292,101 @@ async def test_flush_sends_what_is_due_and_leaves_later_retries_pending(
     run = await db.runs.get(later_run)
     assert run is not None
     assert run.announce_state == "queued"
+
+
+class LookingChannel(MemoryChannel):
+    """A channel that answers lookups of cut-off sends with scripted results."""
+
+    def __init__(self, *answers: DeliveryLookup | Exception) -> None:
+        super().__init__()
+        self.answers = list(answers)
+        self.asked: list[tuple[OutboundMessage, float]] = []
+
+    async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
+        self.asked.append((message, since))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def cut_off_item(db: StateDB, **fields: Any) -> tuple[OutboxRecord, str]:
+    """An announce a crash left mid-send (``sending``), first tried at 500."""
+    item, run_id = await queued_announce(db, **fields)
+    assert item.id is not None
+    item = await db.outbox.update(item.id, state="sending", attempts=1, first_attempt_at=500.0)
+    return item, run_id
+
+
+@pytest.mark.parametrize(
+    ("answer", "sent"),
+    [
+        (DeliveryLookup("found", ("m-1",)), []),
+        (DeliveryLookup("not_found"), ["the announce"]),
+    ],
+    ids=["found", "not-found"],
+)
+async def test_a_cut_off_send_is_settled_by_what_its_chat_says(
+    db: StateDB, make_outbox: MakeOutbox, answer: DeliveryLookup, sent: list[str]
+) -> None:
+    item, run_id = await cut_off_item(db)
+    channel = LookingChannel(answer)
+    outbox = make_outbox({"memory": channel})
+    settled = Settled()
+    outbox.subscribe(settled)
+    await outbox.start()
+    (done,) = await settled.wait()
+
+    ((asked, since),) = channel.asked
+    assert (asked.outbox_id, asked.run_id, asked.text, since) == (item.id, run_id, item.text, 500.0)
+    assert [m.text for m in channel.sent] == sent
+    assert [m.outbox_id for m in channel.sent] == [item.id] * len(sent)
+    assert (done.state, done.in_doubt) == ("delivered", False)
+    assert done.message_ids == (answer.message_ids or ("1",))
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert run.announce_state == "delivered"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        DeliveryLookup("unknown", detail="no history scope"),
+        ChannelSendError("not allowed to read", retryable=False),
+        RuntimeError("lookup bug"),
+    ],
+    ids=["cannot-tell", "refused", "channel-bug"],
+)
+async def test_a_cut_off_send_its_chat_cannot_vouch_for_is_never_sent_again(
+    db: StateDB, make_outbox: MakeOutbox, answer: DeliveryLookup | Exception
+) -> None:
+    _item, run_id = await cut_off_item(db)
+    channel = LookingChannel(answer)
+    outbox = make_outbox({"memory": channel})
+    settled = Settled()
+    outbox.subscribe(settled)
+    await outbox.start()
+    (done,) = await settled.wait()
+
+    assert len(channel.asked) == 1
+    assert channel.sent == []
+    assert (done.state, done.last_error, done.in_doubt) == ("failed", UNCERTAIN, False)
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert (run.announce_state, run.announce_error) == ("uncertain", UNCERTAIN)
+
+
+async def test_a_cut_off_send_to_a_channel_no_longer_enabled_is_uncertain(
+    db: StateDB, make_outbox: MakeOutbox
+) -> None:
+    _item, run_id = await cut_off_item(db, channel="slack")
+    outbox = make_outbox({"memory": MemoryChannel()})
+    settled = Settled()
+    outbox.subscribe(settled)
+    await outbox.start()
+    (done,) = await settled.wait()
+
+    assert (done.state, done.last_error) == ("failed", UNCERTAIN)
+    run = await db.runs.get(run_id)
+    assert run is not None
+    assert run.announce_state == "uncertain"

@@ -80,3 +80,22 @@ async def test_due_items_and_delivery_updates(db: StateDB) -> None:
         await db.outbox.update(later.id, id=5)
     with pytest.raises(RecordNotFoundError):
         await db.outbox.update(424242, attempts=2)
+
+
+async def test_sends_a_crash_cut_off_are_reopened_in_doubt_and_due_now(db: StateDB) -> None:
+    cut = await db.outbox.insert(
+        _item(state="sending", attempts=2, next_attempt_at=900.0, first_attempt_at=120.5)
+    )
+    waiting = await db.outbox.insert(_item(attempts=1, next_attempt_at=900.0))
+    done = await db.outbox.insert(_item(state="delivered", attempts=1))
+
+    assert await db.outbox.reopen_interrupted_sends() == 1
+
+    reopened = await db.outbox.get(cut.id or 0)
+    assert reopened is not None
+    assert (reopened.state, reopened.in_doubt, reopened.next_attempt_at) == ("pending", True, None)
+    assert (reopened.attempts, reopened.first_attempt_at) == (2, 120.5)
+    assert await db.outbox.get(waiting.id or 0) == waiting  # never handed over: untouched
+    assert await db.outbox.get(done.id or 0) == done
+    assert not waiting.in_doubt
+    assert [i.id for i in await db.outbox.due(100.0)] == [cut.id]
