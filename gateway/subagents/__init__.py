@@ -18,7 +18,7 @@ from gateway.subagents.child import ChildSessions
 from gateway.subagents.completions import COMPLETION_PREFIX, Completions
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
-from gateway.subagents.manager import RunManager
+from gateway.subagents.manager import RunManager, StoppedTree
 from gateway.subagents.orchestration import YIELDS, YieldService, register_orchestration_tools
 from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
 from gateway.subagents.recovery import recover, settle_archives
@@ -63,6 +63,7 @@ __all__ = [
     "SpawnResult",
     "SpawnService",
     "Spawner",
+    "StoppedTree",
     "TurnQueue",
     "YieldService",
     "allowed_targets",
