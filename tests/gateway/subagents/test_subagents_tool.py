@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 import uuid
 from collections import defaultdict
@@ -18,16 +19,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionKey, read_transcript
-from gateway.state import RunRecord
+from gateway.state import RunRecord, StateDB
 from gateway.subagents import COMPLETION_PREFIX
 from gateway.tools import ToolArgumentsError
 from tests.fakes.openai import FakeOpenAI, last_user_text, openai_server
 from tests.fakes.provider_server import Step
+from tests.gateway.daemon_process import free_port, herald, webchat_page, write_config
 from tests.gateway.harness import (
     HANG_GUARD_SECONDS,
     Harness,
@@ -529,3 +533,84 @@ async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_res
     assert announce.text.startswith("announced alpha\n\nStats: ")
     assert (after.held, after.announce_state, after.completion) == (False, "delivered", "delivered")
     assert [line["meta"]["runId"] for line in lines] == [run_id]
+
+
+#: The scripted model of the subprocess: spawn with ``bg``, wait with ``wait <runId>``.
+KILL_SCRIPT = {
+    "rules": [
+        {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
+        {
+            "match": r"^bg (?P<task>.+)$",
+            "reply": "",
+            "toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "${task}"}}],
+            "afterTool": "accepted {result.runId}",
+        },
+        {
+            "match": r"^wait (?P<id>\S+)$",
+            "reply": "",
+            "toolCalls": [
+                {
+                    "name": "subagents",
+                    "arguments": {"action": "wait", "runIds": ["${id}"], "timeoutSeconds": 60},
+                }
+            ],
+            "afterTool": "waited {result}",
+        },
+        # Long enough that the kill lands while the run works (the test waits for no timer).
+        {"match": r"^task-slow: (.+)$", "reply": "slow $1", "delaySeconds": 4},
+    ],
+    "default": {"reply": "?"},
+}
+
+
+@pytest.mark.slow
+async def test_a_wait_killed_mid_way_gives_the_run_its_announce_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(KILL_SCRIPT), encoding="utf-8")
+    path = write_config(
+        tmp_path / "herald.json",
+        {
+            "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
+            "agent": {"model": "t/m"},
+            "models": {
+                "providers": {
+                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
+                }
+            },
+        },
+    )
+
+    def replies(frames: list[dict[str, Any]]) -> list[str]:
+        return [str(f["text"]) for f in frames if f.get("kind") == "reply"]
+
+    async with aiohttp.ClientSession() as http:
+        async with herald("run", "--config", str(path), port=port) as first:
+            await first.wait_healthy()
+            async with webchat_page(http, first.url, "waiter") as client:
+                await client.ws.send_json({"type": "message", "text": "bg task-slow: x"})
+                await client.wait(lambda fs: len(replies(fs)) == 1)
+                run_id = replies(client.frames)[0].removeprefix("accepted ")
+                await client.ws.send_json({"type": "message", "text": f"wait {run_id}"})
+                await first.wait_log("waiting for sub-agent runs")
+                first.process.send_signal(signal.SIGKILL)
+                assert await first.wait_exit() == -signal.SIGKILL
+                assert client.announced() == []
+        async with herald("run", "--config", str(path), port=port) as second:
+            await second.wait_healthy()
+            async with webchat_page(http, second.url, "waiter") as client:
+                await client.wait(lambda fs: run_id in client.announced())
+            second.process.send_signal(signal.SIGTERM)
+            assert await second.wait_exit() == 0
+    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+    try:
+        run = await db.runs.get(run_id)
+    finally:
+        await db.close()
+    assert run is not None
+    assert (run.status, run.held, run.announce_state) == ("done", False, "delivered")
+    # Not consumed: the wait that held it never returned, so the result still reaches the
+    # conversation (written before the stop, or at the next start).
+    assert run.completion in ("delivered", "pending")
