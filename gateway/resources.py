@@ -37,6 +37,7 @@ from gateway.state import StateDB
 from gateway.subagents import (
     SESSIONS,
     SPAWNER,
+    SUBAGENT_RUNS,
     TURNS,
     YIELDS,
     Announcer,
@@ -44,9 +45,11 @@ from gateway.subagents import (
     ChildSessions,
     Completions,
     RunFeed,
+    RunInbox,
     RunManager,
     RunRunner,
     Spawner,
+    SubagentControl,
     recover,
     settle_archives,
 )
@@ -201,13 +204,20 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
         on_final=batches.hand_on,
     )
-    runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
+    inbox = RunInbox()
+    runner = RunRunner(
+        db=db, store=store, children=children, announcer=announcer, feed=feed, inbox=inbox
+    )
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
-    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches)
+    control = SubagentControl(
+        db=db, manager=manager, inbox=inbox, feed=feed, outbox=app[OUTBOX], hand_on=batches.hand_on
+    )
+    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches, control)
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
     app[TOOL_SERVICES][YIELDS] = batches
+    app[TOOL_SERVICES][SUBAGENT_RUNS] = control
     try:
         yield
     finally:
@@ -255,6 +265,8 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
         # or an announce for a channel still connecting would fail as "not started".
         await app[OUTBOX].start()
         subagents = app[SUBAGENTS]
+        # Before runs resume: a run a stopped gateway's wait still holds would end unheard.
+        await subagents.control.recover()
         await recover(
             holder=app[SETTINGS],
             db=app[STATE],

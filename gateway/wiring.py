@@ -41,6 +41,7 @@ from gateway.subagents import (
     Completions,
     RunManager,
     Spawner,
+    SubagentControl,
     register_orchestration_tools,
     register_session_tools,
 )
@@ -105,6 +106,7 @@ class SubagentParts:
     announcer: Announcer
     completions: Completions
     batches: BatchCoordinator
+    control: SubagentControl
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,14 @@ from aiohttp import web
 from gateway.agent import ToolInvoker
 from gateway.metrics import MetricsHost
 from gateway.sessions import SessionStore
-from gateway.state import RunRecord, RunsTable
+from gateway.state import RunsTable
+from gateway.subagents import StoppedTree
 
 
 class RunControl(Protocol):
-    """Stopping a run (:class:`gateway.subagents.RunManager`)."""
+    """Stopping a run and every run under it (:class:`gateway.subagents.RunManager`)."""
 
-    async def abort(self, run_id: str) -> RunRecord: ...
+    async def abort_tree(self, run_id: str) -> StoppedTree: ...
 
 
 class ReadinessProbe(Protocol):

@@ -3,8 +3,8 @@
 - ``POST /v1/tools/invoke`` runs a tool as if called from a session (default: the default
   agent's main session) → ``{"ok", "result"}``; unknown tool 404, a tool the session may
   not use 403, invalid arguments 400 naming the JSON path of the problem (``args.task``).
-- ``GET /v1/runs``, ``GET /v1/runs/{runId}``, ``POST /v1/runs/{runId}/abort`` (202; 409
-  once the run has finished).
+- ``GET /v1/runs``, ``GET /v1/runs/{runId}``, ``POST /v1/runs/{runId}/abort`` (202, and
+  the runs spawned under it stop too; 409 once the run has finished).
 
 Requests arrive validated (:mod:`gateway.api.requests`); answers are
 :mod:`gateway.shapes` shapes.
@@ -76,7 +76,7 @@ async def get_run(request: web.Request, path: RunPath) -> web.Response:
 
 async def abort_run(request: web.Request, path: RunPath) -> web.Response:
     try:
-        run = await request.app[RUN_CONTROL].abort(path.run_id)
+        run = (await request.app[RUN_CONTROL].abort_tree(path.run_id)).run
     except RunNotFoundError:
         return json_error(404, "run_not_found", "no such run", field="runId")
     except RunFinishedError as exc:

@@ -247,6 +247,16 @@ class BatchesTable:
 
         return await self._db.read(run)
 
+    async def holds(self) -> builtins.list[str]:
+        """Runs a wait holds, or whose announce it held: what a stopped gateway's waits left
+        (at start-up nothing waits, so each is released)."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[str]:
+            sql = "SELECT run_id FROM runs WHERE held = 1 OR announce_state = 'held'"
+            return [str(row[0]) for row in conn.execute(sql)]
+
+        return await self._db.read(run)
+
     async def queue_held(self, run_id: str, item: OutboxRecord) -> None:
         """Queue the announce a wait held and released."""
 

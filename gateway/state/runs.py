@@ -133,6 +133,31 @@ class RunsTable:
 
         return await self._db.read(run)
 
+    async def descendants(self, run_id: str) -> builtins.list[RunRecord]:
+        """Every run spawned under ``run_id`` down its ``parent_run_id`` chain (children,
+        their children, …), shallowest first."""
+        return await self._tree("parent_run_id = ?", run_id)
+
+    async def session_tree(self, session_key: str) -> builtins.list[RunRecord]:
+        """Every run ``session_key`` spawned and every run spawned under those, shallowest
+        first."""
+        return await self._tree("parent_session_key = ?", session_key)
+
+    async def _tree(self, roots: str, value: str) -> builtins.list[RunRecord]:
+        # UNION (not UNION ALL) drops repeats, so even a malformed cycle ends.
+        sql = (
+            "WITH RECURSIVE tree(run_id) AS ("
+            f" SELECT run_id FROM runs WHERE {roots}"
+            " UNION SELECT r.run_id FROM runs r JOIN tree t ON r.parent_run_id = t.run_id)"
+            f" {_SELECT} WHERE run_id IN (SELECT run_id FROM tree)"
+            " ORDER BY depth, created_at, run_id"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, (value,))]
+
+        return await self._db.read(run)
+
     async def unarchived_finished(self) -> builtins.list[RunRecord]:
         """Finished runs whose child session was neither archived nor scheduled for it (a
         crash between a run's final status and its archive step), oldest first."""

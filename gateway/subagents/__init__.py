@@ -9,17 +9,27 @@
 - :mod:`~gateway.subagents.tools`: the session tools;
 - :mod:`~gateway.subagents.completions`: results written into the requester's history;
 - :mod:`~gateway.subagents.batches`: ``sessions_yield`` batches and their follow-up turn;
-- :mod:`~gateway.subagents.orchestration`: the orchestration tools.
+- :mod:`~gateway.subagents.orchestration`: the orchestration tools;
+- :mod:`~gateway.subagents.control`: what the ``subagents`` tool does with a session's runs;
+- :mod:`~gateway.subagents.inbox`: messages for running runs (steers).
 """
 
 from gateway.subagents.announce import Announcer, compose_announce
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.completions import COMPLETION_PREFIX, Completions
+from gateway.subagents.control import SubagentControl
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
-from gateway.subagents.manager import RunManager
-from gateway.subagents.orchestration import YIELDS, YieldService, register_orchestration_tools
+from gateway.subagents.inbox import RunInbox
+from gateway.subagents.manager import RunManager, StoppedTree
+from gateway.subagents.orchestration import (
+    SUBAGENT_RUNS,
+    YIELDS,
+    SubagentsService,
+    YieldService,
+    register_orchestration_tools,
+)
 from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
 from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
@@ -46,6 +56,7 @@ __all__ = [
     "SESSIONS",
     "SPAWNER",
     "SPAWN_FORBIDDEN_NESTED",
+    "SUBAGENT_RUNS",
     "TURNS",
     "YIELDS",
     "Announcer",
@@ -54,6 +65,7 @@ __all__ = [
     "Completions",
     "RunFeed",
     "RunFinishedError",
+    "RunInbox",
     "RunManager",
     "RunNotFoundError",
     "RunRunner",
@@ -63,6 +75,9 @@ __all__ = [
     "SpawnResult",
     "SpawnService",
     "Spawner",
+    "StoppedTree",
+    "SubagentControl",
+    "SubagentsService",
     "TurnQueue",
     "YieldService",
     "allowed_targets",

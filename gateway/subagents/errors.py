@@ -22,3 +22,20 @@ class RunFinishedError(HeraldError):
         super().__init__(f"run {run.run_id} {what}")
         self.run = run
         self.stopping = stopping
+
+
+class InboxClosedError(HeraldError):
+    """The run takes no messages now: it is not in its child phase (queued, or ending)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} is not running")
+        self.run_id = run_id
+
+
+class InboxFullError(HeraldError):
+    """Too many messages wait for the run's next model call."""
+
+    def __init__(self, run_id: str, limit: int) -> None:
+        super().__init__(f"run {run_id} already has {limit} messages waiting")
+        self.run_id = run_id
+        self.limit = limit

@@ -2,8 +2,9 @@
 
 Every status change is published to the channel of the run's origin (surfaces such as the
 web chat show runs live); when a run reaches its final status, waiters of :meth:`wait`
-wake and the metrics count it. Publishing never blocks or breaks a run: status displays
-are sent from side tasks, and their failures are logged.
+and of :meth:`wait_change` (``subagents wait``) wake and the metrics count it. Publishing
+never blocks or breaks a run: status displays are sent from side tasks, and their failures
+are logged.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class RunFeed:
         self._channels = channels
         self._metrics = metrics
         self._finished = asyncio.Condition()
+        #: Counts :meth:`changed` calls, so a waiter cannot miss one between looks.
+        self._generation = 0
         self._side_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -65,7 +68,25 @@ class RunFeed:
             if run.finished:
                 self._metrics.finished_run(run)
         async with self._finished:
+            self._generation += 1
             self._finished.notify_all()
+
+    @property
+    def generation(self) -> int:
+        """How many changes were told so far: read it before a look at the runs, then
+        :meth:`wait_change` from it."""
+        return self._generation
+
+    async def wait_change(self, since: int, within: float) -> bool:
+        """Wait until a change after ``since`` (a :attr:`generation`), at most ``within``
+        seconds; False when none came."""
+        async with self._finished:
+            try:
+                async with asyncio.timeout(max(0.0, within)):
+                    await self._finished.wait_for(lambda: self._generation != since)
+            except TimeoutError:
+                return False
+            return True
 
     async def wait(self, run_id: str) -> RunRecord:
         """Wait until ``run_id`` has its final status; :class:`RunNotFoundError` if unknown."""

@@ -5,6 +5,8 @@ an abort can tell a queued run (it never starts) from a running one (its task is
 and it ends ``cancelled``). Abort is idempotent: the first call for a run stops it, every
 later one — from the API, ``/stop`` or a cascade — is told the run is already stopping, and
 nothing cancels the run's status update or announce after it was absorbed.
+:meth:`RunManager.abort_tree` stops a run and every run spawned under it (its descendants
+down the ``parent_run_id`` chain): the API's abort, ``/stop`` and ``subagents cancel``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gateway.backoff import backoff
 from gateway.state import RunRecord, StateDB
@@ -29,6 +32,19 @@ RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 #: The handle map is pruned when it reaches this size (then at twice what remains).
 PRUNE_AT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedTree:
+    """What :meth:`RunManager.abort_tree` stopped: the run, then the descendants it stopped
+    (those already finished or stopping are left out)."""
+
+    run: RunRecord
+    descendants: tuple[str, ...] = ()
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return (self.run.run_id, *self.descendants)
 
 
 class RunManager:
@@ -124,15 +140,34 @@ class RunManager:
         self._feed.spawn(self._guarded(run_id))
         return run
 
+    async def abort_tree(self, run_id: str) -> StoppedTree:
+        """Stop ``run_id`` as :meth:`abort` does (raising as it does, and then stopping
+        nothing else), then every unfinished run spawned under it."""
+        run = await self.abort(run_id)
+        stopped: list[str] = []
+        # Read after the run is stopped: it spawns nothing more, so none is missed.
+        for child in await self._db.runs.descendants(run_id):
+            if child.finished:
+                continue
+            with contextlib.suppress(RunNotFoundError, RunFinishedError):
+                await self.abort(child.run_id)
+                stopped.append(child.run_id)
+        return StoppedTree(run, tuple(stopped))
+
     async def stop_session(self, session_key: str) -> int:
-        """``/stop``: abort every unfinished run the session spawned; returns how many."""
-        stopped = 0
-        for run in await self._db.runs.list(
-            statuses=("queued", "running"), parent_session_key=session_key
-        ):
+        """``/stop``: :meth:`stop_all` of the session; returns how many runs it stopped."""
+        return len(await self.stop_all(session_key))
+
+    async def stop_all(self, session_key: str) -> list[str]:
+        """Abort every unfinished run the session spawned and every unfinished run spawned
+        under those (even under one that has ended); the ids of those this call stopped."""
+        stopped: list[str] = []
+        for run in await self._db.runs.session_tree(session_key):
+            if run.status not in ("queued", "running"):
+                continue
             with contextlib.suppress(RunNotFoundError, RunFinishedError):
                 await self.abort(run.run_id)
-                stopped += 1
+                stopped.append(run.run_id)
         return stopped
 
     async def close(self, drain_seconds: float) -> None:

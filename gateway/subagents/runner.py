@@ -7,7 +7,9 @@ A run's life, recorded in the ``runs`` table (the source of truth after a restar
 The final status is decided here, by the runtime, never by the model's text: it is kept in
 ``outcome`` while the announce turn runs, and applied by the announce step in the same
 transaction that queues the announce. A run found ``running`` resumes from its transcript;
-one found ``announcing`` goes straight to its announce.
+one found ``announcing`` goes straight to its announce. While a run is in its child phase
+its box in the :class:`RunInbox` is open: what is put there (a steer) joins its conversation
+before its next model call.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gateway.state import RunRecord, RunStatus, StateDB
 from gateway.subagents.announce import Announcer
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.feed import RunFeed
+from gateway.subagents.inbox import RunBox, RunInbox
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ class RunRunner:
         children: ChildSessions,
         announcer: Announcer,
         feed: RunFeed,
+        inbox: RunInbox,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
@@ -49,6 +53,7 @@ class RunRunner:
         self._children = children
         self._announcer = announcer
         self._feed = feed
+        self._inbox = inbox
         self._clock = clock
         self._aborting: set[str] = set()
         #: Runs this runner is executing: the task, and whether it is in its child phase.
@@ -100,12 +105,13 @@ class RunRunner:
         result: str | None = None
         error: str | None = None
         self._in_child.add(run_id)
+        box = self._inbox.open(run_id)
         try:
             if run_id in self._aborting:
                 raise asyncio.CancelledError  # aborted while starting
             run = await self._db.runs.update(run_id, status="running", started_at=started)
             self._feed.publish(run)
-            outcome = await self._run_child(run, resume=resume)
+            outcome = await self._run_child(run, resume=resume, inbox=box)
             result = outcome.text
             if outcome.ended_by == "submit_error":
                 status, error = "error", outcome.text
@@ -132,6 +138,11 @@ class RunRunner:
             # From here on no abort can cancel this run: its end is being recorded.
             self._in_child.discard(run_id)
             self._tasks[run_id] = None
+            if unread := self._inbox.close(run_id):
+                logger.info(
+                    "run ended before reading messages",
+                    extra={"run_id": run_id, "unread": len(unread)},
+                )
         run = await self._db.runs.update(
             run_id,
             status="announcing",
@@ -143,7 +154,7 @@ class RunRunner:
         self._feed.publish(run)
         await self._announcer.announce(run_id)
 
-    async def _run_child(self, run: RunRecord, *, resume: bool) -> TurnOutcome:
+    async def _run_child(self, run: RunRecord, *, resume: bool, inbox: RunBox) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
         setup, sink = self._children.setup(run, child)
         history = await self._children.history(child, run, resume=resume)
@@ -154,7 +165,7 @@ class RunRunner:
             timeout = max(0.0, run.started_at + timeout - self._clock())
         try:
             async with asyncio.timeout(timeout):
-                outcome = await run_turn(setup, self._children.tools, history, sink)
+                outcome = await run_turn(setup, self._children.tools, history, sink, inbox)
             await sink.sync()  # a line the disk refused ends the run as an error
             return outcome
         finally:

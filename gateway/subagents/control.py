@@ -1,0 +1,251 @@
+"""What the ``subagents`` tool does with a session's runs: list, wait, cancel, steer.
+
+A session sees only the runs it spawned; any other id answers as an unknown one.
+
+``wait`` holds the runs' announces first (:meth:`gateway.state.BatchesTable.hold`), so a run
+that ends while it waits posts nothing to the chat: the waiter takes its completion
+(``consume``), which is then never written into the conversation again. It wakes on the run
+feed's changes. When it returns — done, timed out or cancelled — it releases its holds; a
+run whose announce it held but did not take (it ended at the last moment) has that announce
+queued now and its completion handed on as usual. A gateway that stopped mid-wait leaves
+holds behind: :meth:`SubagentControl.recover` releases them at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from gateway.agent import Injected
+from gateway.delivery import Outbox
+from gateway.llm import ChatMessage
+from gateway.state import OutboxRecord, RunRecord, StateDB
+from gateway.subagents.errors import (
+    InboxClosedError,
+    InboxFullError,
+    RunFinishedError,
+    RunNotFoundError,
+)
+from gateway.subagents.feed import RunFeed
+from gateway.subagents.inbox import RunInbox
+from gateway.subagents.manager import RunManager
+from gateway.subagents.presenter import run_name
+from gateway.tools import ToolError
+from gateway.usage import format_runtime
+
+logger = logging.getLogger(__name__)
+
+#: ``subagents list`` shows at most this many runs, newest first.
+LIST_LIMIT = 50
+STEER_META: dict[str, Any] = {"kind": "steer"}
+
+
+class SubagentControl:
+    """The ``subagents`` tool's service (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDB,
+        manager: RunManager,
+        inbox: RunInbox,
+        feed: RunFeed,
+        outbox: Outbox,
+        hand_on: Callable[[RunRecord], Awaitable[None]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._manager = manager
+        self._inbox = inbox
+        self._feed = feed
+        self._outbox = outbox
+        self._hand_on = hand_on
+        self._clock = clock
+        self._waits = 0
+
+    def __repr__(self) -> str:
+        return f"<SubagentControl waiting={self._waits}>"
+
+    async def listing(self, session_key: str) -> list[dict[str, Any]]:
+        """The session's runs, newest first, at most :data:`LIST_LIMIT`."""
+        now = self._clock()
+        runs = await self._db.runs.list(parent_session_key=session_key, limit=LIST_LIMIT)
+        return [
+            {
+                "runId": run.run_id,
+                "label": run_name(run),
+                "status": run.status,
+                "runtime": format_runtime(_runtime(run, now)),
+                "childSessionKey": run.child_session_key,
+                "depth": run.depth,
+            }
+            for run in runs
+        ]
+
+    async def wait(
+        self, session_key: str, run_ids: Sequence[str], timeout_seconds: float
+    ) -> dict[str, Any]:
+        """Wait up to ``timeout_seconds`` for the runs to end; ``{"completed", "pending"}``.
+        A completion in ``completed`` is consumed: it reaches the model here only."""
+        ids = list(dict.fromkeys(run_ids))
+        await self._own(session_key, ids)
+        await self._db.batches.hold(ids)
+        self._waits += 1
+        logger.info("waiting for sub-agent runs", extra={"runs": len(ids)})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
+        completed: dict[str, dict[str, Any]] = {}
+        try:
+            while True:
+                seen = self._feed.generation  # before looking: no change can slip between
+                left = [i for i in ids if i not in completed]
+                for run in await self._db.batches.consume(left):
+                    completed[run.run_id] = _completion(run)
+                for run_id in [i for i in ids if i not in completed]:
+                    found = await self._db.runs.get(run_id)
+                    if found is not None and _given_elsewhere(found):
+                        completed[run_id] = _given_note(found)
+                remaining = deadline - loop.time()
+                if len(completed) == len(ids) or remaining <= 0:
+                    break
+                await self._feed.wait_change(seen, remaining)
+        finally:
+            self._waits -= 1
+            # Shielded: a wait cancelled with its turn still gives back what it held.
+            await asyncio.shield(self._release(ids, hand_on=True))
+        return {
+            "completed": [completed[i] for i in ids if i in completed],
+            "pending": [i for i in ids if i not in completed],
+        }
+
+    async def cancel(self, session_key: str, run_id: str) -> dict[str, Any]:
+        """Stop a run of the session (``"all"``: every one) and every run under it."""
+        if run_id == "all":
+            stopped = await self._manager.stop_all(session_key)
+            return {"status": "cancelled", "cancelled": stopped}
+        await self._own(session_key, [run_id])
+        try:
+            tree = await self._manager.abort_tree(run_id)
+        except (RunNotFoundError, RunFinishedError) as exc:
+            raise ToolError(str(exc)) from exc
+        return {"status": "cancelled", "runId": run_id, "cancelled": list(tree.run_ids)}
+
+    async def steer(self, session_key: str, run_id: str, message: str) -> dict[str, Any]:
+        """Give ``message`` to a running run of the session before its next model call."""
+        (run,) = await self._own(session_key, [run_id])
+        not_running = f"run {run_id} is {run.status}, not running: only a running run is steered"
+        if run.status != "running":
+            raise ToolError(not_running)
+        item = Injected(ChatMessage(role="user", content=message), dict(STEER_META))
+        try:
+            self._inbox.put(run_id, item)
+        except InboxClosedError as exc:
+            raise ToolError(f"run {run_id} is not running (it is starting or ending)") from exc
+        except InboxFullError as exc:
+            raise ToolError(str(exc)) from exc
+        return {"status": "steered", "runId": run_id}
+
+    async def recover(self) -> int:
+        """Start-up: release what waits of a stopped gateway held (nothing waits now), so
+        their runs announce; their completions go the usual way (the completions' own
+        recovery). Returns how many runs were released."""
+        held = await self._db.batches.holds()
+        if held:
+            await self._release(held, hand_on=False)
+            logger.info("held announces released", extra={"runs": len(held)})
+        return len(held)
+
+    async def _own(self, session_key: str, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs, if the session spawned every one; else a :class:`ToolError` naming the
+        others, as unknown (whether they exist elsewhere is not told)."""
+        runs: list[RunRecord] = []
+        unknown: list[str] = []
+        for run_id in run_ids:
+            run = await self._db.runs.get(run_id)
+            if run is None or run.parent_session_key != session_key:
+                unknown.append(run_id)
+            else:
+                runs.append(run)
+        if unknown:
+            raise ToolError(
+                f"unknown run id(s): {', '.join(unknown)} (not runs this session spawned; "
+                "see subagents list)"
+            )
+        return runs
+
+    async def _release(self, run_ids: Sequence[str], *, hand_on: bool) -> None:
+        """Clear the holds; queue the announces held and not taken, then hand each run's
+        completion on when ``hand_on``."""
+        for run in await self._db.batches.release(run_ids):
+            try:
+                await self._announce_held(run)
+                if hand_on:
+                    fresh = await self._db.runs.get(run.run_id)
+                    await self._hand_on(fresh or run)
+            except Exception:  # one run's trouble never keeps the others held
+                logger.exception("held announce not released", extra={"run_id": run.run_id})
+
+    async def _announce_held(self, run: RunRecord) -> None:
+        """Queue the announce of ``run`` as its announce step would have (or record why
+        there is nothing to post)."""
+        origin = run.origin
+        if not run.announce_text:  # the announce turn answered ANNOUNCE_SKIP
+            await self._db.runs.update(run.run_id, announce_state="skipped")
+        elif origin is None:
+            await self._db.runs.update(run.run_id, announce_state="no_origin")
+        else:
+            item = OutboxRecord(
+                channel=origin.channel,
+                account=origin.account,
+                chat_id=origin.chat_id,
+                thread_id=origin.thread_id,
+                text=run.announce_text,
+                created_at=self._clock(),
+                run_id=run.run_id,
+            )
+            await self._db.batches.queue_held(run.run_id, item)
+            self._outbox.kick()
+
+
+def _runtime(run: RunRecord, now: float) -> float | None:
+    if run.started_at is None:
+        return None
+    return (run.ended_at or now) - run.started_at
+
+
+def _completion(run: RunRecord) -> dict[str, Any]:
+    """A completion taken by a wait, as the model reads it."""
+    out: dict[str, Any] = {
+        "runId": run.run_id,
+        "label": run_name(run),
+        "status": run.status,
+        "childSessionKey": run.child_session_key,
+    }
+    if run.error:
+        out["error"] = run.error
+    out["result"] = run.result_text.strip() if run.result_text else None
+    return out
+
+
+def _given_elsewhere(run: RunRecord) -> bool:
+    """A final run whose result this wait cannot take: a batch's follow-up has it, or it
+    reached the conversation (or an earlier wait) already."""
+    return run.finished and (run.batch_id is not None or run.completion != "pending")
+
+
+def _given_note(run: RunRecord) -> dict[str, Any]:
+    note = (
+        "its result comes in the sessions_yield follow-up"
+        if run.batch_id is not None and run.completion != "consumed"
+        else "its result was given to you earlier"
+    )
+    return {
+        "runId": run.run_id,
+        "label": run_name(run),
+        "status": run.status,
+        "childSessionKey": run.child_session_key,
+        "note": note,
+    }
