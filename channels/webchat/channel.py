@@ -186,9 +186,7 @@ class WebchatChannel(Channel):
                 "run update for an invalid web chat client id", extra={"run": update.run_id}
             )
             return
-        client.set_run(
-            update.run_id, run_frame(update.run_id, update.name, update.status, time.time())
-        )
+        client.set_run(update.run_id, run_frame(update, time.time()))
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

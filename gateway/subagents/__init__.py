@@ -20,7 +20,16 @@ from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
 from gateway.subagents.orchestration import YIELDS, YieldService, register_orchestration_tools
-from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
+from gateway.subagents.presenter import (
+    run_detail,
+    run_info,
+    run_json,
+    run_lines,
+    run_name,
+    run_tree,
+    run_view,
+    tree_name,
+)
 from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
 from gateway.subagents.spawn import (
@@ -70,10 +79,13 @@ __all__ = [
     "recover",
     "register_orchestration_tools",
     "register_session_tools",
+    "run_detail",
     "run_info",
     "run_json",
-    "run_line",
+    "run_lines",
     "run_name",
+    "run_tree",
     "run_view",
     "settle_archives",
+    "tree_name",
 ]
