@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from gateway.sessions import SessionStore
 from gateway.state import Origin, RunRecord, RunStatus, SessionRecord, StateDB
 from tests.gateway.harness import TEST_SCRIPT
 
@@ -27,26 +28,35 @@ async def record_run(
     created_at: float | None = None,
     parent: RunRecord | None = None,
     origin: Origin | None = None,
+    task: str | None = None,
+    store: SessionStore | None = None,
 ) -> RunRecord:
     """A run ``requester_key``'s session spawned (``parent``: the run that session belongs
-    to, if any), with its child session row."""
+    to, if any), with its child session row — and its transcript header too when ``store``
+    is given, so that a gateway started later can run it."""
     at = time.time() if created_at is None else created_at
     where = origin if origin is not None or parent is None else parent.origin
     agent_id = requester_key.split(":")[1]
     session_id = str(uuid.uuid4())
     key = f"agent:{agent_id}:subagent:{uuid.uuid4()}"
-    await db.sessions.create(
-        SessionRecord(
-            key=key,
-            session_id=session_id,
-            agent_id=agent_id,
-            kind="subagent",
-            created_at=at,
-            updated_at=at,
-            parent_key=requester_key,
-            label=label,
+    if store is not None:
+        session = await store.ensure(
+            key, kind="subagent", parent_key=requester_key, label=label, fresh=True
         )
-    )
+        session_id = session.session_id
+    else:
+        await db.sessions.create(
+            SessionRecord(
+                key=key,
+                session_id=session_id,
+                agent_id=agent_id,
+                kind="subagent",
+                created_at=at,
+                updated_at=at,
+                parent_key=requester_key,
+                label=label,
+            )
+        )
     return await db.runs.insert(
         RunRecord(
             run_id=str(uuid.uuid4()),
@@ -54,7 +64,7 @@ async def record_run(
             child_session_id=session_id,
             requester_agent_id=agent_id,
             agent_id=agent_id,
-            task=f"task: {label}",
+            task=task if task is not None else f"task: {label}",
             created_at=at,
             status=status,
             parent_session_key=requester_key,
@@ -77,6 +87,8 @@ async def record_nested_run(
     *,
     status: RunStatus = "done",
     created_at: float | None = None,
+    task: str | None = None,
+    store: SessionStore | None = None,
 ) -> RunRecord:
     """A run spawned by ``parent``'s session, one level deeper."""
     return await record_run(
@@ -86,6 +98,8 @@ async def record_nested_run(
         status=status,
         created_at=created_at,
         parent=parent,
+        task=task,
+        store=store,
     )
 
 
