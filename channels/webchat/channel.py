@@ -1,7 +1,7 @@
 """The web chat channel: a page at ``/`` and a WebSocket at ``/webchat/ws`` on the gateway's app.
 
 Routes (added by :meth:`WebchatChannel.add_routes`): ``GET /`` the page,
-``GET /static/webchat/app.js`` and ``/static/webchat/style.css`` its assets (all public), and
+``GET /static/webchat/app.js``, ``runs.js`` and ``style.css`` its assets (all public), and
 ``GET /webchat/ws`` the live socket, which the gateway's token middleware guards (browsers
 pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426, so the page can ask with an
 ``Authorization`` header whether its token is accepted (401) before it opens the socket.
@@ -77,6 +77,7 @@ QUEUE_HEADROOM: Final = 256
 _ASSETS: Final = {
     "index.html": "text/html",
     "app.js": "text/javascript",
+    "runs.js": "text/javascript",
     "style.css": "text/css",
 }
 #: The page loads only its own files; 'self' in connect-src covers the same-origin socket.

@@ -89,7 +89,7 @@ def runs_list(args: argparse.Namespace) -> int:
     if not runs:
         print("no sub-agent runs")
         return 0
-    ids = [run.run_id for run in runs]
+    ids = {run.run_id for run in runs}
     for level, run in run_tree(runs):
         name = _safe(tree_name(run, level, shown=ids))
         print(f"{run.run_id}  {run.status:<11} {_when(run.created_at)}  {name}")

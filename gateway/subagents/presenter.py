@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from gateway.sessions import optional_iso
@@ -98,26 +98,27 @@ def run_tree(runs: Sequence[RunRecord]) -> list[tuple[int, RunRecord]]:
     for children in below.values():
         children.sort(key=lambda child: (child.created_at, child.run_id))
     tree: list[tuple[int, RunRecord]] = []
-    stack = [(0, run) for run in reversed(top)]
     seen: set[str] = set()
-    while stack:
-        level, run = stack.pop()
-        if run.run_id in seen:  # rows edited by hand could make a loop
-            continue
-        seen.add(run.run_id)
-        tree.append((level, run))
-        stack.extend((level + 1, child) for child in reversed(below.get(run.run_id, [])))
+    for root in top:
+        stack = [(0, root)]
+        while stack:
+            level, run = stack.pop()
+            seen.add(run.run_id)
+            tree.append((level, run))
+            stack.extend((level + 1, c) for c in reversed(below.get(run.run_id, [])))
+    # Rows edited by hand could make a loop no root reaches; its runs are still shown.
+    tree.extend((0, run) for run in runs if run.run_id not in seen)
     return tree
 
 
-def tree_name(run: RunRecord, level: int, *, shown: Iterable[str] = ()) -> str:
+def tree_name(run: RunRecord, level: int, *, shown: Collection[str] = ()) -> str:
     """A run's name in a tree listing: indented by ``level``, then its batch, and for a run
     shown at the top although it was spawned by another run (not in ``shown``), its parent."""
     indent = "  " * level + ("↳ " if level else "")
     notes = []
     if run.batch_id is not None:
         notes.append(f"batch {run.batch_id[:SHORT_ID]}")
-    if level == 0 and run.parent_run_id is not None and run.parent_run_id not in set(shown):
+    if level == 0 and run.parent_run_id is not None and run.parent_run_id not in shown:
         notes.append(f"under {run.parent_run_id[:SHORT_ID]}")
     return indent + run_name(run) + "".join(f"  [{note}]" for note in notes)
 
@@ -125,7 +126,7 @@ def tree_name(run: RunRecord, level: int, *, shown: Iterable[str] = ()) -> str:
 def run_lines(runs: Sequence[RunRecord], now: float) -> list[str]:
     """A chat's ``/subagents list``: one line per run, the runs they spawned indented below
     them, with their batch."""
-    ids = [run.run_id for run in runs]
+    ids = {run.run_id for run in runs}
     lines = []
     for level, run in run_tree(runs):
         age = format_runtime(max(0.0, now - run.created_at))
@@ -144,7 +145,8 @@ def usage_text(run: RunRecord) -> str:
 
 
 def run_info(run: RunRecord) -> str:
-    """A chat's ``/subagents info``: status, agent, model, runtime, tokens, cost, announce."""
+    """A chat's ``/subagents info``: status, agent, model, runtime, tokens, cost, depth,
+    parent run and batch, announce."""
     cost = f" • est {format_cost(run.cost_usd)}" if run.cost_usd is not None else ""
     seconds = runtime_seconds(run)
     runtime = format_runtime(seconds) if seconds is not None else "n/a"
