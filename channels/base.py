@@ -94,6 +94,9 @@ class RunUpdate:
     """A sub-agent run changed status (queued, running, announcing, done, …).
 
     Sent to the channel of the run's origin chat, for surfaces that show live run status.
+    The rest places the run in its tree: the run that spawned it (None for a run a person's
+    conversation spawned), its depth (1 for those), the ``sessions_yield`` batch it is
+    in, its own session (whose transcript shows what it did) and when it was spawned.
     """
 
     run_id: str
@@ -101,6 +104,12 @@ class RunUpdate:
     status: str
     chat_id: str
     thread_id: str | None = None
+    parent_run_id: str | None = None
+    depth: int = 1
+    batch_id: str | None = None
+    session_key: str | None = None
+    #: Unix seconds.
+    created_at: float | None = None
 
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]

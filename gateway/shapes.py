@@ -60,13 +60,19 @@ ErrorCode = Literal[
 ]
 ERROR_CODES: Final[tuple[ErrorCode, ...]] = get_args(ErrorCode)
 
-AnnounceState = Literal["queued", "delivered", "failed", "uncertain", "skipped", "no_origin"]
+#: ``consumed``: the run's result went to a ``sessions_yield`` follow-up or a ``subagents wait``
+#: instead of an announce of its own; ``held``: a wait is holding it.
+AnnounceState = Literal[
+    "queued", "delivered", "failed", "uncertain", "skipped", "no_origin", "consumed", "held"
+]
 ANNOUNCE_STATES: Final[tuple[AnnounceState, ...]] = get_args(AnnounceState)
 
 #: UTC ISO-8601 with milliseconds and ``Z``, as the presenters format it. Kept a string: a
 #: datetime would be re-formatted on the way out.
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 Count = Annotated[int, Field(ge=0)]
+#: How far down the spawn tree a run is: 1 for a run a person's session spawned.
+Depth = Annotated[int, Field(ge=1, description="1 = spawned from a person's session")]
 
 
 class WireModel(BaseModel):
@@ -170,6 +176,9 @@ class Run(Closed):
     agent_id: str
     requester_agent_id: str
     parent_session_key: str | None
+    parent_run_id: str | None = Field(description="the run whose session spawned this one")
+    depth: Depth
+    batch_id: str | None = Field(description="the sessions_yield batch the run belongs to")
     child_session_key: str
     child_session_id: str
     model: str | None = Field(description="<provider>/<model id>")
@@ -187,6 +196,21 @@ class Run(Closed):
     error: str | None
     announce: Announce
     transcript_path: str | None
+
+
+class RunChild(Closed):
+    """A run spawned by another run, in brief."""
+
+    run_id: str
+    label: str | None
+    status: RunStatus
+    depth: Depth
+
+
+class RunDetail(Run):
+    """One run, with the runs its session spawned (oldest first)."""
+
+    children: list[RunChild]
 
 
 class RunList(Closed):

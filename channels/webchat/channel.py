@@ -1,7 +1,7 @@
 """The web chat channel: a page at ``/`` and a WebSocket at ``/webchat/ws`` on the gateway's app.
 
 Routes (added by :meth:`WebchatChannel.add_routes`): ``GET /`` the page,
-``GET /static/webchat/app.js`` and ``/static/webchat/style.css`` its assets (all public), and
+``GET /static/webchat/app.js``, ``runs.js`` and ``style.css`` its assets (all public), and
 ``GET /webchat/ws`` the live socket, which the gateway's token middleware guards (browsers
 pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426, so the page can ask with an
 ``Authorization`` header whether its token is accepted (401) before it opens the socket.
@@ -83,6 +83,7 @@ QUEUE_HEADROOM: Final = 256
 _ASSETS: Final = {
     "index.html": "text/html",
     "app.js": "text/javascript",
+    "runs.js": "text/javascript",
     "style.css": "text/css",
 }
 #: The page loads only its own files; 'self' in connect-src covers the same-origin socket.
@@ -203,9 +204,7 @@ class WebchatChannel(Channel):
                 "run update for an invalid web chat client id", extra={"run": update.run_id}
             )
             return
-        client.set_run(
-            update.run_id, run_frame(update.run_id, update.name, update.status, time.time())
-        )
+        client.set_run(update.run_id, run_frame(update, time.time()))
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -10,7 +10,12 @@ Server → client::
     {"type": "ready", "clientId": "<id>"}     answer to hello; the replay follows it
     {"type": "message", "kind": "user|reply|announce|notice", "text": …,
      "runId": <str|null>, "id": "<unique>", "ts": <Unix seconds>}
-    {"type": "run", "runId": …, "name": …, "status": …, "ts": <Unix seconds>}
+    {"type": "run", "runId": …, "name": …, "status": …, "ts": <Unix seconds>,
+     "parentRunId": <str|null>, "depth": <int ≥ 1>, "batchId": <str|null>,
+     "sessionKey": <str|null>, "createdAt": <Unix seconds|null>}
+                                              a run's status and its place in the tree;
+                                              the page reads its transcript from
+                                              GET /v1/sessions/{sessionKey}/history
     {"type": "typing", "on": <bool>}
     {"type": "error", "code": "<stable code>", "message": "<for people>"}
 
@@ -24,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
 
 import orjson
+
+from channels.base import RunUpdate
 
 #: Client ids the page generates (a UUID); the gateway normalises them further for session keys.
 CLIENT_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -115,9 +122,22 @@ def message_frame(
     )
 
 
-def run_frame(run_id: str, name: str, status: str, ts: float) -> str:
-    """A sub-agent run's current status."""
-    return _dump({"type": "run", "runId": run_id, "name": name, "status": status, "ts": ts})
+def run_frame(update: RunUpdate, ts: float) -> str:
+    """A sub-agent run's current status and its place in the tree of runs."""
+    return _dump(
+        {
+            "type": "run",
+            "runId": update.run_id,
+            "name": update.name,
+            "status": update.status,
+            "ts": ts,
+            "parentRunId": update.parent_run_id,
+            "depth": update.depth,
+            "batchId": update.batch_id,
+            "sessionKey": update.session_key,
+            "createdAt": update.created_at,
+        }
+    )
 
 
 def ready_frame(client_id: str) -> str:

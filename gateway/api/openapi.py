@@ -35,7 +35,7 @@ from pydantic_core import core_schema
 
 from gateway.api.routing import Reply, Route, error
 from gateway.shapes import ERROR_CODES as ERROR_CODES
-from gateway.shapes import Announce, Error, ErrorBody
+from gateway.shapes import Announce, Error, ErrorBody, RunChild
 
 OPENAPI_PATH: Final = "/openapi.json"
 SLACK_EVENTS_PATH: Final = "/slack/events"
@@ -52,7 +52,7 @@ _FOREIGN_HOST: Final = error(
     "Host is not the gateway's own address, no token set (host_not_allowed)"
 )
 #: Shapes that only ever appear inside one other schema: written in place, not as components.
-_INLINE: Final[tuple[type[BaseModel], ...]] = (ErrorBody, Announce)
+_INLINE: Final[tuple[type[BaseModel], ...]] = (ErrorBody, Announce, RunChild)
 
 ModelKey = tuple[type[BaseModel], JsonSchemaMode]
 

@@ -17,7 +17,16 @@ from gateway.api import health, openapi, runs, sessions
 from gateway.api.requests import HistoryParams, InvokeRequest, RunPath, RunsQuery, SessionsQuery
 from gateway.api.routing import Reply, Route, aiohttp_routes, answer, error
 from gateway.metrics import METRICS_PATH
-from gateway.shapes import Health, History, InvokeResult, Readiness, Run, RunList, SessionList
+from gateway.shapes import (
+    Health,
+    History,
+    InvokeResult,
+    Readiness,
+    Run,
+    RunDetail,
+    RunList,
+    SessionList,
+)
 
 
 def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
@@ -97,10 +106,13 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
         method="GET",
         path="/v1/runs/{runId}",
         operation_id="getRun",
-        summary="One run: status, timestamps, usage, cost, announce, transcript",
+        summary="One run: status, timestamps, usage, cost, announce, transcript, children",
         handler=runs.get_run,
         params=RunPath,
-        responses={200: answer(Run, "The run"), 404: _NO_SUCH_RUN},
+        responses={
+            200: answer(RunDetail, "The run, with the runs its session spawned"),
+            404: _NO_SUCH_RUN,
+        },
     ),
     Route(
         method="POST",

@@ -3,8 +3,9 @@
 - ``POST /v1/tools/invoke`` runs a tool as if called from a session (default: the default
   agent's main session) → ``{"ok", "result"}``; unknown tool 404, a tool the session may
   not use 403, invalid arguments 400 naming the JSON path of the problem (``args.task``).
-- ``GET /v1/runs``, ``GET /v1/runs/{runId}``, ``POST /v1/runs/{runId}/abort`` (202, and
-  the runs spawned under it stop too; 409 once the run has finished).
+- ``GET /v1/runs``, ``GET /v1/runs/{runId}`` (with ``children``: the runs its session
+  spawned, oldest first), ``POST /v1/runs/{runId}/abort`` (202, and the runs spawned under
+  it stop too; 409 once the run has finished).
 
 Requests arrive validated (:mod:`gateway.api.requests`); answers are
 :mod:`gateway.shapes` shapes.
@@ -21,19 +22,29 @@ from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOK
 from gateway.api.requests import InvokeRequest, RunPath, RunsQuery
 from gateway.api.routing import reply
 from gateway.sessions import SessionKey, SessionKeyError, SessionStore, current_transcript_path
-from gateway.shapes import InvokeResult, Run, RunList
+from gateway.shapes import InvokeResult, Run, RunDetail, RunList
 from gateway.state import RunRecord
-from gateway.subagents import RunFinishedError, RunNotFoundError, run_view
+from gateway.subagents import RunFinishedError, RunNotFoundError, run_detail, run_view
 from gateway.tools import ToolArgumentsError, UnknownToolError
 
 
-async def _view(store: SessionStore, run: RunRecord) -> Run:
-    path: str | None = None
+async def _transcript(store: SessionStore, run: RunRecord) -> str | None:
+    """Where the run's transcript is now (it moves when archived)."""
     session = await store.get(run.child_session_key)
-    if session is not None:
-        current = current_transcript_path(store.state_dir, session)
-        path = str(current) if current else None
-    return run_view(run, transcript_path=path)
+    if session is None:
+        return None
+    current = current_transcript_path(store.state_dir, session)
+    return str(current) if current else None
+
+
+async def _view(store: SessionStore, run: RunRecord) -> Run:
+    return run_view(run, transcript_path=await _transcript(store, run))
+
+
+async def _detail(request: web.Request, run: RunRecord) -> RunDetail:
+    store = request.app[SESSION_STORE]
+    children = await request.app[RUN_RECORDS].list(parent_run_id=run.run_id, oldest_first=True)
+    return run_detail(run, children, transcript_path=await _transcript(store, run))
 
 
 async def invoke(request: web.Request, body: InvokeRequest) -> web.Response:
@@ -71,7 +82,7 @@ async def get_run(request: web.Request, path: RunPath) -> web.Response:
     run = await request.app[RUN_RECORDS].get(path.run_id)
     if run is None:
         return json_error(404, "run_not_found", "no such run", field="runId")
-    return reply(await _view(request.app[SESSION_STORE], run))
+    return reply(await _detail(request, run))
 
 
 async def abort_run(request: web.Request, path: RunPath) -> web.Response:

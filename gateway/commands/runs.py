@@ -1,6 +1,8 @@
 """``herald runs list|show`` and ``herald spawn "<task>"`` (DESIGN §11).
 
-``runs`` reads the state database read-only (safe while the daemon runs). ``spawn`` goes
+``runs`` reads the state database read-only (safe while the daemon runs); ``runs list``
+shows the runs a run spawned indented below it, with each run's ``sessions_yield`` batch.
+``spawn`` goes
 through the running gateway's HTTP API (``POST /v1/tools/invoke``), as DESIGN §11 says, so
 the run is owned by the daemon; ``--wait`` polls ``GET /v1/runs/{id}`` until it finishes and
 prints the announce.
@@ -19,7 +21,16 @@ import orjson
 
 from gateway.commands.sessions import _safe, _state_dir, _when, _with_db
 from gateway.state import FINISHED_STATUSES, RunRecord, StateDB, StateError, StateMissingError
-from gateway.subagents.presenter import run_json, run_name, runtime_seconds, usage_text
+from gateway.subagents.presenter import (
+    SHORT_ID,
+    run_detail,
+    run_json,
+    run_name,
+    run_tree,
+    runtime_seconds,
+    tree_name,
+    usage_text,
+)
 from gateway.usage import format_cost, format_runtime
 
 _CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
@@ -31,7 +42,9 @@ def add_commands(subparsers: Any) -> None:
     """Register ``runs`` (list, show) and ``spawn``."""
     runs = subparsers.add_parser("runs", help="list and inspect sub-agent runs")
     sub = runs.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
-    listing = sub.add_parser("list", help="list sub-agent runs, newest first")
+    listing = sub.add_parser(
+        "list", help="list sub-agent runs, newest first, the runs they spawned below them"
+    )
     listing.add_argument("--status", help="only these statuses (comma-separated)")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true", help="print JSON")
@@ -76,17 +89,22 @@ def runs_list(args: argparse.Namespace) -> int:
     if not runs:
         print("no sub-agent runs")
         return 0
-    for run in runs:
-        print(f"{run.run_id}  {run.status:<11} {_when(run.created_at)}  {_safe(run_name(run))}")
+    ids = {run.run_id for run in runs}
+    for level, run in run_tree(runs):
+        name = _safe(tree_name(run, level, shown=ids))
+        print(f"{run.run_id}  {run.status:<11} {_when(run.created_at)}  {name}")
     return 0
 
 
 def runs_show(args: argparse.Namespace) -> int:
-    async def query(db: StateDB) -> list[RunRecord]:
-        return [r for r in await db.runs.list() if r.run_id.startswith(args.run_id)]
+    async def query(db: StateDB) -> tuple[list[RunRecord], list[RunRecord]]:
+        found = [r for r in await db.runs.list() if r.run_id.startswith(args.run_id)]
+        if len(found) != 1:
+            return found, []
+        return found, await db.runs.list(parent_run_id=found[0].run_id, oldest_first=True)
 
     try:
-        matches = _with_db(_state_dir(args), query)
+        matches, children = _with_db(_state_dir(args), query)
     except (StateMissingError, StateError) as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return 1
@@ -96,7 +114,8 @@ def runs_show(args: argparse.Namespace) -> int:
         return 1
     run = matches[0]
     if args.json:
-        sys.stdout.write(orjson.dumps(run_json(run), option=orjson.OPT_INDENT_2).decode() + "\n")
+        detail = run_detail(run, children).wire()  # as GET /v1/runs/{runId} answers
+        sys.stdout.write(orjson.dumps(detail, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     seconds = runtime_seconds(run)
     runtime = format_runtime(seconds) if seconds is not None else "n/a"
@@ -111,6 +130,9 @@ def runs_show(args: argparse.Namespace) -> int:
         f"runtime    {runtime}",
         f"tokens     {usage_text(run)}",
         f"cost       {cost}",
+        f"depth      {run.depth}"
+        + (f" (spawned by run {run.parent_run_id})" if run.parent_run_id else ""),
+        f"batch      {run.batch_id or '-'}",
         f"session    {run.child_session_key}",
         f"transcript {run.transcript_path}",
         f"announce   {run.announce_state or '-'}"
@@ -118,6 +140,10 @@ def runs_show(args: argparse.Namespace) -> int:
     ]
     if run.error:
         lines.append(f"error      {_safe(run.error)}")
+    for n, child in enumerate(children):
+        title = "children" if n == 0 else ""
+        brief = f"{child.run_id[:SHORT_ID]} {child.status:<11} {_safe(run_name(child))}"
+        lines.append(f"{title:<10} {brief}")
     print("\n".join(lines))
     return 0
 

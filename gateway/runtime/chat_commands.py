@@ -22,12 +22,15 @@ from gateway.subagents import (
     Spawner,
     SpawnRequest,
     run_info,
-    run_line,
+    run_lines,
 )
 
-#: Runs ``/subagents list`` shows, newest first.
+#: Runs of the conversation ``/subagents list`` shows, newest first.
 LIST_RUNS = 10
-#: Runs of a conversation a ``/subagents`` argument is matched against.
+#: Runs spawned by those (and by theirs) shown indented below them, at most.
+LIST_DESCENDANTS = 40
+#: Runs of a conversation a ``/subagents`` argument is matched against (and as many of
+#: the runs they spawned).
 MATCH_RUNS = 50
 #: Transcript messages ``/subagents log`` shows, each cut to this many characters.
 LOG_MESSAGES = 10
@@ -85,9 +88,13 @@ class ChatCommands:
         if command.action == "list":
             if not runs:
                 return "No sub-agent runs in this conversation."
-            now = self._clock()
-            return "\n".join(run_line(run, now) for run in runs[:LIST_RUNS])
-        matches = [r for r in runs if r.run_id.startswith(command.argument.lower())]
+            shown = runs[:LIST_RUNS]
+            below = await self._db.runs.below([run.run_id for run in shown], limit=LIST_DESCENDANTS)
+            return "\n".join(run_lines([*shown, *below], self._clock()))
+        # Runs the conversation's runs spawned are listed under them, so they answer too.
+        below = await self._db.runs.below([r.run_id for r in runs], limit=MATCH_RUNS)
+        prefix = command.argument.lower()
+        matches = [r for r in [*runs, *below] if r.run_id.startswith(prefix)]
         if len(matches) != 1:
             found = "no" if not matches else "more than one"
             return f"{found.capitalize()} run of this conversation matches {command.argument!r}."

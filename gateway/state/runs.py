@@ -105,6 +105,7 @@ class RunsTable:
         statuses: Iterable[str] | None = None,
         parent_session_key: str | None = None,
         child_session_key: str | None = None,
+        parent_run_id: str | None = None,
         limit: int | None = None,
         oldest_first: bool = False,
     ) -> builtins.list[RunRecord]:
@@ -121,6 +122,9 @@ class RunsTable:
         if child_session_key is not None:
             where.append("child_session_key = ?")
             params.append(child_session_key)
+        if parent_run_id is not None:
+            where.append("parent_run_id = ?")
+            params.append(parent_run_id)
         sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "")
         order = "ASC" if oldest_first else "DESC"
         sql += f" ORDER BY created_at {order}, run_id {order}"
@@ -155,6 +159,26 @@ class RunsTable:
 
         def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, (value,))]
+
+        return await self._db.read(run)
+
+    async def below(self, run_ids: Iterable[str], *, limit: int) -> builtins.list[RunRecord]:
+        """The runs below ``run_ids`` (children, their children, …), oldest first, at most
+        ``limit`` of them: what a tree view shows under the runs it lists."""
+        roots = builtins.list(run_ids)
+        if not roots:
+            return []
+        clause, items = in_clause(roots)
+        sql = (
+            "WITH RECURSIVE below(run_id) AS ("
+            f" SELECT run_id FROM runs WHERE parent_run_id IN {clause}"
+            " UNION SELECT r.run_id FROM runs r JOIN below b ON r.parent_run_id = b.run_id)"
+            f" {_SELECT} WHERE run_id IN (SELECT run_id FROM below)"
+            " ORDER BY created_at, run_id LIMIT ?"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, [*items, max(0, limit)])]
 
         return await self._db.read(run)
 

@@ -30,7 +30,16 @@ from gateway.subagents.orchestration import (
     YieldService,
     register_orchestration_tools,
 )
-from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
+from gateway.subagents.presenter import (
+    run_detail,
+    run_info,
+    run_json,
+    run_lines,
+    run_name,
+    run_tree,
+    run_view,
+    tree_name,
+)
 from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
 from gateway.subagents.spawn import (
@@ -85,10 +94,13 @@ __all__ = [
     "recover",
     "register_orchestration_tools",
     "register_session_tools",
+    "run_detail",
     "run_info",
     "run_json",
-    "run_line",
+    "run_lines",
     "run_name",
+    "run_tree",
     "run_view",
     "settle_archives",
+    "tree_name",
 ]

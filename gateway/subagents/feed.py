@@ -50,6 +50,11 @@ class RunFeed:
             status=run.status,
             chat_id=origin.chat_id,
             thread_id=origin.thread_id,
+            parent_run_id=run.parent_run_id,
+            depth=run.depth,
+            batch_id=run.batch_id,
+            session_key=run.child_session_key,
+            created_at=run.created_at,
         )
 
         async def send() -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from gateway.sessions import optional_iso
-from gateway.shapes import Announce, Origin, Run, Usage
+from gateway.shapes import Announce, Origin, Run, RunChild, RunDetail, Usage
 from gateway.state import RunRecord
 from gateway.usage import format_cost, format_runtime, format_tokens
 
 #: Longest task excerpt used as a run's name when it has no label.
 NAME_CHARS = 40
+#: Characters of a run or batch id shown in lists (as on the batch stats line).
+SHORT_ID = 8
 
 
 def run_name(run: RunRecord) -> str:
@@ -39,6 +42,9 @@ def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
         agent_id=run.agent_id,
         requester_agent_id=run.requester_agent_id,
         parent_session_key=run.parent_session_key,
+        parent_run_id=run.parent_run_id,
+        depth=run.depth,
+        batch_id=run.batch_id,
         child_session_key=run.child_session_key,
         child_session_id=run.child_session_id,
         model=run.model,
@@ -61,15 +67,72 @@ def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
     )
 
 
+def run_detail(
+    run: RunRecord, children: Iterable[RunRecord], *, transcript_path: str | None = None
+) -> RunDetail:
+    """One run as ``GET /v1/runs/{runId}`` shows it: :func:`run_view` plus its children."""
+    view = run_view(run, transcript_path=transcript_path)
+    briefs = [
+        RunChild(run_id=c.run_id, label=c.label, status=c.status, depth=c.depth) for c in children
+    ]
+    return RunDetail(**dict(view), children=briefs)
+
+
 def run_json(run: RunRecord, *, transcript_path: str | None = None) -> dict[str, Any]:
     """:func:`run_view` as JSON data (camelCase keys), for the CLI's ``--json``."""
     return run_view(run, transcript_path=transcript_path).wire()
 
 
-def run_line(run: RunRecord, now: float) -> str:
-    """One line of a chat's ``/subagents list``."""
-    age = format_runtime(max(0.0, now - run.created_at))
-    return f"{run.run_id[:8]} {run.status:<11} {age} ago  {run_name(run)}"
+def run_tree(runs: Sequence[RunRecord]) -> list[tuple[int, RunRecord]]:
+    """``runs`` as a tree, each with its level (0 = top): every run is followed by the runs
+    it spawned, oldest first. A run whose parent is not among ``runs`` is at the top; the
+    top keeps the given order."""
+    ids = {run.run_id for run in runs}
+    below: dict[str, list[RunRecord]] = {}
+    top: list[RunRecord] = []
+    for run in runs:
+        if run.parent_run_id is not None and run.parent_run_id in ids:
+            below.setdefault(run.parent_run_id, []).append(run)
+        else:
+            top.append(run)
+    for children in below.values():
+        children.sort(key=lambda child: (child.created_at, child.run_id))
+    tree: list[tuple[int, RunRecord]] = []
+    seen: set[str] = set()
+    for root in top:
+        stack = [(0, root)]
+        while stack:
+            level, run = stack.pop()
+            seen.add(run.run_id)
+            tree.append((level, run))
+            stack.extend((level + 1, c) for c in reversed(below.get(run.run_id, [])))
+    # Rows edited by hand could make a loop no root reaches; its runs are still shown.
+    tree.extend((0, run) for run in runs if run.run_id not in seen)
+    return tree
+
+
+def tree_name(run: RunRecord, level: int, *, shown: Collection[str] = ()) -> str:
+    """A run's name in a tree listing: indented by ``level``, then its batch, and for a run
+    shown at the top although it was spawned by another run (not in ``shown``), its parent."""
+    indent = "  " * level + ("↳ " if level else "")
+    notes = []
+    if run.batch_id is not None:
+        notes.append(f"batch {run.batch_id[:SHORT_ID]}")
+    if level == 0 and run.parent_run_id is not None and run.parent_run_id not in shown:
+        notes.append(f"under {run.parent_run_id[:SHORT_ID]}")
+    return indent + run_name(run) + "".join(f"  [{note}]" for note in notes)
+
+
+def run_lines(runs: Sequence[RunRecord], now: float) -> list[str]:
+    """A chat's ``/subagents list``: one line per run, the runs they spawned indented below
+    them, with their batch."""
+    ids = {run.run_id for run in runs}
+    lines = []
+    for level, run in run_tree(runs):
+        age = format_runtime(max(0.0, now - run.created_at))
+        name = tree_name(run, level, shown=ids)
+        lines.append(f"{run.run_id[:SHORT_ID]} {run.status:<11} {age} ago  {name}")
+    return lines
 
 
 def usage_text(run: RunRecord) -> str:
@@ -82,7 +145,8 @@ def usage_text(run: RunRecord) -> str:
 
 
 def run_info(run: RunRecord) -> str:
-    """A chat's ``/subagents info``: status, agent, model, runtime, tokens, cost, announce."""
+    """A chat's ``/subagents info``: status, agent, model, runtime, tokens, cost, depth,
+    parent run and batch, announce."""
     cost = f" • est {format_cost(run.cost_usd)}" if run.cost_usd is not None else ""
     seconds = runtime_seconds(run)
     runtime = format_runtime(seconds) if seconds is not None else "n/a"
@@ -90,6 +154,10 @@ def run_info(run: RunRecord) -> str:
         f"Run {run.run_id} ({run_name(run)}): {run.status}\n"
         f"agent {run.agent_id} • model {run.model} • runtime {runtime} • tokens "
         f"{usage_text(run)}{cost}\n"
+        f"depth {run.depth}"
+        + (f" • parent run {run.parent_run_id}" if run.parent_run_id else "")
+        + (f" • batch {run.batch_id}" if run.batch_id else "")
+        + "\n"
         f"announce: {run.announce_state or 'pending'}"
         + (f" ({run.announce_error})" if run.announce_error else "")
     )

@@ -1,5 +1,5 @@
 // Herald web chat: vanilla JS, no build step. The protocol is documented in
-// channels/webchat/protocol.py. Text from people and agents is only ever put into the page
+// channels/webchat/protocol.py; the runs panel is runs.js, loaded before this file. Text from people and agents is only ever put into the page
 // as text nodes, never parsed as HTML.
 (() => {
   "use strict";
@@ -10,16 +10,6 @@
   const CLIENT_ID = /^[A-Za-z0-9_-]{1,64}$/;
   const BACKOFF_FIRST = 500;
   const BACKOFF_MAX = 30000;
-  const STATUS_LABELS = {
-    queued: "queued",
-    running: "running",
-    announcing: "announcing",
-    done: "done",
-    error: "error",
-    timeout: "timed out",
-    cancelled: "cancelled",
-    interrupted: "interrupted",
-  };
 
   const $ = (id) => document.getElementById(id);
   const els = {
@@ -140,7 +130,8 @@
     renderParagraphs(text.slice(last), parent);
   }
 
-  // An announce ends with a paragraph starting "Stats: " (DESIGN §8).
+  // An announce, and the reply that combines a batch's results, end with a paragraph
+  // starting "Stats: ".
   function splitStats(text) {
     const at = text.lastIndexOf("\n\nStats: ");
     if (at >= 0) return [text.slice(0, at), text.slice(at + 2)];
@@ -182,7 +173,8 @@
     const body = document.createElement("div");
     body.className = "msg-body";
     const text = typeof frame.text === "string" ? frame.text : "";
-    if (kind === "announce") {
+    // Announces and a sessions_yield follow-up reply end with a stats line.
+    if (kind === "announce" || kind === "reply") {
       const [main, stats] = splitStats(text);
       renderText(main, body);
       if (stats !== null) {
@@ -196,65 +188,20 @@
     }
     msg.append(head, body);
     els.messages.append(msg);
-    if (kind === "announce" && typeof frame.runId === "string") markAnnounced(frame.runId);
+    if (kind === "announce" && typeof frame.runId === "string") runsPanel.markAnnounced(frame.runId);
     if (stick || kind === "user") msg.scrollIntoView({ block: "end" });
   }
 
-  // -- runs panel -------------------------------------------------------------------------
+  // -- runs panel (runs.js) ----------------------------------------------------------------
 
-  const runEls = new Map();
-
-  function upsertRun(frame) {
-    if (typeof frame.runId !== "string") return;
-    let li = runEls.get(frame.runId);
-    if (!li) {
-      li = document.createElement("li");
-      li.className = "run";
-      li.dataset.runId = frame.runId;
-      const name = document.createElement("span");
-      name.className = "run-name";
-      const badge = document.createElement("span");
-      badge.className = "badge";
-      const when = document.createElement("span");
-      when.className = "run-time";
-      const show = document.createElement("button");
-      show.type = "button";
-      show.className = "run-show";
-      show.textContent = "Show result";
-      show.hidden = true;
-      show.addEventListener("click", () => showAnnounce(li.dataset.runId));
-      li.append(name, badge, when, show);
-      runEls.set(frame.runId, li);
-      els.runs.prepend(li);
-      els.runsEmpty.hidden = true;
-    }
-    const status = String(frame.status || "queued");
-    li.dataset.status = status;
-    li.querySelector(".run-name").textContent = frame.name || frame.runId;
-    li.querySelector(".badge").textContent = STATUS_LABELS[status] || status;
-    const when = li.querySelector(".run-time");
-    when.replaceChildren(timeOf(frame.ts));
-    li.setAttribute("aria-label", `${frame.name || "run"}: ${STATUS_LABELS[status] || status}`);
-    for (const m of els.messages.querySelectorAll(".msg.announce")) {
-      if (m.dataset.runId === frame.runId) markAnnounced(frame.runId);
-    }
-  }
-
-  function markAnnounced(runId) {
-    const li = runEls.get(runId);
-    if (li) li.querySelector(".run-show").hidden = false;
-  }
-
-  function showAnnounce(runId) {
-    const found = [...els.messages.querySelectorAll(".msg.announce")].find(
-      (m) => m.dataset.runId === runId,
-    );
-    if (!found) return;
-    found.scrollIntoView({ block: "center", behavior: "smooth" });
-    found.classList.remove("flash");
-    void found.offsetWidth; // restart the animation
-    found.classList.add("flash");
-  }
+  const runsPanel = window.HeraldRuns.createPanel({
+    list: els.runs,
+    empty: els.runsEmpty,
+    messages: els.messages,
+    renderText,
+    timeOf,
+    token: () => load(TOKEN_KEY),
+  });
 
   // -- connection -------------------------------------------------------------------------
 
@@ -385,7 +332,7 @@
         renderMessage(frame);
         break;
       case "run":
-        upsertRun(frame);
+        runsPanel.upsert(frame);
         break;
       case "typing":
         setTyping(frame.on === true);
@@ -435,6 +382,7 @@
     }
   });
   els.input.addEventListener("input", grow);
+  window.addEventListener("resize", grow);
   for (const button of document.querySelectorAll(".suggestion")) {
     button.addEventListener("click", () => {
       els.input.value = button.textContent;

@@ -62,6 +62,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     assert re.findall(r'(?:src|href)="([^"]+)"', html) == [
         "data:,",
         "/static/webchat/style.css",
+        "/static/webchat/runs.js",
         "/static/webchat/app.js",
         "#input",
     ]
@@ -71,6 +72,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     ("path", "content_type", "needle"),
     [
         ("/static/webchat/app.js", "text/javascript", "/webchat/ws"),
+        ("/static/webchat/runs.js", "text/javascript", "/history"),
         ("/static/webchat/style.css", "text/css", '.run[data-status="running"]'),
     ],
 )
@@ -83,8 +85,9 @@ async def test_assets_are_served(
     assert needle in await response.text()
 
 
-async def test_script_never_uses_inner_html(webchat: Webchat) -> None:
-    script = await (await webchat.client.get("/static/webchat/app.js")).text()
+@pytest.mark.parametrize("name", ["app.js", "runs.js"])
+async def test_scripts_never_use_inner_html(webchat: Webchat, name: str) -> None:
+    script = await (await webchat.client.get(f"/static/webchat/{name}")).text()
     assert "innerHTML" not in script
     assert "insertAdjacentHTML" not in script
     assert "textContent" in script
@@ -388,7 +391,12 @@ async def test_socket_before_start_is_refused(make_webchat: MakeWebchat) -> None
 
 async def test_token_guards_the_socket_but_not_the_page(make_webchat: MakeWebchat) -> None:
     chat = await make_webchat(token="secret")
-    for path in ("/", "/static/webchat/app.js", "/static/webchat/style.css"):
+    for path in (
+        "/",
+        "/static/webchat/app.js",
+        "/static/webchat/runs.js",
+        "/static/webchat/style.css",
+    ):
         assert (await chat.client.get(path)).status == 200, path
     for path in ("/webchat/ws", "/webchat/ws?token=wrong"):
         with pytest.raises(aiohttp.WSServerHandshakeError) as caught:

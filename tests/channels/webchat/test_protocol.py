@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from channels import RunUpdate
 from channels.webchat.protocol import (
     MAX_TEXT_BYTES,
     FrameError,
@@ -70,13 +71,32 @@ def test_server_frames_have_the_documented_keys() -> None:
         "id": "b-1",
         "ts": 1.5,
     }
-    assert json.loads(run_frame("r", "tea", "running", 2.0)) == {
+    update = RunUpdate(
+        run_id="r",
+        name="tea",
+        status="running",
+        chat_id="c",
+        parent_run_id="p",
+        depth=2,
+        batch_id="b",
+        session_key="agent:main:subagent:x",
+        created_at=1.0,
+    )
+    assert json.loads(run_frame(update, 2.0)) == {
         "type": "run",
         "runId": "r",
         "name": "tea",
         "status": "running",
         "ts": 2.0,
+        "parentRunId": "p",
+        "depth": 2,
+        "batchId": "b",
+        "sessionKey": "agent:main:subagent:x",
+        "createdAt": 1.0,
     }
+    top = RunUpdate(run_id="r", name="tea", status="queued", chat_id="c")
+    assert json.loads(run_frame(top, 2.0))["parentRunId"] is None
+    assert json.loads(run_frame(top, 2.0))["depth"] == 1
     assert json.loads(typing_frame(True)) == {"type": "typing", "on": True}
     assert json.loads(error_frame("empty", "m")) == {
         "type": "error",

@@ -16,7 +16,9 @@ import pytest
 from gateway.runtime import ChatCommand, ChatCommands, parse_command
 from gateway.state import Origin, RunRecord, SessionRecord
 from gateway.subagents import RunFinishedError, SpawnRequest
+from gateway.usage import format_runtime
 from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
+from tests.gateway.nested import pair_script, record_nested_run
 
 CHAT_KEY = "agent:main:memory:channel:c1"
 ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
@@ -186,3 +188,48 @@ async def test_stop_racing_aborts_stops_the_run_once(
     assert (await gw.delivery(run_id)).state == "delivered"
     announces = [m for m in gw.channel.sent if m.kind == "announce" and m.run_id == run_id]
     assert len(announces) == 1
+
+
+async def test_list_shows_the_runs_a_run_spawned_below_it_and_each_run_s_batch(
+    tmp_path: Path, clock: Clock
+) -> None:
+    async with running_gateway(tmp_path, script=pair_script()) as gw:
+        commands = ChatCommands(
+            db=gw.db,
+            store=gw.store,
+            turns=gw.turns,
+            spawner=gw.spawner,
+            runs=gw.runs,
+            contexts=gw.contexts,
+            clock=clock,
+        )
+        await gw.say("pair")
+        await gw.wait_sent(lambda m: m.kind == "reply" and m.text.startswith("both"))
+        await gw.runs_idle()
+        tea, coffee = await gw.db.runs.list(parent_session_key=CHAT_KEY, oldest_first=True)
+        assert tea.batch_id is not None
+        batch = tea.batch_id[:8]
+        child = await record_nested_run(gw.db, tea, "notes", created_at=coffee.created_at + 1)
+        deep = await record_nested_run(
+            gw.db, child, "sources", status="running", created_at=coffee.created_at + 2
+        )
+        clock.now = coffee.created_at + 62
+        chat = await gw.store.require(CHAT_KEY)
+
+        lines = (await ask(commands, chat, "/subagents list")).splitlines()
+
+        def age(run: RunRecord) -> str:
+            return format_runtime(clock.now - run.created_at)
+
+        assert lines == [
+            f"{coffee.run_id[:8]} done        {age(coffee)} ago  coffee  [batch {batch}]",
+            f"{tea.run_id[:8]} done        {age(tea)} ago  tea  [batch {batch}]",
+            f"{child.run_id[:8]} done        1m1s ago    ↳ notes",
+            f"{deep.run_id[:8]} running     1m0s ago      ↳ sources",
+        ]
+        # A run shown below another answers to its id too.
+        info = await ask(commands, chat, f"/subagents info {child.run_id[:8]}")
+        assert info.startswith(f"Run {child.run_id} (notes): done\n")
+        assert f"depth 2 • parent run {tea.run_id}\n" in info
+        tea_info = await ask(commands, chat, f"/subagents info {tea.run_id[:8]}")
+        assert f"depth 1 • batch {tea.batch_id}\n" in tea_info

@@ -1,0 +1,303 @@
+// Herald web chat: the sub-agent runs panel, a tree of runs with their batches and each
+// run's transcript in place. Vanilla JS, no build step; app.js creates the panel and feeds it
+// the "run" frames of the protocol (channels/webchat/protocol.py). Text is only ever put into
+// the page as text nodes, never parsed as HTML.
+(() => {
+  "use strict";
+
+  const STATUS_LABELS = {
+    queued: "queued",
+    running: "running",
+    announcing: "announcing",
+    done: "done",
+    error: "error",
+    timeout: "timed out",
+    cancelled: "cancelled",
+    interrupted: "interrupted",
+  };
+
+  // Messages of a transcript read at once (the history API's newest), and the characters
+  // shown of each: the panel is narrow, the whole file stays on disk.
+  const HISTORY_LIMIT = 50;
+  const TRANSCRIPT_CHARS = 2000;
+  // Characters of a batch id shown, as on the batch's stats line.
+  const SHORT_ID = 8;
+  const FINAL = new Set(["done", "error", "timeout", "cancelled", "interrupted"]);
+
+  // Runs form a tree: a run spawned by another run sits in that run's list, and runs of one
+  // sessions_yield batch are grouped under the batch in the list they share. Run frames may
+  // come in any order (the replay after a reconnect sends each run's latest frame), so every
+  // frame re-places its run, and runs waiting for their parent are placed when it arrives.
+  // Top-level entries are newest first; a run's children and a batch's runs oldest first.
+  //
+  // options: list (the top <ul>), empty (the "no runs yet" note), messages (the conversation,
+  // to find a run's announce), renderText(text, parent), timeOf(ts) and token() (the gateway
+  // token, or null), all from app.js.
+  function createPanel(options) {
+    const runEls = new Map();
+    const batchEls = new Map();
+
+    function createdOf(el) {
+      const value = Number(el.dataset.created);
+      return Number.isFinite(value) ? value : Infinity;
+    }
+
+    function insertSorted(list, el, newestFirst) {
+      const at = createdOf(el);
+      const items = [...list.children].filter((item) => item !== el);
+      const before = items.find((item) =>
+        newestFirst ? createdOf(item) < at : createdOf(item) > at,
+      );
+      if (before) {
+        if (el.nextSibling !== before || el.parentNode !== list) list.insertBefore(el, before);
+      } else if (el.parentNode !== list || list.lastElementChild !== el) {
+        list.append(el);
+      }
+    }
+
+    function newRunElement(runId) {
+      const li = document.createElement("li");
+      li.className = "run";
+      li.dataset.runId = runId;
+      const row = document.createElement("div");
+      row.className = "run-row";
+      const name = document.createElement("span");
+      name.className = "run-name";
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      const when = document.createElement("span");
+      when.className = "run-time";
+      const actions = document.createElement("span");
+      actions.className = "run-actions";
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "run-open";
+      open.textContent = "Transcript";
+      open.setAttribute("aria-expanded", "false");
+      const transcript = document.createElement("div");
+      transcript.className = "run-transcript";
+      transcript.id = `transcript-${runEls.size + 1}`;
+      transcript.hidden = true;
+      transcript.setAttribute("aria-live", "polite");
+      open.setAttribute("aria-controls", transcript.id);
+      open.addEventListener("click", () => toggleTranscript(li));
+      const show = document.createElement("button");
+      show.type = "button";
+      show.className = "run-show";
+      show.textContent = "Show result";
+      show.hidden = true;
+      show.addEventListener("click", () => showAnnounce(li.dataset.runId));
+      actions.append(open, show);
+      row.append(name, badge, when, actions);
+      const children = document.createElement("ul");
+      children.className = "run-children";
+      li.append(row, transcript, children);
+      return li;
+    }
+
+    function batchGroup(batchId, list) {
+      let group = batchEls.get(batchId);
+      if (!group) {
+        group = document.createElement("li");
+        group.className = "batch";
+        group.dataset.batchId = batchId;
+        const head = document.createElement("div");
+        head.className = "batch-head";
+        const title = document.createElement("span");
+        title.className = "batch-title";
+        title.textContent = `Batch ${batchId.slice(0, SHORT_ID)}`;
+        title.title = batchId;
+        const summary = document.createElement("span");
+        summary.className = "batch-summary";
+        const runs = document.createElement("ul");
+        runs.className = "batch-runs";
+        runs.setAttribute("aria-label", `Runs of batch ${batchId.slice(0, SHORT_ID)}`);
+        head.append(title, summary);
+        group.append(head, runs);
+        batchEls.set(batchId, group);
+      }
+      if (group.parentNode !== list) insertSorted(list, group, list === options.list);
+      return group;
+    }
+
+    // Where a run belongs: its parent's list (or the top), inside its batch's group if any.
+    function placeRun(li) {
+      const parent = runEls.get(li.dataset.parentRunId || "");
+      const list = parent ? parent.querySelector(":scope > .run-children") : options.list;
+      const batchId = li.dataset.batchId;
+      if (batchId) {
+        const group = batchGroup(batchId, list);
+        insertSorted(group.querySelector(":scope > .batch-runs"), li, false);
+        if (createdOf(li) < createdOf(group) || !group.dataset.created) {
+          group.dataset.created = li.dataset.created;
+          insertSorted(list, group, list === options.list);
+        }
+      } else {
+        insertSorted(list, li, list === options.list);
+      }
+    }
+
+    function refreshBatches() {
+      for (const [batchId, group] of batchEls) {
+        const runs = [...group.querySelectorAll(":scope > .batch-runs > .run")];
+        if (!runs.length) {
+          group.remove();
+          batchEls.delete(batchId);
+          continue;
+        }
+        const done = runs.filter((r) => FINAL.has(r.dataset.status)).length;
+        const label = `${runs.length} run${runs.length === 1 ? "" : "s"}, ${done} finished`;
+        group.querySelector(".batch-summary").textContent = label;
+        group.dataset.state = done === runs.length ? "finished" : "waiting";
+      }
+    }
+
+    function upsertRun(frame) {
+      if (typeof frame.runId !== "string") return;
+      let li = runEls.get(frame.runId);
+      const created = !li;
+      if (!li) {
+        li = newRunElement(frame.runId);
+        runEls.set(frame.runId, li);
+        options.empty.hidden = true;
+      }
+      const status = String(frame.status || "queued");
+      const changed = li.dataset.status !== status;
+      const depth = Number.isInteger(frame.depth) && frame.depth > 0 ? frame.depth : 1;
+      li.dataset.status = status;
+      li.dataset.depth = String(depth);
+      li.dataset.parentRunId = typeof frame.parentRunId === "string" ? frame.parentRunId : "";
+      li.dataset.batchId = typeof frame.batchId === "string" ? frame.batchId : "";
+      li.dataset.sessionKey = typeof frame.sessionKey === "string" ? frame.sessionKey : "";
+      if (typeof frame.createdAt === "number") li.dataset.created = String(frame.createdAt);
+      else if (!li.dataset.created && typeof frame.ts === "number") li.dataset.created = String(frame.ts);
+      const name = frame.name || frame.runId;
+      li.querySelector(".run-name").textContent = name;
+      li.querySelector(".run-name").title = name;
+      li.querySelector(".badge").textContent = STATUS_LABELS[status] || status;
+      li.querySelector(".run-time").replaceChildren(options.timeOf(frame.ts));
+      li.querySelector(".run-open").hidden = !li.dataset.sessionKey;
+      li.setAttribute("aria-label", `${name}: ${STATUS_LABELS[status] || status}`);
+      placeRun(li);
+      if (created) {
+        // Runs that came before this one, their parent, move under it now.
+        for (const other of runEls.values()) {
+          if (other.dataset.parentRunId === frame.runId) placeRun(other);
+        }
+      }
+      refreshBatches();
+      for (const m of options.messages.querySelectorAll(".msg.announce")) {
+        if (m.dataset.runId === frame.runId) markAnnounced(frame.runId);
+      }
+      if (changed && li.classList.contains("open")) loadTranscript(li);
+    }
+
+    function markAnnounced(runId) {
+      const li = runEls.get(runId);
+      if (li) li.querySelector(".run-show").hidden = false;
+    }
+
+    function showAnnounce(runId) {
+      const found = [...options.messages.querySelectorAll(".msg.announce")].find(
+        (m) => m.dataset.runId === runId,
+      );
+      if (!found) return;
+      found.scrollIntoView({ block: "center", behavior: "smooth" });
+      found.classList.remove("flash");
+      void found.offsetWidth; // restart the animation
+      found.classList.add("flash");
+    }
+
+    // -- a run's transcript, read from GET /v1/sessions/{key}/history ------------------------
+
+    function toggleTranscript(li) {
+      const open = !li.classList.contains("open");
+      li.classList.toggle("open", open);
+      li.querySelector(".run-open").setAttribute("aria-expanded", String(open));
+      li.querySelector(":scope > .run-transcript").hidden = !open;
+      if (open) loadTranscript(li);
+    }
+
+    function clip(text) {
+      return text.length > TRANSCRIPT_CHARS ? `${text.slice(0, TRANSCRIPT_CHARS)}…` : text;
+    }
+
+    function transcriptNote(box, text) {
+      const p = document.createElement("p");
+      p.className = "tx-note";
+      p.textContent = text;
+      box.replaceChildren(p);
+    }
+
+    // Who said it: the run's first user message is its task; later ones come from the
+    // gateway (the announce request, results of runs it spawned) or are steering messages.
+    function speaker(message, content, first) {
+      if (message.role === "tool") return `Tool ${message.toolName || ""}`.trim();
+      if (message.role === "assistant") return "Sub-agent";
+      if (message.role !== "user") return String(message.role || "other");
+      if (first) return "Task";
+      return /^\[(announce|sub-agent completion)\]/.test(content) ? "Gateway" : "Message";
+    }
+
+    function transcriptEntry(message, first) {
+      const entry = document.createElement("div");
+      const role = ["user", "assistant", "tool"].includes(message.role) ? message.role : "other";
+      entry.className = `tx-msg ${role}`;
+      const content = typeof message.content === "string" ? message.content : "";
+      const who = document.createElement("span");
+      who.className = "tx-role";
+      who.textContent = speaker(message, content, first);
+      const body = document.createElement("div");
+      body.className = "tx-text";
+      if (content) options.renderText(clip(content), body);
+      for (const call of Array.isArray(message.toolCalls) ? message.toolCalls : []) {
+        const line = document.createElement("p");
+        line.className = "tx-call";
+        line.textContent = clip(`→ ${call.name}(${JSON.stringify(call.arguments ?? {})})`);
+        body.append(line);
+      }
+      entry.append(who, body);
+      return entry;
+    }
+
+    async function loadTranscript(li) {
+      const box = li.querySelector(":scope > .run-transcript");
+      const key = li.dataset.sessionKey;
+      if (!key) return;
+      const ticket = String(Number(li.dataset.ticket || "0") + 1);
+      li.dataset.ticket = ticket;
+      if (!box.childElementCount) transcriptNote(box, "Loading the transcript…");
+      const token = options.token();
+      const headers = token ? { Authorization: `Bearer ${token}` } : {};
+      const url =
+        `/v1/sessions/${encodeURIComponent(key)}/history` +
+        `?limit=${HISTORY_LIMIT}&includeTools=true`;
+      let status = 0;
+      let body = null;
+      try {
+        const response = await fetch(url, { headers, cache: "no-store" });
+        status = response.status;
+        if (response.ok) body = await response.json();
+      } catch {
+        status = 0;
+      }
+      if (li.dataset.ticket !== ticket) return; // a newer load is under way
+      if (body && Array.isArray(body.messages)) {
+        if (!body.messages.length) {
+          transcriptNote(box, "Nothing in the transcript yet.");
+          return;
+        }
+        const firstUser = body.messages.findIndex((m) => m.role === "user");
+        box.replaceChildren(...body.messages.map((m, i) => transcriptEntry(m, i === firstUser)));
+        return;
+      }
+      if (status === 401) transcriptNote(box, "The gateway's token is needed to read transcripts.");
+      else if (status === 404) transcriptNote(box, "This run has no transcript yet.");
+      else transcriptNote(box, "The transcript could not be loaded; try again shortly.");
+    }
+
+    return { upsert: upsertRun, markAnnounced };
+  }
+
+  window.HeraldRuns = { createPanel };
+})();
