@@ -16,7 +16,9 @@ after each batch, the very follow-up request body Herald sent (recorded by the f
 to the same fake by a bare ``aiohttp`` client on a warm connection, the answer decoded.
 Each side is the median over ``batches``, measured alternately. Goal: Herald ≤ 1.5× the
 baseline. For scale, a second row gives a plain chat turn's time (message in, one model
-call, reply sent) against the same call.
+call, reply sent) against the same call, and a third the fan-in in one chat that has
+yielded ``long_chat`` batches before (the follow-up's cost must not grow with the
+conversation's age beyond the longer model request, which the baseline sends too).
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ from bench._common import (
 )
 from bench._orchestration import YieldGate, chat_key
 
-BATCHES = 50
+BATCHES = 200
 CHILDREN = 10
 WIDTH = 8
 WARMUP_BATCHES = 3
 RATIO_GOAL = 1.5
-QUICK: dict[str, Any] = {"batches": 3}
+#: Batches yielded one after another in one chat: its history grows by ~13 KiB each.
+LONG_CHAT_BATCHES = 100
+#: The aged-chat row is the median of the last 1/5 of those batches.
+LONG_MEASURED_PART = 5
+LONG_CHAT = "long"
+QUICK: dict[str, Any] = {"batches": 3, "long_chat": 3}
 #: How a follow-up's user message begins (its request is the one the baseline replays).
 FOLLOWUP_PREFIX = "[sub-agent completion] The sub-agents you waited for"
 #: A chat message the fake answers with text at once (the plain-turn row, for scale).
@@ -68,9 +75,10 @@ async def _batch(
     (handed, message), *extra = channel.handed[before:]
     if extra or message.chat_id != chat_id or f"Stats: {children} sub-agents" not in message.text:
         raise SystemExit(f"bench.fanin: expected one follow-up reply, got {message.text!r}")
-    runs = await services.db.runs.list(parent_session_key=chat_key(chat_id))
+    runs = await services.db.runs.list(parent_session_key=chat_key(chat_id), limit=children)
     ended = [run.ended_at for run in runs if run.ended_at is not None]
-    if len(ended) != children or any(not run.batch_id for run in runs):
+    batch_ids = {run.batch_id for run in runs}
+    if len(ended) != children or len(batch_ids) != 1 or None in batch_ids:
         raise SystemExit(f"bench.fanin: {len(runs)} runs in the batch, not {children}")
     return handed - max(ended)
 
@@ -112,10 +120,9 @@ def _followup_body(bodies: list[bytes]) -> bytes:
     return found[0]
 
 
-async def _measure(batches: int, children: int, width: int) -> list[Row]:
-    gaps: list[float] = []
-    plain: list[float] = []
-    bare: list[float] = []
+async def _measure(batches: int, children: int, width: int, long_chat: int) -> list[Row]:
+    fresh: list[tuple[float, float, float]] = []
+    aged: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
         async with fake_openai() as fake, aiohttp.ClientSession() as client:
             url = f"{fake.base_url}/chat/completions"
@@ -123,40 +130,64 @@ async def _measure(batches: int, children: int, width: int) -> list[Row]:
             channel = CountingChannel()
             async with running_services(settings, Path(tmp), channel) as services:
                 gate = YieldGate.install(services, fake)
-                for n in range(WARMUP_BATCHES + batches):
+
+                async def measured(chat_id: str, plain_chat: str) -> tuple[float, float, float]:
+                    """(fan-in, plain turn, bare call) seconds, measured back to back."""
                     fake.record = []
-                    gap = await _batch(services, channel, gate, f"b-{n}", children)
+                    gap = await _batch(services, channel, gate, chat_id, children)
                     body = _followup_body(fake.record)
                     fake.record = None
-                    turn = await _plain_turn(channel, f"p-{n}")
-                    call = await _bare_call(client, url, body)
-                    if n >= WARMUP_BATCHES:  # connections open, code paths and caches warm
-                        gaps.append(gap)
-                        plain.append(turn)
-                        bare.append(call)
-    ms = 1000.0
+                    turn = await _plain_turn(channel, plain_chat)
+                    return gap, turn, await _bare_call(client, url, body)
+
+                for n in range(WARMUP_BATCHES + batches):
+                    fresh.append(await measured(f"b-{n}", f"p-{n}"))
+                for n in range(long_chat):
+                    aged.append(await measured(LONG_CHAT, f"q-{n}"))
+                key = chat_key(LONG_CHAT)
+                path = services.store.transcript_path(await services.store.require(key))
+                history_kib = path.stat().st_size / 1024
+    # The first calls open connections and warm code paths and caches.
+    fresh = fresh[WARMUP_BATCHES:]
+    aged = aged[-max(1, long_chat // LONG_MEASURED_PART) :]
+
+    def median_ms(sample: list[tuple[float, float, float]], column: int) -> float:
+        return statistics.median(item[column] for item in sample) * 1000
+
     label = f"{batches} batches of {children}, width {width}"
-    call_ms = statistics.median(bare) * ms
     return [
         row(
             f"fan-in ms, last child's end to follow-up sent, vs one bare model call ({label})",
-            statistics.median(gaps) * ms,
-            call_ms,
+            median_ms(fresh, 0),
+            median_ms(fresh, 2),
             f"ratio <= {RATIO_GOAL}",
         ),
         row(
             "  for scale: a plain chat turn's ms, message in to reply sent (one model call)",
-            statistics.median(plain) * ms,
-            call_ms,
+            median_ms(fresh, 1),
+            median_ms(fresh, 2),
+            "(information)",
+        ),
+        row(
+            f"  same fan-in, in one chat after {long_chat} batches ({history_kib:,.0f} KiB of"
+            " transcript)",
+            median_ms(aged, 0),
+            median_ms(aged, 2),
             "(information)",
         ),
     ]
 
 
-def run(*, batches: int = BATCHES, children: int = CHILDREN, width: int = WIDTH) -> list[Row]:
-    """Measure the fan-in overhead beside one bare model call; one row, and a plain chat
-    turn's for scale."""
-    return asyncio.run(_measure(batches, children, width))
+def run(
+    *,
+    batches: int = BATCHES,
+    children: int = CHILDREN,
+    width: int = WIDTH,
+    long_chat: int = LONG_CHAT_BATCHES,
+) -> list[Row]:
+    """Measure the fan-in overhead beside one bare model call; one row, then a plain chat
+    turn's for scale and the fan-in in a long conversation."""
+    return asyncio.run(_measure(batches, children, width, long_chat))
 
 
 def main() -> None:

@@ -49,11 +49,12 @@ def test_spawn_rows() -> None:
 
 def test_fanin_rows() -> None:
     rows = fanin.run(**fanin.QUICK)
-    check_rows(rows, 2)
+    check_rows(rows, 3)
     assert "fan-in ms, last child's end to follow-up sent" in rows[0]["figure"]
     assert "(3 batches of 10, width 8)" in rows[0]["figure"]
     assert rows[0]["goal"] == "ratio <= 1.5"
     assert "plain chat turn" in rows[1]["figure"]
+    assert "in one chat after 3 batches" in rows[2]["figure"]
 
 
 def test_batches_rows() -> None:
