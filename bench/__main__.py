@@ -27,7 +27,7 @@ import bench
 from bench._common import Row, format_markdown, format_table
 
 #: Run first, in this order; any other benchmark module follows alphabetically.
-ORDER = ("lanes", "transcripts", "archive", "turns", "spawn")
+ORDER = ("lanes", "transcripts", "archive", "turns", "spawn", "fanin", "batches")
 #: Modules with a make target of their own (``make soak`` runs for minutes by design).
 EXCLUDED = frozenset({"soak"})
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"

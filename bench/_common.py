@@ -6,7 +6,11 @@ Bench code never imports ``tests``: the fake here is deliberately tiny. It answe
 coordination: while a request offers tools and fewer than ``tool_rounds`` tool results
 follow its last user message, it answers with one call of ``tool``; otherwise with text.
 A request whose last user message is :data:`HOLD_TASK` is held until :meth:`FakeOpenAI.release`
-(how the benchmarks keep the ``subagent`` lane busy so later runs queue).
+(how the benchmarks keep the ``subagent`` lane busy so later runs queue). A last user message
+``fan N [yield] TAG`` (see :func:`fan_text`) that no tool result follows yet is answered
+with ``N`` ``sessions_spawn`` calls of tasks ``child K of TAG``, then one ``sessions_yield``
+call if asked: the orchestration benchmarks' chat turn. A child's request waits while its
+``TAG`` is held (:meth:`FakeOpenAI.hold_children`), so no child can end before its yield.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import re
 import statistics
 import sys
 import time
@@ -43,6 +48,9 @@ HOLD_TASK = "hold the lane"
 #: Guard against a hung benchmark (a lost reply); never a statement about speed.
 HANG_GUARD_SECONDS = 600.0
 COLUMNS = ("figure", "herald", "baseline", "ratio", "goal")
+#: The chat message the fake answers with spawns (and a yield), and its children's tasks.
+FAN = re.compile(r"^fan (\d+)( yield)? (\S+)$")
+CHILD = re.compile(r"^child \d+ of (\S+)$")
 #: Arguments the fake sends with its tool call (other tools get ``{}``).
 TOOL_ARGUMENTS: dict[str, dict[str, Any]] = {"ls": {"path": "."}, "read": {"path": "notes.md"}}
 
@@ -65,11 +73,22 @@ class FakeOpenAI:
         self.requests = 0
         self.held = asyncio.Event()
         self._released = asyncio.Event()
+        self._held_children: dict[str, asyncio.Event] = {}
         self.base_url = ""
 
     def release(self) -> None:
         """Answer the held request (and any later one for :data:`HOLD_TASK`)."""
         self._released.set()
+
+    def hold_children(self, tag: str) -> None:
+        """Hold the model calls of ``tag``'s children until :meth:`release_children`."""
+        self._held_children[tag] = asyncio.Event()
+
+    def release_children(self, tag: str) -> None:
+        """Answer ``tag``'s children, now and from now on."""
+        gate = self._held_children.pop(tag, None)
+        if gate is not None:
+            gate.set()
 
     async def complete(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -88,8 +107,15 @@ class FakeOpenAI:
         if last_user == HOLD_TASK:
             self.held.set()
             await self._released.wait()
+        child = CHILD.match(last_user)
+        gate = self._held_children.get(child[1]) if child else None
+        if gate is not None:
+            await gate.wait()
         reply: dict[str, Any]
-        if body.get("tools") and since < self.tool_rounds:
+        fan = FAN.match(last_user) if since == 0 and body.get("tools") else None
+        if fan is not None:
+            reply, finish = _fan_reply(users, int(fan[1]), bool(fan[2]), fan[3]), "tool_calls"
+        elif body.get("tools") and since < self.tool_rounds:
             call = {
                 "id": f"call_{users}_{since}",
                 "type": "function",
@@ -113,6 +139,32 @@ class FakeOpenAI:
             },
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def fan_text(children: int, tag: str, *, yields: bool) -> str:
+    """The chat message the fake answers with ``children`` spawns, and a yield if asked;
+    ``tag`` (no spaces) names the children's tasks."""
+    return f"fan {children}{' yield' if yields else ''} {tag}"
+
+
+def _fan_reply(users: int, children: int, yields: bool, tag: str) -> dict[str, Any]:
+    calls = [
+        _call(
+            f"call_{users}_{n}", "sessions_spawn", {"task": f"child {n} of {tag}", "label": f"c{n}"}
+        )
+        for n in range(children)
+    ]
+    if yields:
+        calls.append(_call(f"call_{users}_yield", "sessions_yield", {}))
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+    }
 
 
 @asynccontextmanager
@@ -182,15 +234,19 @@ def bench_settings(
 
 
 class CountingChannel(MemoryChannel):
-    """The in-memory channel, plus a cheap wait for "``n`` messages sent so far"."""
+    """The in-memory channel, plus a cheap wait for "``n`` messages sent so far" and the
+    wall-clock time (as the runs' ``ended_at``) each message was handed to it (``handed``)."""
 
     def __init__(self, name: str = "memory") -> None:
         super().__init__(name)
+        self.handed: list[tuple[float, OutboundMessage]] = []
         self._target = 0
         self._reached = asyncio.Event()
 
     async def send(self, message: OutboundMessage) -> SentMessage:
+        handed = time.time()
         sent = await super().send(message)
+        self.handed.append((handed, message))
         if len(self.sent) >= self._target:
             self._reached.set()
         return sent

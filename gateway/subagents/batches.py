@@ -76,6 +76,8 @@ class BatchCoordinator:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: Batches whose follow-up this process has queued (so it is queued once).
         self._started: set[str] = set()
+        #: Batches found mid-follow-up at start: only their turn may have begun already.
+        self._resumed: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -185,7 +187,10 @@ class BatchCoordinator:
         key = batch.session_key
         logger.info("batch follow-up started", extra={"batch": batch_id})
         async with self._main_lane.slot():
-            records = (await self._store.read(key)).records
+            # Reading the whole transcript back is for a resumed batch only (it grows with
+            # the session's age, and a follow-up begun in this process is never repeated).
+            resumed = batch_id in self._resumed
+            records = (await self._store.read(key)).records if resumed else []
             if _followup_begun(records, batch_id):
                 result = await self._conversations.resume(key, origin=batch.origin)
             else:
@@ -212,6 +217,7 @@ class BatchCoordinator:
         )
         await self._db.batches.finish(batch_id, reply, ended, item)
         self._started.discard(batch_id)
+        self._resumed.discard(batch_id)
         if item is not None:
             self._outbox.kick()
         logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
@@ -221,6 +227,7 @@ class BatchCoordinator:
         batches = await self._db.batches.open_batches()
         for batch in batches:
             if batch.state == "following":
+                self._resumed.add(batch.batch_id)
                 self._start(batch.batch_id, timed_out=False)
             else:
                 self._arm(batch)

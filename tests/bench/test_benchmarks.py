@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import spawn, turns
+from bench import batches, fanin, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -47,6 +47,24 @@ def test_spawn_rows() -> None:
         assert part in figures
 
 
+def test_fanin_rows() -> None:
+    rows = fanin.run(**fanin.QUICK)
+    check_rows(rows, 3)
+    assert "fan-in ms, last child's end to follow-up sent" in rows[0]["figure"]
+    assert "(3 batches of 10, width 8)" in rows[0]["figure"]
+    assert rows[0]["goal"] == "ratio <= 1.5"
+    assert "plain chat turn" in rows[1]["figure"]
+    assert "in one chat after 3 batches" in rows[2]["figure"]
+
+
+def test_batches_rows() -> None:
+    rows = batches.run(**batches.QUICK)
+    check_rows(rows, 2)
+    assert "runs per second, yielded batches vs plain announces" in rows[0]["figure"]
+    assert "CPU ms per run, yielded batches vs plain announces" in rows[1]["figure"]
+    assert "(20 batches of 5, width 8)" in rows[1]["figure"]
+
+
 def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "latest.md"
     assert collector.main(["--quick", "--only", "turns", "--output", str(output)]) == 0
@@ -63,6 +81,6 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn"} <= set(names)
+    assert {"lanes", "turns", "spawn", "fanin", "batches"} <= set(names)
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names
