@@ -106,9 +106,11 @@ class ChatCommands:
             text = "\n".join(f"{m.get('role')}: {str(m.get('content'))[:LOG_CHARS]}" for m in lines)
             return text or "The run's transcript is empty."
         try:
-            await self._runs.abort(run.run_id)
+            stopped = await self._runs.abort_tree(run.run_id)
         except RunFinishedError as exc:
             return str(exc)
         except RunNotFoundError:
             return f"No run {run.run_id}."
-        return f"Stopping sub-agent run {run.run_id[:8]}."
+        spawned = len(stopped.descendants)
+        tail = f" and {spawned} run{'s' if spawned != 1 else ''} it spawned" if spawned else ""
+        return f"Stopping sub-agent run {run.run_id[:8]}{tail}."

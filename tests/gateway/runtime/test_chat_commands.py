@@ -233,3 +233,17 @@ async def test_list_shows_the_runs_a_run_spawned_below_it_and_each_run_s_batch(
         assert f"depth 2 • parent run {tea.run_id}\n" in info
         tea_info = await ask(commands, chat, f"/subagents info {tea.run_id[:8]}")
         assert f"depth 1 • batch {tea.batch_id}\n" in tea_info
+
+
+async def test_stop_of_one_run_stops_the_runs_it_spawned(
+    gw: Harness, commands: ChatCommands, chat: SessionRecord, paused: None
+) -> None:
+    run_id = await spawn(gw, chat, "task: orchestrate")
+    parent = await gw.db.runs.get(run_id)
+    assert parent is not None
+    child = await record_nested_run(gw.db, parent, "child", status="queued")
+    grandchild = await record_nested_run(gw.db, child, "grandchild", status="queued")
+    answer = await ask(commands, chat, f"/subagents stop {run_id[:8]}")
+    assert answer == f"Stopping sub-agent run {run_id[:8]} and 2 runs it spawned."
+    for stopped in (run_id, child.run_id, grandchild.run_id):
+        assert (await gw.finished(stopped)).status == "cancelled"
