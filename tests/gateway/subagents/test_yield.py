@@ -6,6 +6,7 @@ by quoting the results it was given, so each test sees what reached the model.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from pathlib import Path
@@ -82,7 +83,13 @@ async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_
     tmp_path: Path,
 ) -> None:
     async with running_gateway(tmp_path, script=script()) as gw:
+        # The children wait until the yield has formed the batch (the model is instant).
+        gate = asyncio.Event()
+        blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("fan tea coffee", thread_id="t1")
+        (first,) = await gw.wait_sent(lambda m: m.kind == "reply")
+        gate.set()
+        await blocker
         first, followup = await gw.wait_sent(lambda m: m.kind == "reply", count=2)
         assert (first.text, first.thread_id) == ("Working on tea and coffee.", "t1")
         body, _, stats = followup.text.partition("\n\n")
