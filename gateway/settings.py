@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from channels.config_base import ConfigModel, secrets_in
+from channels.config_base import ConfigModel, SecretUrl, secrets_in
 from channels.discord.config import DiscordConfig
 from channels.slack.config import SlackConfig
 from channels.webchat.config import WebchatConfig
@@ -232,6 +233,38 @@ class ChannelsConfig(ConfigModel):
     discord: DiscordConfig = DiscordConfig()
 
 
+#: URL schemes libpq accepts for a PostgreSQL connection.
+DATABASE_URL_SCHEMES: Final = ("postgresql", "postgres")
+
+
+class ClusterConfig(ConfigModel):
+    """Several replicas on one PostgreSQL database; without ``databaseUrl``, one process on
+    SQLite."""
+
+    #: ``postgresql://user:password@host:port/database``: the state lives in PostgreSQL.
+    database_url: SecretUrl | None = None
+    #: This replica's name (logs, the database's ``application_name``); default
+    #: ``<hostname>-<pid>``.
+    replica_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: SecretUrl | None) -> SecretUrl | None:
+        if value is None:
+            return None
+        url = value.get_secret_value()
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme not in DATABASE_URL_SCHEMES:
+            raise ValueError(
+                "must be a PostgreSQL URL: postgresql://user:password@host:port/database"
+            )
+        return value
+
+    def resolved_replica_id(self) -> str:
+        """``replicaId``, or ``<hostname>-<pid>`` when unset."""
+        return self.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
 class HeraldSettings(BaseSettings):
     """The whole configuration. Sources: CLI > environment > file > defaults."""
 
@@ -249,6 +282,7 @@ class HeraldSettings(BaseSettings):
     routing: RoutingConfig = RoutingConfig()
     models: ModelsConfig = ModelsConfig()
     channels: ChannelsConfig = ChannelsConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @classmethod
     def settings_customise_sources(

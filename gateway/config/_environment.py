@@ -32,7 +32,7 @@ from gateway.settings import HeraldSettings
 
 def _accepts_string(annotation: Any) -> bool:
     inner, _ = unwrap(annotation)
-    if inner in (str, SecretStr):
+    if inner is str or (isinstance(inner, type) and issubclass(inner, SecretStr)):
         return True
     return get_origin(inner) is Literal and all(isinstance(a, str) for a in get_args(inner))
 

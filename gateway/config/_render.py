@@ -1,7 +1,8 @@
 """Showing the resolved configuration (``herald config show``), every secret masked.
 
 Which values are secret is the schema's word: every ``SecretStr`` in the dumped settings is
-masked, wherever it sits (a section, a provider in ``models.providers``, a list item). A
+masked, wherever it sits (a section, a provider in ``models.providers``, a list item); a
+``SecretUrl`` (``cluster.databaseUrl``) shows with only its password masked. A
 secret's value is masked wherever else it appears too (an API key repeated in a ``baseUrl``
 as ``?key=…`` or ``https://user:…@host``), and so are the credentials of any URL's userinfo.
 """
@@ -17,6 +18,7 @@ import orjson
 import tomli_w
 from pydantic import SecretStr
 
+from channels.config_base import SecretUrl
 from gateway.config._load import LoadedSettings
 from gateway.logs import MIN_SECRET_LENGTH
 
@@ -58,6 +60,8 @@ def render_settings(loaded: LoadedSettings, fmt: RenderFormat = "json5") -> str:
 
 
 def _masked(value: object, secrets: Sequence[str]) -> object:
+    if isinstance(value, SecretUrl):  # the URL stays readable; its password does not
+        return value.masked()
     if isinstance(value, SecretStr):
         return MASK if value.get_secret_value() else None
     if isinstance(value, str):

@@ -106,14 +106,19 @@ def annotation_at(path: KeyPath) -> Any | None:
 def holds_secret(annotation: Any) -> bool:
     """Whether a value at this annotation is, or directly contains, a secret."""
     inner, _ = unwrap(annotation)
-    if inner is SecretStr:
+    if _is_secret(inner):
         return True
     if get_origin(inner) in (dict, list):
         return holds_secret(get_args(inner)[-1])
     model = model_class(inner)
     return model is not None and any(
-        unwrap(info.annotation)[0] is SecretStr for info in model.model_fields.values()
+        _is_secret(unwrap(info.annotation)[0]) for info in model.model_fields.values()
     )
+
+
+def _is_secret(annotation: Any) -> bool:
+    """``SecretStr`` or a kind of it (a ``SecretUrl``)."""
+    return isinstance(annotation, type) and issubclass(annotation, SecretStr)
 
 
 def canonical_keys(value: object, annotation: Any) -> object:

@@ -44,3 +44,8 @@ class RecordConflictError(StateError):
 
 class InvalidUpdateError(StateError, ValueError):
     """An update names a column that does not exist or may not change."""
+
+
+class StateUnavailableError(StateError):
+    """The state database cannot be reached now (PostgreSQL down, the network cut); the
+    operation did not happen, or (a write whose connection broke at its end) may have."""

@@ -1,4 +1,5 @@
-"""The state database: open, migrate, reopen, WAL, read-only readers, close."""
+"""The state database: open, migrate, reopen, WAL, read-only readers, close — on SQLite and,
+where the behaviour is the backend's promise and not SQLite's own, on PostgreSQL too."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from gateway.state import (
     StateClosedError,
     StateDB,
     StateMissingError,
+    pgschema,
 )
 from gateway.state import db as db_module
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from tests.gateway.state.conftest import StateTarget
 
 Opener = Callable[..., Awaitable[StateDB]]
 
@@ -54,15 +57,15 @@ async def test_fresh_database_is_migrated_wal_and_private(open_db: Opener, tmp_p
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
-async def test_reopen_keeps_data_and_does_not_migrate_again(
-    open_db: Opener, tmp_path: Path
-) -> None:
-    path = tmp_path / "herald.db"
-    first = await open_db(path)
+async def test_reopen_keeps_data_and_does_not_migrate_again(state_target: StateTarget) -> None:
+    first = await state_target.open()
+    assert {"sessions", "runs", "outbox", "batches", "seen_keys", "schema_version"} <= (
+        await state_target.tables(first)
+    )
     await first.write(lambda c: c.execute("CREATE TABLE extra (x INTEGER)"))
     await first.write(lambda c: c.execute("INSERT INTO extra VALUES (42)"))
     await first.close()
-    again = await open_db(path)
+    again = await state_target.open()
     assert await again.read(lambda c: c.execute("SELECT x FROM extra").fetchone()[0]) == 42
     versions = await again.read(
         lambda c: c.execute("SELECT version FROM schema_version").fetchall()
@@ -70,35 +73,34 @@ async def test_reopen_keeps_data_and_does_not_migrate_again(
     assert [row[0] for row in versions] == list(range(1, LATEST_VERSION + 1))
 
 
-async def test_a_newer_schema_is_refused(open_db: Opener, tmp_path: Path) -> None:
-    path = tmp_path / "herald.db"
-    db = await open_db(path)
+async def test_a_newer_schema_is_refused(state_target: StateTarget) -> None:
+    db = await state_target.open()
     await db.write(lambda c: c.execute("INSERT INTO schema_version VALUES (999, 0)"))
     await db.close()
     with pytest.raises(SchemaError, match="newer"):
-        await StateDB.open(path)
+        await state_target.open()
     with pytest.raises(SchemaError):
-        await StateDB.open(path, readonly=True)
+        await state_target.open(readonly=True)
 
 
 async def test_a_failing_migration_leaves_the_previous_version(
-    open_db: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    state_target: StateTarget, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "herald.db"
-    await (await open_db(path)).close()
+    await (await state_target.open()).close()
     broken = (*MIGRATIONS, ("CREATE TABLE good (x INTEGER)", "THIS IS NOT SQL"))
-    monkeypatch.setattr(db_module, "MIGRATIONS", broken)
-    monkeypatch.setattr(db_module, "LATEST_VERSION", len(broken))
+    for module in (db_module, pgschema):
+        monkeypatch.setattr(module, "MIGRATIONS", broken)
+        monkeypatch.setattr(module, "LATEST_VERSION", len(broken))
     with pytest.raises(SchemaError, match=f"version {len(broken)}"):
-        await StateDB.open(path)
+        await state_target.open()
     monkeypatch.undo()
-    db = await open_db(path)
+    db = await state_target.open()
     assert db.schema_version == LATEST_VERSION
-    assert "good" not in await db.read(_tables)  # the half-applied migration rolled back
+    assert "good" not in await state_target.tables(db)  # the half-applied one rolled back
 
 
-async def test_write_rolls_back_when_the_function_raises(open_db: Opener, tmp_path: Path) -> None:
-    db = await open_db(tmp_path / "herald.db")
+async def test_write_rolls_back_when_the_function_raises(state_target: StateTarget) -> None:
+    db = await state_target.open()
     await db.write(lambda c: c.execute("CREATE TABLE t (x INTEGER)"))
 
     def insert_then_fail(conn: sqlite3.Connection) -> None:
@@ -110,16 +112,15 @@ async def test_write_rolls_back_when_the_function_raises(open_db: Opener, tmp_pa
     assert await db.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 0
 
 
-async def test_read_only_sees_writes_of_a_running_writer(open_db: Opener, tmp_path: Path) -> None:
-    path = tmp_path / "herald.db"
-    writer = await open_db(path)
-    reader = await open_db(path, readonly=True)
+async def test_read_only_sees_writes_of_a_running_writer(state_target: StateTarget) -> None:
+    writer = await state_target.open()
+    reader = await state_target.open(readonly=True)
     await writer.write(lambda c: c.execute("CREATE TABLE t (x INTEGER)"))
     await writer.write(lambda c: c.execute("INSERT INTO t VALUES (7)"))
     assert await reader.read(lambda c: c.execute("SELECT x FROM t").fetchone()[0]) == 7
     with pytest.raises(ReadOnlyStateError):
         await reader.write(lambda c: c.execute("INSERT INTO t VALUES (8)"))
-    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+    with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
         await reader.read(lambda c: c.execute("INSERT INTO t VALUES (8)"))
     assert "read-only" in repr(reader)
 
@@ -130,8 +131,8 @@ async def test_read_only_open_never_creates_a_database(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
 
 
-async def test_close_is_idempotent_and_later_calls_fail_typed(tmp_path: Path) -> None:
-    db = await StateDB.open(tmp_path / "herald.db")
+async def test_close_is_idempotent_and_later_calls_fail_typed(state_target: StateTarget) -> None:
+    db = await state_target.open()
     await db.close()
     await db.close()
     assert db.closed
@@ -144,8 +145,8 @@ async def test_close_is_idempotent_and_later_calls_fail_typed(tmp_path: Path) ->
         await db.sessions.get("agent:main:main")
 
 
-async def test_close_lets_queued_writes_finish(tmp_path: Path) -> None:
-    db = await StateDB.open(tmp_path / "herald.db")
+async def test_close_lets_queued_writes_finish(state_target: StateTarget) -> None:
+    db = await state_target.open()
     await db.write(lambda c: c.execute("CREATE TABLE t (x INTEGER)"))
 
     def insert(n: int) -> Callable[[sqlite3.Connection], object]:
@@ -155,8 +156,5 @@ async def test_close_lets_queued_writes_finish(tmp_path: Path) -> None:
     await asyncio.sleep(0)  # the writes are queued on the writer thread
     await db.close()
     await inserts
-    again = await StateDB.open(tmp_path / "herald.db")
-    try:
-        assert await again.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 20
-    finally:
-        await again.close()
+    again = await state_target.open()
+    assert await again.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 20

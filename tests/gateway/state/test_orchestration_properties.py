@@ -35,19 +35,23 @@ from gateway.state import (
     SessionRecord,
     StateDB,
 )
+from gateway.state.pg import PgStateDB
+from tests import postgres
 
 REQUESTER = "agent:main:memory:channel:c1"
 FINAL = ("done", "error", "timeout", "cancelled")
 
 
 class Orchestration(RuleBasedStateMachine):
-    """Drives :class:`gateway.state.BatchesTable` the way the gateway does."""
+    """Drives :class:`gateway.state.BatchesTable` the way the gateway does, on SQLite (here)
+    or PostgreSQL (:class:`PostgresOrchestration`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.dir = Path(tempfile.mkdtemp(prefix="herald-props-"))
-        self.db = self.run(StateDB.open(self.dir / "herald.db"))
+        self.url = self.database_url()
+        self.db = self.run(self.open())
         self.runs: list[str] = []
         self.final: dict[str, str] = {}  # run id → its final status, once final
         self.completion: dict[str, str] = {}  # run id → last completion state seen
@@ -59,6 +63,15 @@ class Orchestration(RuleBasedStateMachine):
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
+
+    def database_url(self) -> str | None:
+        """Where the database lives: None for a SQLite file in ``self.dir``."""
+        return None
+
+    async def open(self) -> StateDB:
+        if self.url is None:
+            return await StateDB.open(self.dir / "herald.db")
+        return await PgStateDB.connect(self.url, replica_id="props")
 
     def teardown(self) -> None:
         self.run(self.db.close())
@@ -199,7 +212,7 @@ class Orchestration(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         self.run(self.db.close())
-        self.db = self.run(StateDB.open(self.dir / "herald.db"))
+        self.db = self.run(self.open())
 
     @invariant()
     def fan_in_is_conserved(self) -> None:
@@ -225,6 +238,13 @@ class Orchestration(RuleBasedStateMachine):
                 assert run.completion is None
 
 
+class PostgresOrchestration(Orchestration):
+    """The same machine on the session's PostgreSQL, a fresh schema per example."""
+
+    def database_url(self) -> str | None:
+        return postgres.running().fresh_url()
+
+
 Orchestration.TestCase.settings = settings(
     max_examples=40,
     stateful_step_count=30,
@@ -232,3 +252,7 @@ Orchestration.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestOrchestration = Orchestration.TestCase
+PostgresOrchestration.TestCase.settings = Orchestration.TestCase.settings
+TestPostgresOrchestration = pytest.mark.postgres(
+    pytest.mark.usefixtures("postgres_server")(PostgresOrchestration.TestCase)
+)

@@ -4,9 +4,9 @@ expired rows go."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from gateway.state import StateDB
+from tests.gateway.state.conftest import StateTarget
 
 
 async def test_a_key_is_new_once_until_it_expires(db: StateDB) -> None:
@@ -39,15 +39,9 @@ async def test_two_deliveries_at_once_make_one_new_event(db: StateDB) -> None:
     assert sorted(answers) == [False] * 19 + [True]
 
 
-async def test_keys_survive_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "herald.db"
-    first = await StateDB.open(path)
-    try:
-        assert await first.seen.first_sighting(["event:1"], 600)
-    finally:
-        await first.close()
-    second = await StateDB.open(path)
-    try:
-        assert not await second.seen.first_sighting(["event:1"], 600)
-    finally:
-        await second.close()
+async def test_keys_survive_reopening(state_target: StateTarget) -> None:
+    first = await state_target.open()
+    assert await first.seen.first_sighting(["event:1"], 600)
+    await first.close()
+    second = await state_target.open()
+    assert not await second.seen.first_sighting(["event:1"], 600)

@@ -1,0 +1,126 @@
+"""Which state database a configuration means, opened, migrated or inspected.
+
+Without ``cluster.databaseUrl`` the state is SQLite at ``<stateDir>/herald.db`` (the
+default: one process); with it, PostgreSQL (:class:`gateway.state.pg.PgStateDB`), shared
+by every replica. Everything that opens the state database goes through :func:`open_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from gateway.constants import STATE_DB_NAME
+from gateway.settings import HeraldSettings
+from gateway.state.db import StateDB, _current_version
+from gateway.state.errors import StateError, StateUnavailableError
+from gateway.state.pg import PgStateDB
+from gateway.state.pgconn import PgConnection
+from gateway.state.pgschema import current_version
+from gateway.state.schema import LATEST_VERSION
+
+Backend = Literal["sqlite", "postgresql"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaStatus:
+    """Where the state database is and how far its schema is migrated."""
+
+    backend: Backend
+    #: The SQLite file, or the PostgreSQL URL with its password masked.
+    location: str
+    #: None: there is no database yet (SQLite: no file).
+    version: int | None
+    latest: int = LATEST_VERSION
+
+    @property
+    def pending(self) -> list[int]:
+        """Versions ``herald run`` (or ``herald db migrate``) would apply."""
+        return list(range((self.version or 0) + 1, self.latest + 1))
+
+    @property
+    def newer(self) -> bool:
+        """The database was migrated by a newer Herald than this one."""
+        return self.version is not None and self.version > self.latest
+
+
+def backend_of(settings: HeraldSettings) -> Backend:
+    return "postgresql" if settings.cluster.database_url is not None else "sqlite"
+
+
+def sqlite_path(settings: HeraldSettings) -> Path:
+    return settings.gateway.resolved_state_dir() / STATE_DB_NAME
+
+
+async def open_state(settings: HeraldSettings, *, readonly: bool = False) -> StateDB:
+    """The configured state database, opened (and, unless ``readonly``, migrated)."""
+    url = settings.cluster.database_url
+    if url is None:
+        return await StateDB.open(sqlite_path(settings), readonly=readonly)
+    return await PgStateDB.connect(
+        url.get_secret_value(),
+        readonly=readonly,
+        replica_id=settings.cluster.resolved_replica_id(),
+    )
+
+
+async def migrate_state(settings: HeraldSettings) -> SchemaStatus:
+    """Apply every pending migration (as ``herald run`` does at start); the status after."""
+    db = await open_state(settings)
+    await db.close()
+    return await schema_status(settings)
+
+
+async def schema_status(settings: HeraldSettings) -> SchemaStatus:
+    """The schema version of the configured database, without changing anything."""
+    url = settings.cluster.database_url
+    if url is None:
+        path = sqlite_path(settings)
+        version = await asyncio.to_thread(_sqlite_version, path)
+        return SchemaStatus("sqlite", str(path), version)
+    location = url.masked()
+    version = await asyncio.to_thread(_pg_version, url.get_secret_value(), location, settings)
+    return SchemaStatus("postgresql", location, version)
+
+
+async def database_reachable(db: StateDB) -> bool | None:
+    """Whether a shared database answers now; None for SQLite (a local file, always there
+    while the process runs)."""
+    if isinstance(db, PgStateDB):
+        return await db.ping()
+    return None
+
+
+def _sqlite_version(path: Path) -> int | None:
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        try:
+            return _current_version(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StateError(f"cannot read {path}: {exc}") from exc
+
+
+def _pg_version(url: str, location: str, settings: HeraldSettings) -> int:
+    import psycopg
+
+    name = f"herald:{settings.cluster.resolved_replica_id()}"
+    try:
+        conn = PgConnection.connect(url, application_name=name[:63], readonly=True)
+    except psycopg.Error as exc:
+        text = str(exc)
+        secret = settings.cluster.database_url
+        for part in secret.secret_parts() if secret is not None else ():
+            text = text.replace(part, "********")
+        raise StateUnavailableError(f"state database {location}: {text}") from exc
+    try:
+        return current_version(conn)
+    finally:
+        conn.close()

@@ -1,0 +1,235 @@
+"""The state database on PostgreSQL (``cluster.databaseUrl``): the same tables, the same
+SQL, the same threads as the SQLite backend.
+
+:class:`PgStateDB` is a :class:`gateway.state.db.StateDB`: everything that takes the state
+database takes it unchanged, and the tables run their functions of a connection on it as
+they do on SQLite. It keeps that backend's model: one writer thread and one reader thread,
+each with its own connection (psycopg 3, synchronous, on its thread, so the event loop never
+blocks on the database). What differs:
+
+- Connections are :class:`gateway.state.pgconn.PgConnection`: SQLite's SQL in, sqlite3's
+  rows and exceptions out (see :mod:`gateway.state.pgsql` for the dialect).
+- Each write is one ``SERIALIZABLE`` transaction. The tables count on SQLite running one
+  write at a time (a run's completion reads and updates its row in one transaction); with
+  several replicas writing at once, serializable isolation keeps that promise: a write that
+  would break it fails with a serialization error and is run again whole, with backoff.
+- Reads run in autocommit, one snapshot per statement, as the SQLite reader does.
+- A lost connection raises :class:`StateUnavailableError` and is opened again by the next
+  operation; nothing is retried behind the caller's back, since a write cut off at its
+  commit may or may not have happened.
+- Migrations run at open, under an advisory lock (:mod:`gateway.state.pgschema`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final, Literal, TypeVar, cast
+
+import psycopg
+
+from channels.config_base import redact_url, url_password
+from gateway.backoff import backoff
+from gateway.state.db import StateDB
+from gateway.state.errors import (
+    ReadOnlyStateError,
+    SchemaError,
+    StateClosedError,
+    StateUnavailableError,
+)
+from gateway.state.pgconn import PgConnection
+from gateway.state.pgschema import current_version, migrate
+from gateway.state.schema import LATEST_VERSION
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: SQLSTATEs after which a write is run again: serialization failure, deadlock detected.
+RETRY_SQLSTATES: Final = frozenset({"40001", "40P01"})
+#: A conflicting write is retried with backoff for up to this long in all.
+CONFLICT_RETRY_SECONDS: Final = 120.0
+CONFLICT_RETRY_FIRST_SECONDS: Final = 0.005
+CONFLICT_RETRY_MAX_DELAY_SECONDS: Final = 1.0
+#: PostgreSQL truncates application_name to 63 bytes.
+APPLICATION_NAME_MAX: Final = 63
+
+Role = Literal["writer", "reader"]
+
+
+class PgStateDB(StateDB):
+    """The state database on PostgreSQL. Open with :meth:`connect`; close with
+    :meth:`close` (idempotent)."""
+
+    def __init__(self, url: str, *, readonly: bool, replica_id: str) -> None:
+        # The base's path names the database in its messages: here, the URL, password masked.
+        super().__init__(Path(redact_url(url)), readonly=readonly)
+        self.url = url
+        self.location = redact_url(url)
+        self.replica_id = replica_id
+        self._password = url_password(url)
+        self._conns: dict[Role, PgConnection | None] = {"writer": None, "reader": None}
+        #: Set once close() has begun: operations queued before it still run on their
+        #: connection, but none may open a new one.
+        self._closing = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("read-only" if self.readonly else "open")
+        return f"<PgStateDB {self.location} {state} version={self.schema_version}>"
+
+    @classmethod
+    async def connect(cls, url: str, *, readonly: bool = False, replica_id: str) -> PgStateDB:
+        """Connect to ``url`` and, unless ``readonly``, migrate under the advisory lock.
+
+        Read-only opens raise :class:`SchemaError` when the schema is not the one this code
+        knows; an unreachable server raises :class:`StateUnavailableError`.
+        """
+        db = cls(url, readonly=readonly, replica_id=replica_id)
+        try:
+            if not readonly:
+                await db._on("writer", db._open_writer_pg)
+            await db._on("reader", db._open_reader_pg)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the reader thread (a read-only session, autocommit)."""
+        self._check_open()
+        return await self._on("reader", lambda: fn(self._sqlite_like("reader")))
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the writer thread in one serializable transaction.
+
+        Commits when ``fn`` returns, rolls back and re-raises when it raises; a write that
+        conflicts with another replica's is run again whole.
+        """
+        self._check_open()
+        if self.readonly:
+            raise ReadOnlyStateError(f"{self.location} is open read-only")
+        deadline = time.monotonic() + CONFLICT_RETRY_SECONDS
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._on("writer", lambda: self._in_transaction(fn))
+            except psycopg.Error as exc:
+                delay = backoff(
+                    attempt,
+                    base=CONFLICT_RETRY_FIRST_SECONDS,
+                    cap=CONFLICT_RETRY_MAX_DELAY_SECONDS,
+                )
+                if exc.sqlstate not in RETRY_SQLSTATES or time.monotonic() + delay > deadline:
+                    raise StateUnavailableError(self._message(exc)) from exc
+                log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
+                await asyncio.sleep(delay)
+
+    async def ping(self) -> bool:
+        """Whether the database answers now (``SELECT 1`` on the reader's connection)."""
+        if self.closed:
+            return False
+        try:
+            await self._on("reader", lambda: self._sqlite_like("reader").execute("SELECT 1"))
+        except (StateUnavailableError, StateClosedError):
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Finish queued operations, close both connections, stop the threads. Idempotent."""
+        if self.closed or self._closing:
+            return
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        roles: tuple[tuple[Role, ThreadPoolExecutor | None], ...] = (
+            ("writer", self._writer),
+            ("reader", self._reader),
+        )
+        for role, executor in roles:
+            if executor is not None:  # after the operations queued before it
+                await loop.run_in_executor(executor, self._disconnect, role)
+        await super().close()
+
+    # -- internals (each runs on its role's thread) -----------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed or self._closing:
+            raise StateClosedError(f"the state database {self.location} is closed")
+
+    async def _on(self, role: Role, fn: Callable[[], T]) -> T:
+        executor = self._writer if role == "writer" else self._reader
+        if executor is None:
+            raise ReadOnlyStateError(f"{self.location} is open read-only")
+        try:
+            return await self._run(executor, fn)
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate in RETRY_SQLSTATES:
+                raise  # a conflict: write() retries it
+            raise StateUnavailableError(self._message(exc)) from exc
+        except psycopg.InterfaceError as exc:  # the connection was closed under it
+            raise StateUnavailableError(self._message(exc)) from exc
+
+    def _connection(self, role: Role) -> PgConnection:
+        """The role's connection, opened again if it was lost."""
+        conn = self._conns[role]
+        if conn is None or conn.closed:
+            if self._closing:
+                raise StateClosedError(f"the state database {self.location} is closed")
+            if conn is not None:
+                log.warning("state database %s: reconnecting (%s)", self.location, role)
+            conn = self._conns[role] = self._new_connection(readonly=role == "reader")
+        return conn
+
+    def _disconnect(self, role: Role) -> None:
+        conn = self._conns[role]
+        self._conns[role] = None
+        if conn is not None:
+            conn.close()
+
+    def _sqlite_like(self, role: Role) -> sqlite3.Connection:
+        # PgConnection serves the part of sqlite3.Connection the tables use (execute,
+        # executemany, rows, rowcount, lastrowid, sqlite3's exceptions): this is the one
+        # place that promise is made to the type checker.
+        return cast(sqlite3.Connection, self._connection(role))
+
+    def _new_connection(self, *, readonly: bool) -> PgConnection:
+        name = f"herald:{self.replica_id}"[:APPLICATION_NAME_MAX]
+        return PgConnection.connect(self.url, application_name=name, readonly=readonly)
+
+    def _open_writer_pg(self) -> None:
+        conn = self._connection("writer")
+        self.schema_version = migrate(conn, self.location)
+
+    def _open_reader_pg(self) -> None:
+        conn = self._connection("reader")
+        if self.readonly:
+            version = current_version(conn)
+            if version != LATEST_VERSION:
+                raise SchemaError(
+                    f"{self.location} has schema version {version}; this Herald reads "
+                    f"version {LATEST_VERSION} (start the daemon once to migrate)"
+                )
+            self.schema_version = version
+
+    def _in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._connection("writer")
+        conn.execute_native("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        try:
+            result = fn(cast(sqlite3.Connection, conn))
+            conn.execute_native("COMMIT")
+        except BaseException:
+            if not conn.closed:
+                conn.execute_native("ROLLBACK")
+            raise
+        return result
+
+    def _message(self, exc: Exception) -> str:
+        text = f"state database {self.location}: {exc}".strip()
+        if self._password:
+            text = text.replace(self._password, "********")
+        return text

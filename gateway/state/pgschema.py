@@ -1,0 +1,87 @@
+"""The state schema on PostgreSQL: the SQLite migrations of :mod:`gateway.state.schema`,
+rewritten by :mod:`gateway.state.pgsql`, applied under an advisory lock.
+
+Replicas may start together: each takes the same session-level advisory lock before it
+reads the schema version, so exactly one applies a missing version and the others, once
+they hold the lock, find nothing left to do. Each version is one transaction with its
+``schema_version`` row (PostgreSQL's DDL is transactional, as SQLite's is).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+import psycopg
+
+from gateway.state.errors import SchemaError
+from gateway.state.pgconn import PgConnection
+from gateway.state.pgsql import UnsupportedSQLError, translate_migration
+from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+
+log = logging.getLogger(__name__)
+
+#: The advisory lock key of schema migrations: "HERALD" in ASCII, then 1 (a signed int64
+#: that nothing else of Herald's uses).
+MIGRATION_LOCK: Final = 0x4845_5241_4C44_0001
+
+_VERSION_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS schema_version"
+    " (version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+)
+
+
+def current_version(conn: PgConnection) -> int:
+    """The schema version of the database ``conn`` is on (0: none applied yet)."""
+    exists = conn.execute_native("SELECT to_regclass('schema_version') IS NOT NULL")
+    if not exists or not exists[0][0]:
+        return 0
+    rows = conn.execute_native("SELECT MAX(version) FROM schema_version")
+    return int(rows[0][0] or 0)
+
+
+def migrate(conn: PgConnection, location: str) -> int:
+    """Bring the database to :data:`LATEST_VERSION` under the migration lock; returns it.
+
+    A database newer than this Herald raises :class:`SchemaError` (nothing is changed).
+    """
+    if not conn.execute_native("SELECT pg_try_advisory_lock(%s)", [MIGRATION_LOCK])[0][0]:
+        log.info("state database %s: waiting for another replica's migration", location)
+        conn.execute_native("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK])
+    try:
+        conn.execute_native(_VERSION_TABLE)
+        current = current_version(conn)
+        if current > LATEST_VERSION:
+            raise SchemaError(
+                f"{location} has schema version {current}, newer than this Herald "
+                f"({LATEST_VERSION})"
+            )
+        for version in range(current + 1, LATEST_VERSION + 1):
+            _apply(conn, location, version)
+    finally:
+        if not conn.closed:
+            conn.execute_native("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK])
+    return LATEST_VERSION
+
+
+def _apply(conn: PgConnection, location: str, version: int) -> None:
+    conn.execute_native("BEGIN")
+    try:
+        for statement in MIGRATIONS[version - 1]:
+            translated = translate_migration(statement)
+            if translated is not None:
+                conn.execute_native(translated)
+        conn.execute_native(
+            "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
+            [version, time.time()],
+        )
+        conn.execute_native("COMMIT")
+    except BaseException as exc:
+        if conn.closed:
+            raise  # the connection is gone: the database is unavailable, not the schema bad
+        conn.execute_native("ROLLBACK")
+        if isinstance(exc, UnsupportedSQLError | psycopg.Error):
+            raise SchemaError(f"{location}: migration to version {version} failed: {exc}") from exc
+        raise
+    log.info("state database %s: migrated to schema version %d", location, version)

@@ -1,0 +1,67 @@
+"""The state-layer tests run on both backends: SQLite (a file) and PostgreSQL (a schema of
+its own on the session's real server)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from gateway.state import StateDB
+from gateway.state.pg import PgStateDB
+
+Backend = Literal["sqlite", "postgres"]
+#: Parameters for a test (or fixture) that runs on each backend; the PostgreSQL one carries
+#: the ``postgres`` mark.
+BACKENDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@dataclass
+class StateTarget:
+    """One test's state database on one backend; open it (again) as often as the test needs.
+    Everything opened is closed after the test."""
+
+    backend: Backend
+    path: Path
+    url: str | None
+    opened: list[StateDB] = field(default_factory=list)
+
+    async def open(self, *, readonly: bool = False) -> StateDB:
+        if self.url is None:
+            db = await StateDB.open(self.path, readonly=readonly)
+        else:
+            db = await PgStateDB.connect(self.url, readonly=readonly, replica_id="test")
+        self.opened.append(db)
+        return db
+
+    async def tables(self, db: StateDB) -> set[str]:
+        """The names of the database's tables."""
+        sql = (
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+            if self.url is None
+            else "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema()"
+        )
+        return {row[0] for row in await db.read(lambda c: c.execute(sql).fetchall())}
+
+
+@pytest.fixture(params=BACKENDS)
+async def state_target(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StateTarget]:
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    target = StateTarget(request.param, tmp_path / "herald.db", url)
+    try:
+        yield target
+    finally:
+        for db in target.opened:
+            await db.close()
+
+
+@pytest.fixture
+async def db(state_target: StateTarget) -> StateDB:
+    """A fresh state database on each backend, closed afterwards."""
+    return await state_target.open()

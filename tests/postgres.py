@@ -1,0 +1,183 @@
+"""A real PostgreSQL server for the tests: Debian's ``postgresql`` binaries, a throwaway
+cluster in a temporary directory, on a free loopback port, for one pytest session.
+
+PostgreSQL refuses to run as root, so as root (CI) the cluster belongs to the ``postgres``
+user the package creates (``nobody`` where there is none) and its programs run through
+``setpriv``. Each test gets a schema of its own (:meth:`PostgresServer.fresh_url`), so tests
+never see each other's rows and need no new database. Durability is off (``fsync``,
+``synchronous_commit``, ``full_page_writes``): the server is thrown away at the end.
+
+When the binaries are missing the tests that need them FAIL, never skip, with the command
+that installs them (``.ci/run`` and ``make test`` install them when they can).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+INSTALL: Final = "apt-get install postgresql"
+#: Seconds pg_ctl waits for the server to accept connections.
+START_SECONDS: Final = 60
+DATABASE: Final = "herald_test"
+USER: Final = "herald"
+
+_schemas = itertools.count(1)
+_running: PostgresServer | None = None
+
+
+def bin_dir() -> Path | None:
+    """The directory of ``initdb`` and ``pg_ctl``: on PATH, else Debian's newest
+    ``/usr/lib/postgresql/<version>/bin`` (the package does not put them on PATH)."""
+    found = shutil.which("initdb")
+    if found is not None and shutil.which("pg_ctl") is not None:
+        return Path(found).resolve().parent
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
+    return Path(candidates[-1]).parent if candidates else None
+
+
+def missing_message() -> str:
+    return (
+        "PostgreSQL is not installed, and the PostgreSQL backend's tests need a real server: "
+        f"install it with `{INSTALL}` (Debian; as root), or run `make test`, which installs "
+        "it when it can. .ci/run installs it too."
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PostgresServer:
+    """One throwaway cluster; :meth:`start` it, :meth:`stop` it (idempotent)."""
+
+    def __init__(self, binaries: Path) -> None:
+        self.binaries = binaries
+        self.root = Path(tempfile.mkdtemp(prefix="herald-pg-"))
+        self.data = self.root / "data"
+        self.port = 0
+        self._owner: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            self._owner = _unprivileged_user()
+            os.chown(self.root, self._owner.pw_uid, self._owner.pw_gid)
+
+    def __repr__(self) -> str:
+        return f"<PostgresServer 127.0.0.1:{self.port} {self.data}>"
+
+    def start(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-U", USER, "-A", "trust", "-E", "UTF8",
+                  "--locale=C", "-N")  # fmt: skip
+        for attempt in range(3):  # a free port can be taken between the probe and the bind
+            self.port = _free_port()
+            options = " ".join(
+                [
+                    f"-p {self.port}",
+                    "-c listen_addresses=127.0.0.1",
+                    f"-k {self.root}",
+                    "-c fsync=off",
+                    "-c synchronous_commit=off",
+                    "-c full_page_writes=off",
+                    "-c max_connections=200",
+                ]
+            )
+            log = str(self.root / "server.log")
+            try:
+                self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w",
+                          "-t", str(START_SECONDS), "start")  # fmt: skip
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+        with psycopg.connect(self.admin_url("postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+
+    def stop(self) -> None:
+        if self.port and (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(subprocess.CalledProcessError):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def admin_url(self, database: str = DATABASE) -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def fresh_url(self) -> str:
+        """The URL of a new, empty schema of the test database (its search_path)."""
+        schema = f"t{next(_schemas)}"
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        return f"{self.admin_url()}?options={quote(f'-csearch_path={schema}')}"
+
+    def _run(self, program: str, *args: str) -> None:
+        command: Sequence[str] = [str(self.binaries / program), *args]
+        if self._owner is not None:
+            command = [
+                "setpriv",
+                f"--reuid={self._owner.pw_uid}",
+                f"--regid={self._owner.pw_gid}",
+                "--clear-groups",
+                *command,
+            ]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=self.root)
+        if result.returncode != 0:
+            log = self.root / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise subprocess.CalledProcessError(
+                result.returncode, command, result.stdout, f"{result.stderr}\n{tail}"
+            )
+
+
+def _unprivileged_user() -> pwd.struct_passwd:
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    pytest.fail("no unprivileged user (postgres or nobody) to run PostgreSQL as", pytrace=False)
+
+
+def start() -> PostgresServer:
+    """Start the session's server (failing, never skipping, when PostgreSQL is missing)."""
+    global _running
+    binaries = bin_dir()
+    if binaries is None:
+        pytest.fail(missing_message(), pytrace=False)
+    server = PostgresServer(binaries)
+    try:
+        server.start()
+    except subprocess.CalledProcessError as exc:
+        server.stop()
+        pytest.fail(f"PostgreSQL did not start: {exc}\n{exc.stderr}", pytrace=False)
+    _running = server
+    return server
+
+
+def stop() -> None:
+    global _running
+    if _running is not None:
+        _running.stop()
+        _running = None
+
+
+def running() -> PostgresServer:
+    """The session's server (for code that cannot take a fixture, as Hypothesis's state
+    machines); the ``postgres_server`` fixture must have started it."""
+    if _running is None:
+        raise RuntimeError("the postgres_server fixture has not started PostgreSQL")
+    return _running
