@@ -17,14 +17,14 @@ from aiohttp import web
 from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
-from gateway.api.keys import READINESS, SCRAPE
+from gateway.api.keys import DATABASE, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
 from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.resources import RESOURCES, drain
-from gateway.state import StateDB
+from gateway.state import StateDB, database_reachable
 from gateway.wiring import (
     CHANNELS,
     CONFIG_DIR,
@@ -104,7 +104,11 @@ def build_app(
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])
 
+    async def database() -> bool | None:
+        return await database_reachable(app[STATE]) if STATE in app else None
+
     app[READINESS] = readiness
+    app[DATABASE] = database
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "gateway.commands.runs",
     "gateway.commands.doctor",
     "gateway.commands.status",
+    "gateway.commands.db",
 )
 
 

@@ -25,15 +25,12 @@ from channels import Channel
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
-from gateway.constants import (
-    STATE_DB_NAME,
-)
 from gateway.delivery import Outbox, Replier
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, Router
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import StateDB
+from gateway.state import backend_of, open_state
 from gateway.subagents import (
     SESSIONS,
     SPAWNER,
@@ -88,15 +85,19 @@ Resource = Callable[[web.Application], AsyncIterator[None]]
 
 
 async def _state(app: web.Application) -> AsyncIterator[None]:
-    state_dir = settings_of(app).gateway.resolved_state_dir()
-    db = await StateDB.open(state_dir / STATE_DB_NAME)
+    settings = settings_of(app)
+    state_dir = settings.gateway.resolved_state_dir()
+    db = await open_state(settings)
     store = SessionStore(state_dir, db)
     app[STATE] = db
     app[SESSION_STORE] = store
     app[RUN_RECORDS] = db.runs
     services: dict[ServiceKey[Any], object] = {SESSIONS: store}
     app[TOOL_SERVICES] = services
-    logger.info("state ready", extra={"state_dir": str(state_dir)})
+    logger.info(
+        "state ready",
+        extra={"state_dir": str(state_dir), "database": backend_of(settings)},
+    )
     try:
         yield
     finally:

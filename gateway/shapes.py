@@ -286,3 +286,6 @@ class Readiness(Closed):
     channels: dict[str, bool] = Field(
         description="each enabled channel's connection state, by name"
     )
+    database: Literal["ok", "unavailable"] | None = Field(
+        None, description="the shared PostgreSQL state database; null on SQLite"
+    )

@@ -1,14 +1,14 @@
 """The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
 
 Liveness answers while the process serves; readiness needs every enabled channel
-connected. Each reads what it needs from the app (:mod:`gateway.api.keys`).
+connected and, on PostgreSQL, the database answering. Each reads what it needs from the app (:mod:`gateway.api.keys`).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.keys import READINESS, SCRAPE
+from gateway.api.keys import DATABASE, READINESS, SCRAPE
 from gateway.api.routing import reply
 from gateway.metrics import CONTENT_TYPE
 from gateway.shapes import Health, Readiness
@@ -20,11 +20,15 @@ async def healthz(_: web.Request, __: None) -> web.Response:
 
 async def readyz(request: web.Request, _: None) -> web.Response:
     channels = request.app[READINESS]()
-    ready = all(channels.values())
-    return reply(
-        Readiness(status="ready" if ready else "starting", channels=channels),
-        status=200 if ready else 503,
-    )
+    reachable = await request.app[DATABASE]()
+    ready = all(channels.values()) and reachable is not False
+    status = "ready" if ready else "starting"
+    if reachable is None:  # SQLite: a local file, nothing to report
+        body = Readiness(status=status, channels=channels)
+    else:
+        database = "ok" if reachable else "unavailable"
+        body = Readiness(status=status, channels=channels, database=database)
+    return reply(body, status=200 if ready else 503)
 
 
 async def metrics(request: web.Request, _: None) -> web.Response:

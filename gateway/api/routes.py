@@ -64,11 +64,15 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
         method="GET",
         path="/readyz",
         operation_id="readyz",
-        summary="Readiness: every enabled channel is connected",
+        summary="Readiness: every enabled channel is connected (and PostgreSQL answers)",
         handler=health.readyz,
         responses={
             200: answer(Readiness, "Every enabled channel is connected"),
-            503: answer(Readiness, "Some enabled channel is not connected yet"),
+            503: answer(
+                Readiness,
+                "Some enabled channel is not connected yet, or the PostgreSQL state database"
+                " does not answer",
+            ),
         },
         public=True,
     ),

@@ -2,7 +2,8 @@
 
 Checks, in order: the configuration loads; tool policies name known tools; the state
 directory exists (or can be created), is ours, private and writable, and its database opens
-read-only with a schema this Herald knows; each model provider is usable (a scripted
+read-only with a schema this Herald knows (with ``cluster.databaseUrl``: PostgreSQL answers,
+with such a schema); each model provider is usable (a scripted
 provider's rules file loads; an HTTP provider passes its own probe, one free request for
 its model list) and lists the configured models where its list can tell; and each enabled
 chat channel passes its own probe (Slack ``auth.test``, Discord ``GET /users/@me``), run on
@@ -106,12 +107,17 @@ async def diagnose(
     source = str(loaded.path) if loaded.path else "no file: defaults and environment"
     findings = [Finding("ok", "config", f"loads ({source})")]
     findings += check_tools(settings)
-    findings += check_state_dir(settings.gateway.resolved_state_dir())
+    on_postgresql = settings.cluster.database_url is not None
+    findings += check_state_dir(
+        settings.gateway.resolved_state_dir(), sqlite_file=not on_postgresql
+    )
     used = _used_providers(settings)
     remote: list[Awaitable[Finding]] = [
         check_provider(name, provider, loaded.config_dir, name in used, request_seconds)
         for name, provider in settings.models.providers.items()
     ]
+    if on_postgresql:
+        remote.insert(0, check_database(settings, request_seconds))
     if settings.channels.slack.enabled:
         remote.append(check_slack(settings.channels.slack, request_seconds))
     if settings.channels.discord.enabled:
@@ -136,8 +142,9 @@ def check_tools(settings: HeraldSettings) -> list[Finding]:
     ]
 
 
-def check_state_dir(path: Path) -> list[Finding]:
-    """The state directory: exists or can be made, ours, 0700, writable; then its database."""
+def check_state_dir(path: Path, *, sqlite_file: bool = True) -> list[Finding]:
+    """The state directory: exists or can be made, ours, 0700, writable; then its database
+    file (unless the state is in PostgreSQL)."""
     subject = f"state dir {path}"
     if not path.exists():
         parent = next((p for p in path.parents if p.exists()), None)
@@ -176,7 +183,7 @@ def check_state_dir(path: Path) -> list[Finding]:
             f"chmod 700 {path}",
         )
     )
-    return [directory, check_state_db(path / STATE_DB_NAME)]
+    return [directory, check_state_db(path / STATE_DB_NAME)] if sqlite_file else [directory]
 
 
 def check_state_db(path: Path) -> Finding:
@@ -220,6 +227,45 @@ def check_state_db(path: Path) -> Finding:
     if mode & 0o077:
         return Finding("warn", subject, f"mode {mode:04o}: readable by others", f"chmod 600 {path}")
     return Finding("ok", subject, f"opens read-only, schema version {version}")
+
+
+async def check_database(settings: HeraldSettings, seconds: float) -> Finding:
+    """The PostgreSQL state database (``cluster.databaseUrl``): it answers, and its schema is
+    one this Herald knows."""
+    from gateway.state import StateError, schema_status
+
+    subject = "state database"
+    try:
+        async with asyncio.timeout(seconds):
+            status = await schema_status(settings)
+    except (StateError, TimeoutError) as exc:
+        reason = str(exc) or f"no answer within {seconds:g}s"
+        return Finding(
+            "FAIL",
+            subject,
+            f"cannot be reached: {reason}",
+            "check cluster.databaseUrl, that PostgreSQL runs, and that it lets this user in "
+            "(pg_hba.conf)",
+        )
+    where = status.location
+    if status.newer:
+        return Finding(
+            "FAIL",
+            subject,
+            f"{where}: schema version {status.version} is newer than this Herald's "
+            f"({status.latest})",
+            "upgrade Herald to the version the other replicas run",
+        )
+    if not status.version:
+        return Finding("ok", subject, f"{where} answers; `herald run` creates the schema")
+    if status.pending:
+        return Finding(
+            "warn",
+            subject,
+            f"{where}: schema version {status.version}; `herald run` (or `herald db "
+            f"migrate`) migrates it to {status.latest}",
+        )
+    return Finding("ok", subject, f"{where} answers, schema version {status.version}")
 
 
 def _used_providers(settings: HeraldSettings) -> set[str]:

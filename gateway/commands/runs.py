@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.commands.sessions import _safe, _state_dir, _when, _with_db
+from gateway.commands.sessions import _safe, _settings, _when, _with_db
 from gateway.state import FINISHED_STATUSES, RunRecord, StateDB, StateError, StateMissingError
 from gateway.subagents.presenter import (
     SHORT_ID,
@@ -77,7 +77,7 @@ def runs_list(args: argparse.Namespace) -> int:
         return await db.runs.list(statuses=statuses, limit=max(1, args.limit))
 
     try:
-        runs = _with_db(_state_dir(args), query)
+        runs = _with_db(_settings(args), query)
     except StateMissingError:
         runs = []
     except StateError as exc:
@@ -104,7 +104,7 @@ def runs_show(args: argparse.Namespace) -> int:
         return found, await db.runs.list(parent_run_id=found[0].run_id, oldest_first=True)
 
     try:
-        matches, children = _with_db(_state_dir(args), query)
+        matches, children = _with_db(_settings(args), query)
     except (StateMissingError, StateError) as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return 1

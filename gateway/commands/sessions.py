@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 import orjson
 
-from gateway.constants import STATE_DB_NAME
 from gateway.sessions import (
     SessionKey,
     SessionKeyError,
@@ -28,7 +27,8 @@ from gateway.sessions import (
     describe_session,
     parse_transcript,
 )
-from gateway.state import SessionRecord, StateDB, StateError, StateMissingError
+from gateway.settings import HeraldSettings
+from gateway.state import SessionRecord, StateDB, StateError, StateMissingError, open_state
 
 T = TypeVar("T")
 _CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
@@ -68,13 +68,14 @@ def add_commands(subparsers: Any) -> None:
 
 def sessions_list(args: argparse.Namespace) -> int:
     """``herald sessions list [--all] [--archived] [--json]``."""
-    state_dir = _state_dir(args)
+    settings = _settings(args)
+    state_dir = settings.gateway.resolved_state_dir()
 
     async def query(db: StateDB) -> list[SessionRecord]:
         return await db.sessions.list(include_subagents=args.all, include_archived=args.archived)
 
     try:
-        records = _with_db(state_dir, query)
+        records = _with_db(settings, query)
     except StateMissingError:
         records = []
     except StateError as exc:
@@ -107,8 +108,9 @@ def sessions_show(args: argparse.Namespace) -> int:
     key = _parse_key(args.key)
     if key is None:
         return 1
-    state_dir = _state_dir(args)
-    record = _find(state_dir, key)
+    settings = _settings(args)
+    state_dir = settings.gateway.resolved_state_dir()
+    record = _find(settings, key)
     if record is None:
         return 1
     info = describe_session(record, current_transcript_path(state_dir, record))
@@ -178,16 +180,17 @@ def transcripts_show(args: argparse.Namespace) -> int:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _state_dir(args: argparse.Namespace) -> Path:
+def _settings(args: argparse.Namespace) -> HeraldSettings:
     from gateway.config import load_settings
 
-    loaded = load_settings(args.config, environ=os.environ)
-    return loaded.settings.gateway.resolved_state_dir()
+    return load_settings(args.config, environ=os.environ).settings
 
 
-def _with_db(state_dir: Path, fn: Callable[[StateDB], Coroutine[Any, Any, T]]) -> T:
+def _with_db(settings: HeraldSettings, fn: Callable[[StateDB], Coroutine[Any, Any, T]]) -> T:
+    """``fn`` on the configured state database, opened read-only (SQLite or PostgreSQL)."""
+
     async def run() -> T:
-        db = await StateDB.open(state_dir / STATE_DB_NAME, readonly=True)
+        db = await open_state(settings, readonly=True)
         try:
             return await fn(db)
         finally:
@@ -204,12 +207,12 @@ def _parse_key(raw: str) -> str | None:
         return None
 
 
-def _find(state_dir: Path, key: str) -> SessionRecord | None:
+def _find(settings: HeraldSettings, key: str) -> SessionRecord | None:
     async def query(db: StateDB) -> SessionRecord | None:
         return await db.sessions.get(key)
 
     try:
-        record = _with_db(state_dir, query)
+        record = _with_db(settings, query)
     except StateMissingError:
         record = None
     except StateError as exc:
@@ -227,8 +230,9 @@ def _resolve_transcript(args: argparse.Namespace) -> Path | None:
         key = _parse_key(target)
         if key is None:
             return None
-        state_dir = _state_dir(args)
-        record = _find(state_dir, key)
+        settings = _settings(args)
+        state_dir = settings.gateway.resolved_state_dir()
+        record = _find(settings, key)
         if record is None:
             return None
         path = current_transcript_path(state_dir, record)

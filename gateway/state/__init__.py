@@ -1,5 +1,14 @@
-"""The state database (SQLite, WAL): sessions index, sub-agent runs, announce outbox."""
+"""The state database (SQLite, WAL; or PostgreSQL with ``cluster.databaseUrl``): sessions
+index, sub-agent runs, announce outbox."""
 
+from gateway.state.backend import (
+    SchemaStatus,
+    backend_of,
+    database_reachable,
+    migrate_state,
+    open_state,
+    schema_status,
+)
 from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
 from gateway.state.errors import (
@@ -11,6 +20,7 @@ from gateway.state.errors import (
     StateClosedError,
     StateError,
     StateMissingError,
+    StateUnavailableError,
 )
 from gateway.state.outbox import OutboxTable
 from gateway.state.rows import (
@@ -52,6 +62,7 @@ __all__ = [
     "RunStatus",
     "RunsTable",
     "SchemaError",
+    "SchemaStatus",
     "SeenTable",
     "SessionKind",
     "SessionRecord",
@@ -60,4 +71,10 @@ __all__ = [
     "StateDB",
     "StateError",
     "StateMissingError",
+    "StateUnavailableError",
+    "backend_of",
+    "database_reachable",
+    "migrate_state",
+    "open_state",
+    "schema_status",
 ]

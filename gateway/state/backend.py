@@ -3,6 +3,7 @@
 Without ``cluster.databaseUrl`` the state is SQLite at ``<stateDir>/herald.db`` (the
 default: one process); with it, PostgreSQL (:class:`gateway.state.pg.PgStateDB`), shared
 by every replica. Everything that opens the state database goes through :func:`open_state`.
+The PostgreSQL modules (and psycopg) are imported only when a configuration names one.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from gateway.constants import STATE_DB_NAME
 from gateway.settings import HeraldSettings
 from gateway.state.db import StateDB, _current_version
 from gateway.state.errors import StateError, StateUnavailableError
-from gateway.state.pg import PgStateDB
-from gateway.state.pgconn import PgConnection
-from gateway.state.pgschema import current_version
 from gateway.state.schema import LATEST_VERSION
 
 Backend = Literal["sqlite", "postgresql"]
@@ -61,6 +59,8 @@ async def open_state(settings: HeraldSettings, *, readonly: bool = False) -> Sta
     url = settings.cluster.database_url
     if url is None:
         return await StateDB.open(sqlite_path(settings), readonly=readonly)
+    from gateway.state.pg import PgStateDB
+
     return await PgStateDB.connect(
         url.get_secret_value(),
         readonly=readonly,
@@ -90,9 +90,11 @@ async def schema_status(settings: HeraldSettings) -> SchemaStatus:
 async def database_reachable(db: StateDB) -> bool | None:
     """Whether a shared database answers now; None for SQLite (a local file, always there
     while the process runs)."""
-    if isinstance(db, PgStateDB):
-        return await db.ping()
-    return None
+    if type(db) is StateDB:
+        return None
+    from gateway.state.pg import PgStateDB
+
+    return await db.ping() if isinstance(db, PgStateDB) else None
 
 
 def _sqlite_version(path: Path) -> int | None:
@@ -111,11 +113,14 @@ def _sqlite_version(path: Path) -> int | None:
 def _pg_version(url: str, location: str, settings: HeraldSettings) -> int:
     import psycopg
 
+    from gateway.state.pgconn import PgConnection
+    from gateway.state.pgschema import current_version
+
     name = f"herald:{settings.cluster.resolved_replica_id()}"
     try:
         conn = PgConnection.connect(url, application_name=name[:63], readonly=True)
     except psycopg.Error as exc:
-        text = str(exc)
+        text = " ".join(str(exc).split())  # libpq's messages run over several lines
         secret = settings.cluster.database_url
         for part in secret.secret_parts() if secret is not None else ():
             text = text.replace(part, "********")

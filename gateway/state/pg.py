@@ -56,6 +56,8 @@ RETRY_SQLSTATES: Final = frozenset({"40001", "40P01"})
 CONFLICT_RETRY_SECONDS: Final = 120.0
 CONFLICT_RETRY_FIRST_SECONDS: Final = 0.005
 CONFLICT_RETRY_MAX_DELAY_SECONDS: Final = 1.0
+#: Seconds a readiness ping may take: a database slower than this is as good as gone.
+PING_SECONDS: Final = 5.0
 #: PostgreSQL truncates application_name to 63 bytes.
 APPLICATION_NAME_MAX: Final = 63
 
@@ -130,13 +132,15 @@ class PgStateDB(StateDB):
                 log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
                 await asyncio.sleep(delay)
 
-    async def ping(self) -> bool:
-        """Whether the database answers now (``SELECT 1`` on the reader's connection)."""
+    async def ping(self, timeout: float = PING_SECONDS) -> bool:
+        """Whether the database answers within ``timeout`` (``SELECT 1`` on the reader's
+        connection, opened again if it was lost)."""
         if self.closed:
             return False
         try:
-            await self._on("reader", lambda: self._sqlite_like("reader").execute("SELECT 1"))
-        except (StateUnavailableError, StateClosedError):
+            async with asyncio.timeout(timeout):
+                await self._on("reader", lambda: self._sqlite_like("reader").execute("SELECT 1"))
+        except (StateUnavailableError, StateClosedError, TimeoutError):
             return False
         return True
 
@@ -229,7 +233,8 @@ class PgStateDB(StateDB):
         return result
 
     def _message(self, exc: Exception) -> str:
-        text = f"state database {self.location}: {exc}".strip()
+        # One line (libpq's messages run over several), never the password.
+        text = " ".join(f"state database {self.location}: {exc}".split())
         if self._password:
             text = text.replace(self._password, "********")
         return text

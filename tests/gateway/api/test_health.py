@@ -7,14 +7,19 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.api.keys import READINESS
+from gateway.api.keys import DATABASE, READINESS
 from gateway.api.routes import route_defs
+
+
+async def _sqlite() -> bool | None:
+    return None  # no shared database to ask
 
 
 async def test_readiness_follows_every_enabled_channel() -> None:
     channels = {"webchat": True, "slack": False}
     app = web.Application()
     app[READINESS] = lambda: dict(channels)
+    app[DATABASE] = _sqlite
     app.add_routes(route_defs("/healthz", "/readyz"))
     client: TestClient[Any, Any]
     async with TestClient(TestServer(app)) as client:
@@ -30,3 +35,28 @@ async def test_readiness_follows_every_enabled_channel() -> None:
         channels["webchat"] = False  # a channel that drops makes the gateway unready again
         assert (await client.get("/readyz")).status == 503
         assert (await client.get("/healthz")).status == 200
+
+
+async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
+    answering = {"now": True}
+
+    async def database() -> bool | None:
+        return answering["now"]
+
+    app = web.Application()
+    app[READINESS] = lambda: {"webchat": True}
+    app[DATABASE] = database
+    app.add_routes(route_defs("/readyz"))
+    client: TestClient[Any, Any]
+    async with TestClient(TestServer(app)) as client:
+        ready = await client.get("/readyz")
+        assert ready.status == 200
+        assert await ready.json() == {
+            "status": "ready",
+            "channels": {"webchat": True},
+            "database": "ok",
+        }
+        answering["now"] = False
+        lost = await client.get("/readyz")
+        assert lost.status == 503
+        assert (await lost.json())["database"] == "unavailable"
