@@ -36,6 +36,10 @@ START_SECONDS: Final = 60
 DATABASE: Final = "herald_test"
 USER: Final = "herald"
 
+#: Parameters of a test or fixture that runs on each state backend; the PostgreSQL one
+#: carries the ``postgres`` mark.
+BACKENDS: Final = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+
 _schemas = itertools.count(1)
 _running: PostgresServer | None = None
 
@@ -85,7 +89,7 @@ class PostgresServer:
 
     def start(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", USER, "-A", "trust", "-E", "UTF8",
-                  "--locale=C", "-N")  # fmt: skip
+                  "--locale=C", "--locale-provider=icu", "--icu-locale=en-US", "-N")  # fmt: skip
         for attempt in range(3):  # a free port can be taken between the probe and the bind
             self.port = _free_port()
             options = " ".join(

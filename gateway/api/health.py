@@ -1,7 +1,8 @@
 """The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
 
 Liveness answers while the process serves; readiness needs every enabled channel
-connected and, on PostgreSQL, the database answering. Each reads what it needs from the app (:mod:`gateway.api.keys`).
+connected and, on PostgreSQL, the database answering. Each reads what it needs from the
+app (:mod:`gateway.api.keys`).
 """
 
 from __future__ import annotations

@@ -132,13 +132,13 @@ class PgStateDB(StateDB):
                 log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
                 await asyncio.sleep(delay)
 
-    async def ping(self, timeout: float = PING_SECONDS) -> bool:
-        """Whether the database answers within ``timeout`` (``SELECT 1`` on the reader's
-        connection, opened again if it was lost)."""
+    async def ping(self) -> bool:
+        """Whether the database answers within :data:`PING_SECONDS` (``SELECT 1`` on the
+        reader's connection, opened again if it was lost)."""
         if self.closed:
             return False
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(PING_SECONDS):
                 await self._on("reader", lambda: self._sqlite_like("reader").execute("SELECT 1"))
         except (StateUnavailableError, StateClosedError, TimeoutError):
             return False

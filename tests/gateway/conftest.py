@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.state import StateDB
+from tests.postgres import BACKENDS
 
 #: Writes a file under the test's temporary directory; returns its path.
 WriteFile = Callable[[str, str | bytes], Path]
@@ -34,3 +35,12 @@ async def db(tmp_path: Path) -> AsyncIterator[StateDB]:
         yield database
     finally:
         await database.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """Each state backend in turn for a gateway test: None (SQLite in the state directory),
+    then the URL of a fresh schema on the session's PostgreSQL (``cluster.databaseUrl``)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return None

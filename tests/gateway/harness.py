@@ -222,15 +222,19 @@ async def running_gateway(
     channel_name: str = "memory",
     state_dir: Path | None = None,
     channels: dict[str, Channel] | None = None,
+    database_url: str | None = None,
 ) -> AsyncIterator[Harness]:
     """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);
-    stops and closes everything on exit, as a SIGTERM would."""
+    stops and closes everything on exit, as a SIGTERM would. With ``database_url`` its state
+    is in that PostgreSQL database (one replica), else SQLite in the state directory."""
     script_path = tmp_path / "script.json5"
     script_path.write_bytes(orjson.dumps(script or TEST_SCRIPT))
     state = state_dir or tmp_path / "state"
     # No drain by default (as a test's gateway stops with work still blocked on purpose).
     quick_stop = {"gateway": {"shutdownDrainSeconds": 0}}
     data = merge(merge(base_config(state, script_path), quick_stop), config or {})
+    if database_url is not None:
+        data = merge(data, {"cluster": {"databaseUrl": database_url}})
     holder = SettingsHolder(HeraldSettings.model_validate(data))
     settled: dict[str, OutboxRecord] = {}
     changed = asyncio.Condition()

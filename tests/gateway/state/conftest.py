@@ -12,11 +12,9 @@ import pytest
 
 from gateway.state import StateDB
 from gateway.state.pg import PgStateDB
+from tests.postgres import BACKENDS
 
 Backend = Literal["sqlite", "postgres"]
-#: Parameters for a test (or fixture) that runs on each backend; the PostgreSQL one carries
-#: the ``postgres`` mark.
-BACKENDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @dataclass

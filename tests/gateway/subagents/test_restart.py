@@ -1,4 +1,5 @@
-"""What a restart does with runs and announces another process left behind."""
+"""What a restart does with runs and announces another process left behind — with the state
+in SQLite and in PostgreSQL (one replica)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from gateway.constants import STATE_DB_NAME
 from gateway.delivery import UNCERTAIN
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions.transcript import INTERRUPTED_TOOL_RESULT
 from gateway.state import OutboxRecord
+from gateway.state.pg import PgStateDB
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import TEST_SCRIPT, running_gateway
 
@@ -24,13 +27,16 @@ def fast_slow_script() -> dict[str, Any]:
     return script
 
 
-async def test_a_queued_run_runs_after_a_restart(tmp_path: Path) -> None:
+async def test_a_queued_run_runs_after_a_restart(tmp_path: Path, database_url: str | None) -> None:
     state = tmp_path / "state"
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
+        # The backend the parameter names holds the state (no SQLite file beside PostgreSQL).
+        assert isinstance(gw.db, PgStateDB) == (database_url is not None)
         gw.lanes.subagent.submit(asyncio.Event().wait)  # never released
         await gw.say("bg task: later")
         run_id = (await gw.reply()).text.split()[-1]
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    assert (state / STATE_DB_NAME).exists() == (database_url is None)
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         run = await gw.finished(run_id)
         assert run.status == "done"
         assert (await gw.delivery(run_id)).state == "delivered"
@@ -38,9 +44,11 @@ async def test_a_queued_run_runs_after_a_restart(tmp_path: Path) -> None:
         assert announce.text.startswith("ANNOUNCE: done: later")
 
 
-async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None:
+async def test_a_running_run_resumes_from_its_transcript(
+    tmp_path: Path, database_url: str | None
+) -> None:
     state = tmp_path / "state"
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         await gw.say("bg task-slow: resumable")
         run_id = (await gw.reply()).text.split()[-1]
         await gw.status(run_id, "running")
@@ -52,7 +60,9 @@ async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None
         await gw.store.append_message(
             child, ChatMessage(role="assistant", content="", tool_calls=(call,))
         )
-    async with running_gateway(tmp_path, state_dir=state, script=fast_slow_script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, state_dir=state, script=fast_slow_script()
+    ) as gw:
         run = await gw.finished(run_id)
         assert run.status == "done"
         contents = await gw.store.read(run.child_session_key)
@@ -63,14 +73,18 @@ async def test_a_running_run_resumes_from_its_transcript(tmp_path: Path) -> None
         assert announce.run_id == run_id
 
 
-async def test_on_restart_fail_announces_running_runs_as_interrupted(tmp_path: Path) -> None:
+async def test_on_restart_fail_announces_running_runs_as_interrupted(
+    tmp_path: Path, database_url: str | None
+) -> None:
     state = tmp_path / "state"
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         await gw.say("bg task-slow: doomed")
         run_id = (await gw.reply()).text.split()[-1]
         await gw.status(run_id, "running")
     config = {"agent": {"subagents": {"onRestart": "fail"}}}
-    async with running_gateway(tmp_path, state_dir=state, config=config) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, state_dir=state, config=config
+    ) as gw:
         run = await gw.finished(run_id)
         assert run.status == "interrupted"
         (announce,) = await gw.announce()
@@ -79,9 +93,10 @@ async def test_on_restart_fail_announces_running_runs_as_interrupted(tmp_path: P
 
 async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeated(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     state = tmp_path / "state"
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         gw.lanes.subagent.submit(asyncio.Event().wait)  # no run starts here
         ctx = await gw.context("agent:main:memory:channel:c1")
         ids = []
@@ -104,7 +119,7 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
                 {"status": "announcing", "outcome": "done", "announce_state": "queued"},
             )
         await gw.outbox.close()  # this process never delivers them
-    async with running_gateway(tmp_path, state_dir=state) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         delivered = await gw.delivery(ids[0])
         assert delivered.state == "delivered"
         # The memory chat cannot tell whether the cut-off send arrived: it stays unsent.

@@ -18,8 +18,10 @@ STATS = re.compile(
 )
 
 
-async def test_a_chat_turn_replies_in_the_same_chat_and_thread(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_a_chat_turn_replies_in_the_same_chat_and_thread(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("hello", chat_id="c9", thread_id="t1")
         reply = await gw.reply("c9")
         assert (reply.text, reply.thread_id, reply.channel) == ("hi there", "t1", "memory")
@@ -33,8 +35,9 @@ async def test_a_chat_turn_replies_in_the_same_chat_and_thread(tmp_path: Path) -
 
 async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
-    async with running_gateway(tmp_path) as gw:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("bg task: tides", thread_id="t1")
         accepted = await gw.reply()
         match = re.fullmatch(r"accepted ([0-9a-f-]{36})", accepted.text)
@@ -63,8 +66,10 @@ async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
         assert child.parent_key == "agent:main:memory:channel:c1:thread:t1"
 
 
-async def test_the_announce_goes_to_the_thread_captured_at_spawn(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_the_announce_goes_to_the_thread_captured_at_spawn(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)  # hold the lane: run stays queued
         await gw.say("bg task: first", dm=True, thread_id="thread-a")
@@ -83,8 +88,10 @@ async def test_the_announce_goes_to_the_thread_captured_at_spawn(tmp_path: Path)
         assert announce.thread_id == "thread-a"
 
 
-async def test_at_most_ten_spawns_are_honoured_per_model_turn(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_at_most_ten_spawns_are_honoured_per_model_turn(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("many")
         await gw.reply()
         runs = await gw.db.runs.list()
@@ -95,8 +102,8 @@ async def test_at_most_ten_spawns_are_honoured_per_model_turn(tmp_path: Path) ->
         assert len(errors) == 2
 
 
-async def test_announce_skip_posts_nothing(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_announce_skip_posts_nothing(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task: SKIPME"))
         run = await gw.finished(result["runId"])
@@ -106,8 +113,10 @@ async def test_announce_skip_posts_nothing(tmp_path: Path) -> None:
         assert await gw.db.outbox.get_by_run(run.run_id) is None
 
 
-async def test_submit_error_ends_the_run_as_error_with_a_status_line(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_submit_error_ends_the_run_as_error_with_a_status_line(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("bg task-fail: fly")
         run_id = (await gw.reply()).text.split()[-1]
         run = await gw.finished(run_id)
@@ -116,16 +125,18 @@ async def test_submit_error_ends_the_run_as_error_with_a_status_line(tmp_path: P
         assert re.match(r'^Sub-agent "bg" failed after \d+s: cannot fly\n', announce.text)
 
 
-async def test_submit_result_ends_the_run_with_its_result(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_submit_result_ends_the_run_with_its_result(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task-submit: x"))
         run = await gw.finished(result["runId"])
         assert (run.status, run.result_text) == ("done", "submitted x")
 
 
-async def test_run_timeout_aborts_the_child(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_run_timeout_aborts_the_child(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         await gw.store.set_origin(ctx.session_key, None)
         result = await gw.spawn(
@@ -138,8 +149,10 @@ async def test_run_timeout_aborts_the_child(tmp_path: Path) -> None:
         assert run.announce_text.startswith('Sub-agent "slow" timed out after 0s.')
 
 
-async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task: sum"))
         run = await gw.finished(result["runId"])
@@ -155,8 +168,10 @@ async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(tmp_pa
         assert abs(run.cost_usd - expected) < 1e-12
 
 
-async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         # Hold the DM session's lane so the first turn waits while the person moves threads.
         key = "agent:main:memory:dm:u1"
         gate = asyncio.Event()

@@ -1,0 +1,110 @@
+"""What the PostgreSQL backend adds to the state database's promises: replicas that start
+together migrate once; concurrent writes of several replicas each behave as if alone; a
+lost database is reported, then used again when it returns; the password stays secret."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from gateway.state import StateUnavailableError
+from gateway.state.pg import PgStateDB
+from gateway.state.pgschema import MIGRATION_LOCK
+from gateway.state.schema import LATEST_VERSION
+from tests.postgres import PostgresServer
+
+pytestmark = pytest.mark.postgres
+
+
+async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
+    replicas = await asyncio.gather(
+        *(PgStateDB.connect(pg_url, replica_id=f"r{n}") for n in range(5))
+    )
+    try:
+        assert {db.schema_version for db in replicas} == {LATEST_VERSION}
+        rows = await replicas[0].read(
+            lambda c: c.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+        )
+        assert [row[0] for row in rows] == list(range(1, LATEST_VERSION + 1))
+        with psycopg.connect(pg_url) as admin:  # the lock was given back
+            locks = admin.execute(
+                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+                [MIGRATION_LOCK & 0xFFFFFFFF],
+            ).fetchone()
+            assert locks is not None
+            assert locks[0] == 0
+    finally:
+        await asyncio.gather(*(db.close() for db in replicas))
+
+
+async def test_concurrent_read_modify_writes_of_two_replicas_lose_nothing(pg_url: str) -> None:
+    one = await PgStateDB.connect(pg_url, replica_id="one")
+    two = await PgStateDB.connect(pg_url, replica_id="two")
+    try:
+        await one.write(lambda c: c.execute("CREATE TABLE counter (n INTEGER NOT NULL)"))
+        await one.write(lambda c: c.execute("INSERT INTO counter VALUES (0)"))
+
+        def increment(conn: sqlite3.Connection) -> None:
+            # Read, then write what was read plus one: the pattern of a run's completion.
+            n = conn.execute("SELECT n FROM counter").fetchone()[0]
+            conn.execute("UPDATE counter SET n = ?", (n + 1,))
+
+        await asyncio.gather(*(db.write(increment) for _ in range(40) for db in (one, two)))
+        total = await one.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0])
+        assert total == 80
+    finally:
+        await one.close()
+        await two.close()
+
+
+def _as_user(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{user}:pw-{user}-secret@{parts.hostname}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+async def test_a_lost_database_is_reported_then_used_again(
+    postgres_server: PostgresServer, pg_url: str
+) -> None:
+    user = f"u{abs(hash(pg_url)) % 10**8}"
+    admin_url = postgres_server.admin_url()
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {user} LOGIN")
+        schema = pg_url.rsplit("%3D", 1)[1]
+        admin.execute(f"GRANT ALL ON SCHEMA {schema} TO {user}")
+    url = _as_user(pg_url, user)
+    db = await PgStateDB.connect(url, replica_id="lost")
+    try:
+        assert await db.ping()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {user} NOLOGIN")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [user],
+            )
+        with pytest.raises(StateUnavailableError) as lost:
+            await db.sessions.list()
+        assert f"pw-{user}-secret" not in str(lost.value)
+        assert not await db.ping()  # it tries again, and is refused
+        with pytest.raises(StateUnavailableError) as refused:
+            await db.runs.get("r1")
+        assert f"pw-{user}-secret" not in str(refused.value)
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {user} LOGIN")
+        assert await db.ping()
+        assert await db.sessions.list() == []
+        assert f"pw-{user}-secret" not in repr(db)
+    finally:
+        await db.close()
+
+
+async def test_an_unreachable_database_fails_the_open_without_the_password() -> None:
+    url = "postgresql://herald:pw-unreachable-secret@127.0.0.1:1/herald"
+    with pytest.raises(StateUnavailableError) as failed:
+        await PgStateDB.connect(url, replica_id="none")
+    assert "pw-unreachable-secret" not in str(failed.value)
+    assert "127.0.0.1" in str(failed.value)
