@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.api.keys import DATABASE, READINESS
 from gateway.api.routes import route_defs
+from tests.gateway.harness import running_gateway
 
 
 async def _sqlite() -> bool | None:
@@ -60,3 +63,17 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
         lost = await client.get("/readyz")
         assert lost.status == 503
         assert (await lost.json())["database"] == "unavailable"
+
+
+@pytest.mark.postgres
+async def test_a_gateway_on_postgresql_reports_its_database(tmp_path: Path, pg_url: str) -> None:
+    async with running_gateway(tmp_path, database_url=pg_url) as gw:
+        app = web.Application()
+        app[READINESS] = gw.app[READINESS]
+        app[DATABASE] = gw.app[DATABASE]
+        app.add_routes(route_defs("/readyz"))
+        client: TestClient[Any, Any]
+        async with TestClient(TestServer(app)) as client:
+            ready = await client.get("/readyz")
+            assert ready.status == 200
+            assert (await ready.json())["database"] == "ok"

@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.commands.doctor import Finding, add_commands, diagnose
 from gateway.constants import STATE_DB_NAME
 from gateway.state import StateDB
+from gateway.state.pg import PgStateDB
 from gateway.state.schema import LATEST_VERSION
 from tests.fakes.discord import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord import FakeDiscord
@@ -454,3 +455,29 @@ async def test_a_chat_service_answering_without_a_verdict_only_warns(tmp_path: P
     assert finding.level == "warn"
     assert "HTTP 503" in finding.message
     assert all(f.level != "FAIL" for f in findings)
+
+
+@pytest.mark.postgres
+async def test_the_postgresql_database_is_checked(tmp_path: Path, pg_url: str) -> None:
+    cluster = {"cluster": {"databaseUrl": pg_url}}
+    fresh = about(await run(tmp_path, cluster), "state database")
+    assert fresh.level == "ok"
+    assert "`herald run` creates the schema" in fresh.message
+    db = await PgStateDB.connect(pg_url, replica_id="doctor")
+    await db.close()
+    findings = await run(tmp_path, cluster)
+    current = about(findings, "state database")
+    assert (current.level, f"schema version {LATEST_VERSION}" in current.message) == ("ok", True)
+    # The state lives in PostgreSQL: no SQLite file is looked for.
+    assert not [f for f in findings if f.subject == f"state db {STATE_DB_NAME}"]
+
+
+async def test_an_unreachable_postgresql_database_fails_without_its_password(
+    tmp_path: Path,
+) -> None:
+    url = f"postgresql://herald:pw-doctor-secret@127.0.0.1:{free_port()}/herald"
+    findings = await run(tmp_path, {"cluster": {"databaseUrl": url}})
+    finding = about(findings, "state database")
+    assert finding.level == "FAIL"
+    assert "cannot be reached" in finding.message
+    assert "pw-doctor-secret" not in printed(findings)
