@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.synced
 CONFIG ?= config/herald.json5
 
-.PHONY: run test lint typecheck pytest bench soak clean env
+.PHONY: run test lint typecheck pytest bench soak clean env postgresql
 
 $(UV):
 	python3 -m pip install --user --quiet uv
@@ -26,7 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+# The PostgreSQL backend's tests start a server of their own from Debian's postgresql
+# package: installed here when missing (as root); without it those tests fail and say how.
+postgresql:
+	@bash .ci/install-postgresql || echo "make: the PostgreSQL tests will fail until it is installed" >&2
+
+pytest: $(STAMP) postgresql
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest

@@ -76,7 +76,10 @@ class PostgresServer:
 
     def __init__(self, binaries: Path) -> None:
         self.binaries = binaries
-        self.root = Path(tempfile.mkdtemp(prefix="herald-pg-"))
+        # As root the server runs as another user, who must reach the directory: /tmp is
+        # open to all, where $TMPDIR may be under /root.
+        parent = "/tmp" if os.geteuid() == 0 else None
+        self.root = Path(tempfile.mkdtemp(prefix="herald-pg-", dir=parent))
         self.data = self.root / "data"
         self.port = 0
         self._owner: pwd.struct_passwd | None = None

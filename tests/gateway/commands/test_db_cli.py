@@ -54,3 +54,16 @@ def test_an_unreachable_database_exits_69_with_the_password_masked(
     captured = capsys.readouterr()
     assert "pw-cli-secret" not in captured.out + captured.err
     assert "postgresql://herald:********@127.0.0.1:1/herald" in captured.err
+
+
+@pytest.mark.postgres
+def test_the_cluster_example_migrates_a_real_database(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = Path(__file__).resolve().parents[3] / "config" / "cluster.json5"
+    monkeypatch.setenv("HERALD_DATABASE_URL", pg_url)
+    assert main(["db", "migrate", "--config", str(example)]) == 0
+    assert main(["db", "status", "--config", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "backend   postgresql" in out
+    assert f"version {LATEST_VERSION} (current)" in out
