@@ -42,7 +42,7 @@ from gateway.state.errors import (
     StateClosedError,
     StateUnavailableError,
 )
-from gateway.state.pgconn import PgConnection
+from gateway.state.pgconn import PgConnection, as_sqlite_error
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
 
@@ -127,7 +127,11 @@ class PgStateDB(StateDB):
                     base=CONFLICT_RETRY_FIRST_SECONDS,
                     cap=CONFLICT_RETRY_MAX_DELAY_SECONDS,
                 )
-                if exc.sqlstate not in RETRY_SQLSTATES or time.monotonic() + delay > deadline:
+                if exc.sqlstate not in RETRY_SQLSTATES:
+                    # The commit itself refused (a deferred constraint): the caller's error,
+                    # as the tables' own statements report it.
+                    raise as_sqlite_error(exc) from exc
+                if time.monotonic() + delay > deadline:
                     raise StateUnavailableError(self._message(exc)) from exc
                 log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
                 await asyncio.sleep(delay)

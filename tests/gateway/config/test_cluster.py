@@ -31,7 +31,7 @@ def test_defaults_are_one_process_on_sqlite(tmp_path: Path) -> None:
 def test_config_show_masks_only_the_password(tmp_path: Path) -> None:
     loaded = load_settings(_file(tmp_path, {"databaseUrl": URL, "replicaId": "r1"}), environ={})
     for fmt in ("json5", "json", "toml"):
-        text = render_settings(loaded, fmt)  # type: ignore[arg-type]
+        text = render_settings(loaded, fmt)
         assert "postgresql://herald:********@db.example:5432/herald?sslmode=require" in text
         assert "secret-1" not in text
     assert loaded.settings.cluster.resolved_replica_id() == "r1"
