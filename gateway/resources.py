@@ -94,10 +94,10 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
     app[RUN_RECORDS] = db.runs
     services: dict[ServiceKey[Any], object] = {SESSIONS: store}
     app[TOOL_SERVICES] = services
-    logger.info(
-        "state ready",
-        extra={"state_dir": str(state_dir), "database": backend_of(settings)},
-    )
+    extra = {"state_dir": str(state_dir), "database": backend_of(settings)}
+    if settings.cluster.database_url is not None:
+        extra["replica"] = settings.cluster.resolved_replica_id()
+    logger.info("state ready", extra=extra)
     try:
         yield
     finally:
