@@ -1,7 +1,9 @@
 """The state database (SQLite, WAL): sessions index, sub-agent runs, announce outbox."""
 
 from gateway.state.db import StateDB
+from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
+    DiskFullError,
     InvalidUpdateError,
     ReadOnlyStateError,
     RecordConflictError,
@@ -31,6 +33,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "RUN_STATUSES",
     "Cleanup",
+    "DiskFullError",
     "InvalidUpdateError",
     "Origin",
     "OutboxRecord",
@@ -46,8 +49,10 @@ __all__ = [
     "SessionKind",
     "SessionRecord",
     "SessionsTable",
+    "SpaceMonitor",
     "StateClosedError",
     "StateDB",
     "StateError",
     "StateMissingError",
+    "is_out_of_space",
 ]
