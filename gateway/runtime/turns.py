@@ -22,7 +22,7 @@ from gateway.llm import ChatMessage
 from gateway.providers import ProviderError
 from gateway.runtime.history import HistoryCache
 from gateway.sessions import SessionError
-from gateway.state import Origin, SessionRecord
+from gateway.state import Origin, SessionRecord, is_out_of_space
 from gateway.tools import tools_for_agent
 from gateway.usage import format_runtime
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
@@ -30,6 +30,8 @@ from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 logger = logging.getLogger(__name__)
 
 BUSY_REPLY = "Sorry, I am busy with too many conversations right now; please try again shortly."
+#: The apology of a turn that could not be recorded: the gateway's disk is full (or failing).
+DISK_FULL_REPLY = "Sorry, I could not record this conversation (the gateway's disk may be full)."
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -149,8 +151,9 @@ class ChatTurns:
             logger.warning("turn refused", extra={"session": key, "error": str(exc)})
             return f"Sorry, this conversation cannot continue: {exc}"
         except OSError as exc:  # the transcript could not be written (disk full, say)
-            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
-            return "Sorry, I could not record this conversation (the gateway's disk may be full)."
+            if not is_out_of_space(exc):  # a full disk is logged once, by its state
+                logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
+            return DISK_FULL_REPLY
         finally:
             if not finished:
                 self._histories.forget(key)  # the transcript is the truth: reload next time
