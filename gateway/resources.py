@@ -45,6 +45,7 @@ from gateway.subagents import (
     RunRunner,
     Spawner,
     recover,
+    resume_stranded,
     settle_archives,
 )
 from gateway.tools import ServiceKey
@@ -162,9 +163,11 @@ async def _outbox(app: web.Application) -> AsyncIterator[None]:
     for listener in app[DELIVERY_LISTENERS]:
         outbox.subscribe(listener)
     outbox.on_retry = lambda: metrics.announce_delivery("retry")
+    app[STATE].space.subscribe(outbox.kick)  # space is back: deliver what waited for it
     try:
         yield
     finally:
+        app[STATE].space.unsubscribe(outbox.kick)
         await outbox.close()
 
 
@@ -188,10 +191,26 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
+    resuming: set[asyncio.Task[None]] = set()
+
+    async def resume() -> None:
+        try:
+            await resume_stranded(db, manager)
+        except Exception:
+            logger.exception("resuming sub-agent runs after the disk filled failed")
+
+    def space_back() -> None:  # runs the full disk stranded go on now, without a restart
+        task = asyncio.ensure_future(resume())
+        resuming.add(task)
+        task.add_done_callback(resuming.discard)
+
+    db.space.subscribe(space_back)
     try:
         yield
     finally:
+        db.space.unsubscribe(space_back)
         await manager.close(0)  # idempotent: the drain has closed it already
+        await asyncio.gather(*resuming, return_exceptions=True)
 
 
 async def _chat(app: web.Application) -> AsyncIterator[None]:

@@ -9,6 +9,9 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
 - Each announce is delivered **at most once**: an item still ``sending`` at start-up was cut
   off by a crash mid-send and may have reached the chat, so it is recorded as failed with an
   explanation rather than sent a second time.
+- A full disk is waited out: the item stays ``pending`` until its ``sending`` mark can be
+  written, and how a send ended is recorded once space is back (an item left ``sending``
+  would be called uncertain at the next start, though it reached the chat or never did).
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from channels import Channel, ChannelSendError, OutboundMessage
 from gateway.backoff import backoff
-from gateway.state import OutboxRecord, StateDB
+from gateway.state import DiskFullError, OutboxRecord, StateDB
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +108,11 @@ class Outbox:
             for item in due:
                 if loop.time() >= deadline:
                     break
-                await self._deliver(item)
+                try:
+                    await self._deliver(item)
+                except DiskFullError:  # nothing more can be recorded: the rest waits
+                    logger.warning("outbox: flush at stop ended by a full disk")
+                    return handled
                 handled += 1
         if handled:
             logger.info("outbox flushed at stop", extra={"count": handled})
@@ -121,6 +128,7 @@ class Outbox:
                 await self._task
 
     async def _loop(self) -> None:
+        full = 0  # consecutive rounds the disk refused
         while not self._closed and not self._stopping:
             try:
                 due = await self._db.outbox.due(self._clock())
@@ -131,8 +139,12 @@ class Outbox:
                 if len(due) == 100:
                     continue  # a full batch: there may be more due at once
                 next_at = await self._db.outbox.next_due_at()
+                full = 0
             except asyncio.CancelledError:
                 raise
+            except DiskFullError:  # logged once by the disk-full state, which kicks us after
+                full += 1
+                next_at = self._clock() + backoff(full, base=self._base_delay, cap=MAX_DELAY)
             except Exception:  # the loop must outlive any one failure (a locked DB, say)
                 logger.exception("outbox: delivery loop error")
                 next_at = self._clock() + self._base_delay
@@ -165,11 +177,11 @@ class Outbox:
         except ChannelSendError as exc:
             if exc.retryable and attempts < self._max_attempts:
                 delay = exc.retry_after or backoff(attempts, base=self._base_delay, cap=MAX_DELAY)
-                await self._db.outbox.update(
-                    item_id,
-                    state="pending",
-                    next_attempt_at=self._clock() + delay,
-                    last_error=str(exc),
+                retry_at, error = self._clock() + delay, str(exc)
+                await self._record(
+                    lambda: self._db.outbox.update(
+                        item_id, state="pending", next_attempt_at=retry_at, last_error=error
+                    )
                 )
                 if self.on_retry is not None:
                     self.on_retry()
@@ -184,15 +196,16 @@ class Outbox:
             logger.exception("announce delivery crashed", extra={"run_id": item.run_id})
             await self._fail(item, f"{type(exc).__name__}: {exc}")
             return
-        item = await self._db.outbox.settle(
-            item_id,
-            {
-                "state": "delivered",
-                "delivered_at": self._clock(),
-                "message_ids": sent.message_ids,
-                "last_error": None,
-            },
-            {"announce_state": "delivered", "announce_error": None},
+        delivered = {
+            "state": "delivered",
+            "delivered_at": self._clock(),
+            "message_ids": sent.message_ids,
+            "last_error": None,
+        }
+        item = await self._record(
+            lambda: self._db.outbox.settle(
+                item_id, delivered, {"announce_state": "delivered", "announce_error": None}
+            )
         )
         logger.info(
             "announce delivered",
@@ -201,16 +214,34 @@ class Outbox:
         self._notify(item)
 
     async def _fail(self, item: OutboxRecord, error: str) -> None:
-        item = await self._db.outbox.settle(
-            _id_of(item),
-            {"state": "failed", "last_error": error},
-            {"announce_state": "failed", "announce_error": error},
+        item_id = _id_of(item)
+        item = await self._record(
+            lambda: self._db.outbox.settle(
+                item_id,
+                {"state": "failed", "last_error": error},
+                {"announce_state": "failed", "announce_error": error},
+            )
         )
         logger.error(
             "announce delivery failed for good",
             extra={"run_id": item.run_id, "channel": item.channel, "error": error},
         )
         self._notify(item)
+
+    async def _record(self, write: Callable[[], Awaitable[OutboxRecord]]) -> OutboxRecord:
+        """Write how an attempt ended, waiting out a full disk: the attempt happened, and an
+        item left ``sending`` is never sent again. A stop does not wait (the item is then
+        settled as uncertain at the next start)."""
+        attempt = 0
+        while True:
+            try:
+                return await write()
+            except DiskFullError:
+                if self._stopping:
+                    raise
+                attempt += 1
+                delay = backoff(attempt, base=self._base_delay, cap=MAX_DELAY)
+                await self._db.space.wait_for_space(delay)
 
     def _notify(self, item: OutboxRecord) -> None:
         for listener in self._listeners:

@@ -4,7 +4,9 @@
 an abort can tell a queued run (it never starts) from a running one (its task is cancelled
 and it ends ``cancelled``). Abort is idempotent: the first call for a run stops it, every
 later one — from the API, ``/stop`` or a cascade — is told the run is already stopping, and
-nothing cancels the run's status update or announce after it was absorbed.
+nothing cancels the run's status update or announce after it was absorbed. A run whose
+bookkeeping failed is retried with backoff, or at once through :meth:`RunManager.resume`
+when the disk that refused it has room again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from gateway.backoff import backoff
-from gateway.state import RunRecord, StateDB
+from gateway.state import DiskFullError, RunRecord, StateDB
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.runner import RunRunner
@@ -51,6 +53,8 @@ class RunManager:
         self._handles: dict[str, JobHandle[None]] = {}
         self._prune_at = PRUNE_AT
         self._stopping: set[str] = set()
+        #: Runs whose bookkeeping failed, waiting for their retry.
+        self._retries: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
 
     def __repr__(self) -> str:
@@ -79,18 +83,42 @@ class RunManager:
             await self._runner.execute(run_id)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             delay = backoff(attempt, base=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
-            logger.exception(
-                "sub-agent run failed to record; retrying", extra={"run_id": run_id, "in": delay}
-            )
+            if isinstance(exc, DiskFullError):  # logged once, by the disk-full state
+                logger.debug("sub-agent run waits for disk space", extra={"run_id": run_id})
+            else:
+                logger.exception(
+                    "sub-agent run failed to record; retrying",
+                    extra={"run_id": run_id, "in": delay},
+                )
             if not self._closing:
-                asyncio.get_running_loop().call_later(delay, self._retry, run_id, attempt + 1)
+                self._retries[run_id] = asyncio.get_running_loop().call_later(
+                    delay, self._retry, run_id, attempt + 1
+                )
 
     def _retry(self, run_id: str, attempt: int) -> None:
+        self._retries.pop(run_id, None)
         if self._closing:
             return
         self._handles[run_id] = self._lane.submit(lambda: self._guarded(run_id, attempt))
+
+    def resume(self, run_id: str) -> bool:
+        """Queue ``run_id`` now when a failed write left it waiting for its retry or without
+        any job (space is back after the disk filled); False when a job of it is queued or
+        running, it is being stopped, or the manager is closing."""
+        if self._closing:
+            return False
+        retry = self._retries.pop(run_id, None)
+        if retry is not None:
+            retry.cancel()
+        else:
+            handle = self._handles.get(run_id)
+            live = handle is not None and not handle.done()
+            if live or run_id in self._stopping or self._runner.executing(run_id):
+                return False
+        self.submit(run_id)
+        return True
 
     async def wait(self, run_id: str) -> RunRecord:
         """Wait until ``run_id`` has its final status (tests, ``herald spawn --wait``)."""
@@ -139,5 +167,8 @@ class RunManager:
         """Refuse new runs; let running runs finish for ``drain_seconds``, then cancel them
         (they stay ``running`` and resume on the next start); queued ones stay queued."""
         self._closing = True
+        for retry in self._retries.values():
+            retry.cancel()
+        self._retries.clear()
         await self._lane.shutdown(drain_seconds)
         await self._feed.close()
