@@ -45,7 +45,6 @@ from gateway.subagents import (
     RunRunner,
     Spawner,
     recover,
-    resume_stranded,
     settle_archives,
 )
 from gateway.tools import ServiceKey
@@ -191,26 +190,13 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer)
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
-    resuming: set[asyncio.Task[None]] = set()
-
-    async def resume() -> None:
-        try:
-            await resume_stranded(db, manager)
-        except Exception:
-            logger.exception("resuming sub-agent runs after the disk filled failed")
-
-    def space_back() -> None:  # runs the full disk stranded go on now, without a restart
-        task = asyncio.ensure_future(resume())
-        resuming.add(task)
-        task.add_done_callback(resuming.discard)
-
-    db.space.subscribe(space_back)
+    # Space is back after the disk filled: the runs it stranded go on now, without a restart.
+    db.space.subscribe(manager.resume_waiting)
     try:
         yield
     finally:
-        db.space.unsubscribe(space_back)
+        db.space.unsubscribe(manager.resume_waiting)
         await manager.close(0)  # idempotent: the drain has closed it already
-        await asyncio.gather(*resuming, return_exceptions=True)
 
 
 async def _chat(app: web.Application) -> AsyncIterator[None]:

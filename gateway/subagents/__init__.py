@@ -15,7 +15,7 @@ from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
 from gateway.subagents.presenter import run_info, run_json, run_line, run_name, run_view
-from gateway.subagents.recovery import recover, resume_stranded, settle_archives
+from gateway.subagents.recovery import recover, settle_archives
 from gateway.subagents.runner import RunRunner
 from gateway.subagents.spawn import (
     SPAWN_FORBIDDEN_NESTED,
@@ -58,7 +58,6 @@ __all__ = [
     "compose_announce",
     "recover",
     "register_session_tools",
-    "resume_stranded",
     "run_info",
     "run_json",
     "run_line",

@@ -5,8 +5,8 @@ an abort can tell a queued run (it never starts) from a running one (its task is
 and it ends ``cancelled``). Abort is idempotent: the first call for a run stops it, every
 later one — from the API, ``/stop`` or a cascade — is told the run is already stopping, and
 nothing cancels the run's status update or announce after it was absorbed. A run whose
-bookkeeping failed is retried with backoff, or at once through :meth:`RunManager.resume`
-when the disk that refused it has room again.
+bookkeeping failed is retried with backoff, or at once through
+:meth:`RunManager.resume_waiting` when the disk that refused it has room again.
 """
 
 from __future__ import annotations
@@ -103,22 +103,20 @@ class RunManager:
             return
         self._handles[run_id] = self._lane.submit(lambda: self._guarded(run_id, attempt))
 
-    def resume(self, run_id: str) -> bool:
-        """Queue ``run_id`` now when a failed write left it waiting for its retry or without
-        any job (space is back after the disk filled); False when a job of it is queued or
-        running, it is being stopped, or the manager is closing."""
+    def resume_waiting(self) -> int:
+        """Queue now every run waiting for its retry after its bookkeeping failed (space is
+        back after the disk filled: no run should sit out its backoff); returns how many."""
         if self._closing:
-            return False
-        retry = self._retries.pop(run_id, None)
-        if retry is not None:
+            return 0
+        waiting, self._retries = self._retries, {}
+        for run_id, retry in waiting.items():
             retry.cancel()
-        else:
-            handle = self._handles.get(run_id)
-            live = handle is not None and not handle.done()
-            if live or run_id in self._stopping or self._runner.executing(run_id):
-                return False
-        self.submit(run_id)
-        return True
+            self.submit(run_id)
+        if waiting:
+            logger.info(
+                "sub-agent runs resumed after the disk filled", extra={"count": len(waiting)}
+            )
+        return len(waiting)
 
     async def wait(self, run_id: str) -> RunRecord:
         """Wait until ``run_id`` has its final status (tests, ``herald spawn --wait``)."""

@@ -4,9 +4,6 @@ At start, once the channels are up: queued runs are queued again; running runs r
 their transcript (or, with ``agent.subagents.onRestart: "fail"``, are announced as
 ``interrupted``); runs that were announcing finish their announce. Finished runs whose child
 session was neither archived nor scheduled get their archive step.
-
-Live, once a full disk has room again: runs it stranded — unfinished, their job waiting for a
-retry or gone — are queued again at once (:func:`resume_stranded`).
 """
 
 from __future__ import annotations
@@ -51,18 +48,6 @@ async def recover(
     if any(counts.values()):
         logger.info("sub-agent runs recovered", extra=counts)
     return counts
-
-
-async def resume_stranded(db: StateDB, manager: RunManager) -> int:
-    """Queue again, now, every unfinished run that no job of ``manager`` is carrying to its
-    end (space is back after the disk filled); returns how many."""
-    resumed = 0
-    for run in await db.runs.list(statuses=UNFINISHED, oldest_first=True):
-        if manager.resume(run.run_id):
-            resumed += 1
-    if resumed:
-        logger.info("sub-agent runs resumed after the disk filled", extra={"count": resumed})
-    return resumed
 
 
 async def settle_archives(holder: SettingsHolder, db: StateDB, announcer: Announcer) -> int:
