@@ -455,3 +455,20 @@ async def test_a_failed_send_is_rescheduled_once_the_full_disk_has_room_again(
     # Left "sending", this announce would never be tried again: it never reached the chat.
     assert again.state == "pending"
     assert (again.last_error or "").startswith("chat overloaded")
+
+
+async def test_a_stop_does_not_wait_for_the_full_disk(
+    db: StateDB, make_outbox: MakeOutbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    item, _ = await queued_announce(db)
+    assert item.id is not None
+    outbox = make_outbox({"memory": FillingChannel(db)})
+    caplog.set_level(logging.WARNING)
+    # The send goes out; its record is refused; the stop goes on without it.
+    async with asyncio.timeout(HANG_GUARD_SECONDS):  # a hang guard
+        assert await outbox.flush(HANG_GUARD_SECONDS) == 0
+    held = await db.outbox.get(item.id)
+    assert held is not None
+    assert held.state == "sending"  # the next start settles it as uncertain: never sent twice
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.delivery.outbox"]
+    assert lines == ["outbox: flush at stop ended by a full disk"]
