@@ -17,7 +17,7 @@ from aiohttp import web
 from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
-from gateway.api.keys import READINESS, SCRAPE
+from gateway.api.keys import DISK_FULL, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
 from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
@@ -104,7 +104,11 @@ def build_app(
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])
 
+    def disk_full() -> bool:
+        return STATE in app and app[STATE].space.full
+
     app[READINESS] = readiness
+    app[DISK_FULL] = disk_full
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)

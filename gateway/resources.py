@@ -170,9 +170,11 @@ async def _outbox(app: web.Application) -> AsyncIterator[None]:
     for listener in app[DELIVERY_LISTENERS]:
         outbox.subscribe(listener)
     outbox.on_retry = lambda: metrics.announce_delivery("retry")
+    app[STATE].space.subscribe(outbox.kick)  # space is back: deliver what waited for it
     try:
         yield
     finally:
+        app[STATE].space.unsubscribe(outbox.kick)
         await outbox.close()
 
 
@@ -218,9 +220,12 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     app[TOOL_SERVICES][SPAWNER] = spawner
     app[TOOL_SERVICES][YIELDS] = batches
     app[TOOL_SERVICES][SUBAGENT_RUNS] = control
+    # Space is back after the disk filled: the runs it stranded go on now, without a restart.
+    db.space.subscribe(manager.resume_waiting)
     try:
         yield
     finally:
+        db.space.unsubscribe(manager.resume_waiting)
         await manager.close(0)  # idempotent: the drain has closed it already
         batches.close()
         completions.close()

@@ -286,3 +286,6 @@ class Readiness(Closed):
     channels: dict[str, bool] = Field(
         description="each enabled channel's connection state, by name"
     )
+    storage: Literal["ok", "full"] = Field(
+        description="`full` while the state directory's disk refuses writes"
+    )

@@ -3,7 +3,7 @@ agent's effective profile and the tool context of a session. Chat turns and sub-
 both use it."""
 
 from gateway.agent.context import ToolContexts
-from gateway.agent.conversation import Conversations, TurnResult
+from gateway.agent.conversation import DISK_FULL_REPLY, Conversations, TurnResult
 from gateway.agent.factory import TurnFactory
 from gateway.agent.history import HistoryCache, trim_history
 from gateway.agent.invoke import (
@@ -26,6 +26,7 @@ from gateway.agent.turn import (
 )
 
 __all__ = [
+    "DISK_FULL_REPLY",
     "AgentNotFoundError",
     "AgentProfile",
     "Conversations",

@@ -23,11 +23,14 @@ from gateway.agent.turn import EndedBy, run_turn
 from gateway.llm import ChatMessage, Usage
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError
-from gateway.state import Origin, SessionRecord
+from gateway.state import Origin, SessionRecord, is_out_of_space
 from gateway.tools import tools_for_agent
 from gateway.usage import format_runtime
 
 logger = logging.getLogger(__name__)
+
+#: The apology of a turn that could not be recorded (the chat router sends it too).
+DISK_FULL_REPLY = "Sorry, I could not record this conversation (the gateway's disk may be full)."
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +135,9 @@ class Conversations:
             logger.warning("turn refused", extra={"session": key, "error": str(exc)})
             return failed(f"Sorry, this conversation cannot continue: {exc}")
         except OSError as exc:  # the transcript could not be written (disk full, say)
-            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
-            return failed(
-                "Sorry, I could not record this conversation (the gateway's disk may be full)."
-            )
+            if not is_out_of_space(exc):  # a full disk is logged once, by its state
+                logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
+            return failed(DISK_FULL_REPLY)
         finally:
             if not finished:
                 self.histories.forget(key)  # the transcript is the truth: reload next time

@@ -1,14 +1,16 @@
 """The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
 
 Liveness answers while the process serves; readiness needs every enabled channel
-connected. Each reads what it needs from the app (:mod:`gateway.api.keys`).
+connected, and reports whether the disk is full (without turning unready: the gateway still
+answers, with an apology for a chat it cannot record). Each reads what it needs from the
+app (:mod:`gateway.api.keys`).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.keys import READINESS, SCRAPE
+from gateway.api.keys import DISK_FULL, READINESS, SCRAPE
 from gateway.api.routing import reply
 from gateway.metrics import CONTENT_TYPE
 from gateway.shapes import Health, Readiness
@@ -21,8 +23,9 @@ async def healthz(_: web.Request, __: None) -> web.Response:
 async def readyz(request: web.Request, _: None) -> web.Response:
     channels = request.app[READINESS]()
     ready = all(channels.values())
+    storage = "full" if request.app[DISK_FULL]() else "ok"
     return reply(
-        Readiness(status="ready" if ready else "starting", channels=channels),
+        Readiness(status="ready" if ready else "starting", channels=channels, storage=storage),
         status=200 if ready else 503,
     )
 

@@ -30,6 +30,12 @@ class ReadinessProbe(Protocol):
     def __call__(self) -> dict[str, bool]: ...
 
 
+class DiskProbe(Protocol):
+    """Whether the state directory's disk is full now."""
+
+    def __call__(self) -> bool: ...
+
+
 class ScrapeSource(Protocol):
     """What a ``/metrics`` scrape reads, once the gateway's resources have started."""
 
@@ -41,4 +47,5 @@ RUN_RECORDS = web.AppKey("run_records", RunsTable)
 RUN_CONTROL = web.AppKey("run_control", RunControl)
 TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
 READINESS = web.AppKey("readiness", ReadinessProbe)
+DISK_FULL = web.AppKey("disk_full", DiskProbe)
 SCRAPE = web.AppKey("scrape", ScrapeSource)

@@ -23,6 +23,7 @@ from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 logger = logging.getLogger(__name__)
 
 BUSY_REPLY = "Sorry, I am busy with too many conversations right now; please try again shortly."
+#: The apology of a turn that could not be recorded: the gateway's disk is full (or failing).
 
 
 def origin_of(message: InboundMessage) -> Origin:

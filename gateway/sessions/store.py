@@ -78,7 +78,7 @@ class SessionStore:
     ) -> None:
         self.state_dir = Path(state_dir)
         self.db = db
-        self.writer = writer if writer is not None else TranscriptWriter()
+        self.writer = writer if writer is not None else TranscriptWriter(on_out_of_space=self._full)
         self._owns_writer = writer is None
         self._clock = clock
         self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
@@ -90,6 +90,10 @@ class SessionStore:
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
+
+    def _full(self, error: OSError) -> None:
+        # Transcripts live beside the database: one disk-full state for both.
+        self.db.space.refused_threadsafe("transcript writer", error)
 
     # -- sessions ---------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
+from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
+    DiskFullError,
     InvalidUpdateError,
     ReadOnlyStateError,
     RecordConflictError,
@@ -40,6 +42,7 @@ __all__ = [
     "BatchesTable",
     "Cleanup",
     "Completion",
+    "DiskFullError",
     "InvalidUpdateError",
     "Origin",
     "OutboxRecord",
@@ -56,8 +59,10 @@ __all__ = [
     "SessionKind",
     "SessionRecord",
     "SessionsTable",
+    "SpaceMonitor",
     "StateClosedError",
     "StateDB",
     "StateError",
     "StateMissingError",
+    "is_out_of_space",
 ]

@@ -25,6 +25,12 @@ class ReadOnlyStateError(StateError):
     """A write was asked of a database opened read-only."""
 
 
+class DiskFullError(StateError):
+    """The disk refused a write for want of space (SQLite's ``SQLITE_FULL``); nothing of
+    the write was kept. The gateway is in its disk-full state (:mod:`gateway.state.diskfull`)
+    until space is back."""
+
+
 class RecordNotFoundError(StateError, LookupError):
     """No row has this key in ``table``."""
 
