@@ -201,8 +201,18 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
         on_final=batches.hand_on,
     )
-    runner = RunRunner(db=db, store=store, children=children, announcer=announcer, feed=feed)
+    runner = RunRunner(
+        db=db,
+        store=store,
+        children=children,
+        announcer=announcer,
+        feed=feed,
+        completions=completions,
+        batches=batches,
+    )
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
+    runner.stop_descendants = manager.abort_descendants
+    batches.resume_run = manager.submit
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches)
     app[RUN_CONTROL] = manager

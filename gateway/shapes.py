@@ -60,7 +60,9 @@ ErrorCode = Literal[
 ]
 ERROR_CODES: Final[tuple[ErrorCode, ...]] = get_args(ErrorCode)
 
-AnnounceState = Literal["queued", "delivered", "failed", "uncertain", "skipped", "no_origin"]
+AnnounceState = Literal[
+    "queued", "delivered", "failed", "uncertain", "skipped", "no_origin", "nested"
+]
 ANNOUNCE_STATES: Final[tuple[AnnounceState, ...]] = get_args(AnnounceState)
 
 #: UTC ISO-8601 with milliseconds and ``Z``, as the presenters format it. Kept a string: a

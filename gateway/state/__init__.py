@@ -3,6 +3,7 @@
 from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
 from gateway.state.errors import (
+    ChildLimitError,
     InvalidUpdateError,
     ReadOnlyStateError,
     RecordConflictError,
@@ -37,6 +38,7 @@ __all__ = [
     "BatchRecord",
     "BatchState",
     "BatchesTable",
+    "ChildLimitError",
     "Cleanup",
     "Completion",
     "InvalidUpdateError",

@@ -135,6 +135,16 @@ class RunManager:
                 stopped += 1
         return stopped
 
+    async def abort_descendants(self, run_id: str) -> int:
+        """Stop every live run below ``run_id`` (its run ended ``timeout`` or
+        ``cancelled``); returns how many this call stopped."""
+        stopped = 0
+        for run in await self._db.runs.live_descendants(run_id):
+            with contextlib.suppress(RunNotFoundError, RunFinishedError):
+                await self.abort(run.run_id)
+                stopped += 1
+        return stopped
+
     async def close(self, drain_seconds: float) -> None:
         """Refuse new runs; let running runs finish for ``drain_seconds``, then cancel them
         (they stay ``running`` and resume on the next start); queued ones stay queued."""
