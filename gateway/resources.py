@@ -213,6 +213,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
     runner.stop_descendants = manager.abort_descendants
     batches.resume_run = manager.submit
+    batches.expire_run = manager.expire
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches)
     app[RUN_CONTROL] = manager

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from gateway.agent import Conversations, TurnResult
 from gateway.delivery import Outbox
@@ -88,6 +88,8 @@ class BatchCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()
         #: Queues a yielded sub-agent run again (the run manager's ``submit``).
         self.resume_run: Callable[[str], None] = _no_runner
+        #: Ends a yielded run whose own timeout passed (the run manager's ``expire``).
+        self.expire_run: Callable[[str], Awaitable[None]] = _no_expiry
 
     def __repr__(self) -> str:
         return f"<BatchCoordinator waiting={len(self._timers)} started={len(self._started)}>"
@@ -109,9 +111,10 @@ class BatchCoordinator:
         now = self._clock()
         deadline = now + timeout_seconds
         run = await self._db.runs.get(run_id) if run_id is not None else None
-        if run is not None and run.run_timeout_seconds and run.started_at is not None:
+        ends = run_deadline(run) if run is not None else None
+        if ends is not None:
             # A yielded run's own timeout cannot fire while it waits: the batch's does.
-            deadline = min(deadline, run.started_at + run.run_timeout_seconds)
+            deadline = min(deadline, ends)
         batch = BatchRecord(
             batch_id=str(uuid.uuid4()),
             session_key=session_key,
@@ -195,7 +198,7 @@ class BatchCoordinator:
                     batch_id, state="following", followup_started_at=self._clock()
                 )
             if batch.run_id is not None:
-                self.resume_run(batch.run_id)  # its runner goes on with the follow-up
+                await self._resume(batch, timed_out)
                 return
             self._session_lane.submit(lambda: self._followup(batch_id), key=batch.session_key)
         except LaneClosed:
@@ -243,6 +246,18 @@ class BatchCoordinator:
             self._outbox.kick()
         logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
 
+    async def _resume(self, batch: BatchRecord, timed_out: bool) -> None:
+        """The yielded run goes on with the follow-up (its runner, on the lane) — or, when
+        the batch timed out at the run's own deadline, it ends ``timeout`` at once."""
+        run = await self._db.runs.get(batch.run_id or "")
+        if run is None or run.finished:
+            return  # ended while waiting: its end dissolved the batch, or will
+        deadline = run_deadline(run)
+        if timed_out and deadline is not None and deadline <= batch.deadline_at:
+            await self.expire_run(run.run_id)
+        else:
+            self.resume_run(run.run_id)
+
     async def waiting_for(self, run_id: str) -> BatchRecord | None:
         """The batch sub-agent run ``run_id`` yielded to, until its follow-up is done."""
         return await self._db.batches.open_for_run(run_id)
@@ -286,8 +301,19 @@ class BatchCoordinator:
         self._timers.clear()
 
 
+def run_deadline(run: RunRecord) -> float | None:
+    """When ``run``'s ``runTimeoutSeconds`` ends it (None: no timeout, or not started)."""
+    if not run.run_timeout_seconds or run.started_at is None:
+        return None
+    return run.started_at + run.run_timeout_seconds
+
+
 def _no_runner(run_id: str) -> None:
     logger.error("no runner to resume a yielded run", extra={"run_id": run_id})
+
+
+async def _no_expiry(run_id: str) -> None:
+    _no_runner(run_id)
 
 
 def followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:

@@ -135,6 +135,21 @@ class RunManager:
                 stopped += 1
         return stopped
 
+    async def expire(self, run_id: str) -> None:
+        """A yielded run's own timeout passed while it waited for its batch: it ends
+        ``timeout`` now (announced, its descendants stopped) without waiting for a lane
+        slot, which its own children may hold."""
+        run = await self._db.runs.get(run_id)
+        if run is None or run.status != "running" or self._runner.executing(run_id):
+            return  # ended meanwhile, or executing: it times out on its own
+        if run_id in self._stopping:
+            return
+        self._stopping.add(run_id)
+        await self._db.runs.update(
+            run_id, status="announcing", outcome="timeout", ended_at=self._clock()
+        )
+        self._feed.spawn(self._guarded(run_id))
+
     async def abort_descendants(self, run_id: str) -> int:
         """Stop every live run below ``run_id`` (its run ended ``timeout`` or
         ``cancelled``); returns how many this call stopped."""
