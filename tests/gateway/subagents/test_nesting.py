@@ -251,6 +251,32 @@ async def test_a_timed_out_orchestrator_cancels_its_children(tmp_path: Path) -> 
         assert await gw.db.batches.open_batches() == []
 
 
+async def test_stopping_a_waiting_orchestrator_stops_its_children_and_loses_no_result(
+    tmp_path: Path,
+) -> None:
+    async with running_gateway(tmp_path, config=nesting(2, width=1), script=script()) as gw:
+        await gw.say("bg orchestrate-slow leaf")
+        await gw.reply()
+        async with asyncio.timeout(HANG_GUARD_SECONDS):  # it runs once the orchestrator yields
+            await gw.channel.wait_run(lambda u: u.name == "leaf" and u.status == "running")
+        by_depth = await runs_by_depth(gw)
+        (orchestrator,) = by_depth[1]
+        (leaf,) = by_depth[2]
+        assert (await gw.db.runs.get(orchestrator.run_id) or orchestrator).status == "running"
+        await gw.runs.abort(orchestrator.run_id)
+        assert (await gw.finished(orchestrator.run_id)).status == "cancelled"
+        assert (await gw.finished(leaf.run_id)).status == "cancelled"
+        await gw.runs_idle()
+        (batch_id,) = {leaf.batch_id}
+        batch = await gw.db.batches.get(batch_id or "")
+        assert batch is not None
+        assert batch.state == "done"  # dissolved: its result went on up
+        assert sorted(await completion_ids(gw, CHAT_KEY)) == sorted(
+            [orchestrator.run_id, leaf.run_id]
+        )
+        assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
+
+
 # -- limits and context -------------------------------------------------------------------------
 
 
@@ -335,8 +361,10 @@ class Orchestration:
     the leaf answers :data:`LEAF_RESULT`; the orchestrator's last answer quotes what it was
     given."""
 
-    def __init__(self, fake: FakeOpenAI) -> None:
+    def __init__(self, fake: FakeOpenAI, *, ends_when_released: bool = False) -> None:
         self.fake = fake
+        #: The held answer ends the orchestrator (text) instead of calling ``agents_list``.
+        self.ends_when_released = ends_when_released
         self.gate = asyncio.Event()
         self.held = asyncio.Event()
         self.bodies: dict[str, list[Any]] = {}
@@ -360,6 +388,8 @@ class Orchestration:
             if last["role"] == "user":
                 return self.tool_step("sessions_spawn", {"task": "leaf work", "label": "leaf"})
             self.held.set()
+            if self.ends_when_released:
+                return self.fake.text_step("orchestrator done", hold=self.gate)
             return self.tool_step("agents_list", {}, hold=self.gate)
         if text == "leaf work":
             # Held until the orchestrator has asked again: the leaf ends in between.
@@ -430,6 +460,28 @@ async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_
         await gw.runs_idle()
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id]
+
+
+async def test_a_completion_waiting_for_an_orchestrator_that_ends_goes_up_to_the_person(
+    tmp_path: Path,
+) -> None:
+    async with (
+        openai_server() as fake,
+        running_gateway(tmp_path, config=wire_config(fake)) as gw,
+    ):
+        # The leaf ends while the orchestrator is in its last model call: the orchestrator
+        # never takes the completion, so its end hands it on.
+        answers = Orchestration(fake, ends_when_released=True)
+        fake.responder = answers
+        orchestrator, leaf = await run_orchestration(gw, answers)
+        assert orchestrator.result_text == "orchestrator done"
+        await gw.runs_idle()
+        leaf = await gw.db.runs.get(leaf.run_id) or leaf
+        assert (leaf.announce_state, leaf.completion) == ("nested", "delivered")
+        assert COMPLETION_PREFIX not in answers.bodies
+        assert await completion_ids(gw, orchestrator.child_session_key) == []
+        assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id, leaf.run_id]
+        assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
 
 
 async def test_tools_narrow_down_the_chain_and_the_spawn_tools_stop_at_the_cap(
