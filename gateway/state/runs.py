@@ -29,6 +29,7 @@ from gateway.state.rows import (
     run_from_row,
     to_column_value,
 )
+from gateway.state.schema import LIVE_STATUS_SQL
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
@@ -197,9 +198,11 @@ class RunsTable:
 
 
 def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
-    marks, statuses = in_clause(sorted(FINISHED_STATUSES))
-    sql = f"SELECT COUNT(*) FROM runs WHERE parent_session_key = ? AND status NOT IN {marks}"
-    return int(conn.execute(sql, [parent_session_key, *statuses]).fetchone()[0])
+    # Literal statuses, exactly as the partial index ``runs_live`` names them.
+    sql = (
+        f"SELECT COUNT(*) FROM runs WHERE parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
+    )
+    return int(conn.execute(sql, (parent_session_key,)).fetchone()[0])
 
 
 def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:

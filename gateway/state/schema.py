@@ -15,6 +15,11 @@ session spawned), the ``batch_id`` of the ``sessions_yield`` batch it belongs to
 ``pending`` once final, then ``delivered`` (into the requester's history) or ``consumed``
 (returned by ``subagents wait`` or a batch's follow-up turn). ``batches`` holds yields and
 their follow-up; an outbox item carries the ``batch_id`` of the follow-up reply it posts.
+
+Version 3 records how a run's conversation began (``context``): ``isolated`` (the task
+only) or ``fork`` (a copy of the requester's conversation in the child's transcript, then
+the task), so a starting run reads its transcript only when there is something to read,
+and indexes the runs not yet final by requester (``maxChildrenPerSession``).
 """
 
 from __future__ import annotations
@@ -162,5 +167,18 @@ _V2: Final = (
     "CREATE UNIQUE INDEX outbox_batch ON outbox (batch_id) WHERE batch_id IS NOT NULL",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
+#: The statuses of a run not yet final, as the partial index below and its queries say it.
+LIVE_STATUS_SQL: Final = "'queued', 'running', 'announcing'"
+
+_V3: Final = (
+    """
+    ALTER TABLE runs ADD COLUMN context TEXT NOT NULL DEFAULT 'isolated'
+        CHECK (context IN ('isolated', 'fork'))
+    """,
+    # Counting a session's live runs (maxChildrenPerSession) on every spawn must not scan
+    # every run the session ever had.
+    f"CREATE INDEX runs_live ON runs (parent_session_key) WHERE status IN ({LIVE_STATUS_SQL})",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -80,7 +80,7 @@ class ChildSessions:
             if history:
                 await self._store.append_event(child, "resumed", {"runId": run.run_id})
                 return history
-        forked = await self._store.chat_messages(child.key)
+        forked = await self._store.chat_messages(child.key) if run.context == "fork" else []
         task = ChatMessage(role="user", content=run.task)
         await self._store.append_message(child, task)
         return [*forked, task]

@@ -24,7 +24,7 @@ from gateway.llm import ChatMessage
 from gateway.reload import SettingsHolder
 from gateway.sessions import INTERRUPTED_TOOL_RESULT, SessionError, SessionKey, SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import ChildLimitError, RunRecord, StateDB, StateError
+from gateway.state import ChildLimitError, RunContext, RunRecord, StateDB, StateError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
 from gateway.tools import ToolContext
@@ -42,7 +42,7 @@ FORK_EMPTY = (
 #: ``sessions_spawn`` among them).
 FORK_OPEN_CALL = "(still running in the conversation this copy was forked from)"
 
-SpawnContext = Literal["isolated", "fork"]
+SpawnContext = RunContext
 
 
 def nested_forbidden(depth: int, cap: int) -> str:
@@ -281,6 +281,7 @@ class Spawner:
             transcript_path=str(self._store.transcript_path(child)),
             parent_run_id=requester_run.run_id if requester_run is not None else None,
             depth=requester_run.depth + 1 if requester_run is not None else 1,
+            context=request.context,
         )
         try:
             await self._db.runs.insert(run, max_live_siblings=limit)
