@@ -208,9 +208,12 @@ def tools_for_subagent(
             keep=NESTING_TOOLS if depth < cap else frozenset(),
             groups=groups,
         )
-        # The parent's deny list reaches the submit tools too: deny wins in every layer.
-        parent_denied = expand(_agent_policy(settings, chain[depth - 1]).deny, names, groups)
-        above = own & (above | (SUBAGENT_ONLY_TOOLS - parent_denied))
+        if depth == 1:
+            # A person's session has no submit tools to pass on, yet its deny list reaches
+            # them too: deny wins in every layer. Below, the parent run's set has them.
+            denied = expand(_agent_policy(settings, chain[0]).deny, names, groups)
+            above |= SUBAGENT_ONLY_TOOLS - denied
+        above = own & above
     return above
 
 
