@@ -250,8 +250,8 @@ class BatchCoordinator:
         """The yielded run goes on with the follow-up (its runner, on the lane) — or, when
         the batch timed out at the run's own deadline, it ends ``timeout`` at once."""
         run = await self._db.runs.get(batch.run_id or "")
-        if run is None or run.finished:
-            return  # ended while waiting: its end dissolved the batch, or will
+        if run is None or run.status != "running":
+            return  # stopped while waiting: its end dissolves the batch
         deadline = run_deadline(run)
         if timed_out and deadline is not None and deadline <= batch.deadline_at:
             await self.expire_run(run.run_id)
