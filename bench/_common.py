@@ -206,7 +206,8 @@ def bench_settings(
         "agent": {
             "model": f"{PROVIDER}/{MODEL}",
             "maxConcurrent": main_width,
-            "subagents": {"maxConcurrent": subagent_width},
+            # Benchmarks queue thousands of runs from one session.
+            "subagents": {"maxConcurrent": subagent_width, "maxChildrenPerSession": 1_000_000},
         },
         "models": {
             "providers": {

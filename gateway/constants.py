@@ -47,6 +47,9 @@ DEFAULT_STATE_DIR: Final = "~/.herald"
 ANNOUNCE_SKIP: Final = "ANNOUNCE_SKIP"
 #: Seed 000: more spawns than this in one model turn get an error result.
 MAX_SPAWNS_PER_TURN: Final = 10
+#: The deepest ``agent.subagents.maxSpawnDepth``: each level is a model turn waiting on the
+#: next, so deeper trees cost more than they return.
+MAX_SPAWN_DEPTH: Final = 5
 
 #: Loopback hosts that may run without ``gateway.auth.token``.
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

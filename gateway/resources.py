@@ -208,9 +208,19 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     )
     inbox = RunInbox()
     runner = RunRunner(
-        db=db, store=store, children=children, announcer=announcer, feed=feed, inbox=inbox
+        db=db,
+        store=store,
+        children=children,
+        announcer=announcer,
+        feed=feed,
+        inbox=inbox,
+        completions=completions,
+        batches=batches,
     )
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
+    runner.stop_descendants = manager.abort_descendants
+    batches.resume_run = manager.submit
+    batches.expire_run = manager.expire
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     control = SubagentControl(
         db=db, manager=manager, inbox=inbox, feed=feed, outbox=app[OUTBOX], hand_on=batches.hand_on

@@ -19,7 +19,7 @@ from channels.config_base import ConfigModel, secrets_in
 from channels.discord.config import DiscordConfig
 from channels.slack.config import SlackConfig
 from channels.webchat.config import WebchatConfig
-from gateway.constants import DEFAULT_STATE_DIR, ID_PATTERN, LOOPBACK_HOSTS
+from gateway.constants import DEFAULT_STATE_DIR, ID_PATTERN, LOOPBACK_HOSTS, MAX_SPAWN_DEPTH
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -112,6 +112,11 @@ class SubagentDefaults(ConfigModel):
     #: What a restart does with runs that were running: resume them from their transcript,
     #: or announce them as ``interrupted``.
     on_restart: Literal["resume", "fail"] = "resume"
+    #: How deep sub-agents may nest: a person's session is depth 0, its sub-agents depth 1.
+    #: 1 = sub-agents cannot spawn; sessions below the cap may.
+    max_spawn_depth: Annotated[int, Field(ge=1, le=MAX_SPAWN_DEPTH)] = 1
+    #: Runs not yet final that one session may have; past it ``sessions_spawn`` refuses.
+    max_children_per_session: PositiveInt = 10
 
 
 class SessionToolsConfig(ConfigModel):

@@ -61,9 +61,18 @@ ErrorCode = Literal[
 ERROR_CODES: Final[tuple[ErrorCode, ...]] = get_args(ErrorCode)
 
 #: ``consumed``: the run's result went to a ``sessions_yield`` follow-up or a ``subagents wait``
-#: instead of an announce of its own; ``held``: a wait is holding it.
+#: instead of an announce of its own; ``held``: a wait is holding it; ``nested``: a run below
+#: depth 1, whose result goes to the run that spawned it, never to a chat.
 AnnounceState = Literal[
-    "queued", "delivered", "failed", "uncertain", "skipped", "no_origin", "consumed", "held"
+    "queued",
+    "delivered",
+    "failed",
+    "uncertain",
+    "skipped",
+    "no_origin",
+    "consumed",
+    "held",
+    "nested",
 ]
 ANNOUNCE_STATES: Final[tuple[AnnounceState, ...]] = get_args(AnnounceState)
 

@@ -13,7 +13,7 @@ from gateway.agent.invoke import (
     ToolInvoker,
     ToolNotAllowedError,
 )
-from gateway.agent.profile import AgentProfile, resolve_agent, subagent_model_ref
+from gateway.agent.profile import AgentProfile, agents_above, resolve_agent, subagent_model_ref
 from gateway.agent.sink import StoreSink
 from gateway.agent.turn import (
     EndedBy,
@@ -45,6 +45,7 @@ __all__ = [
     "TurnOutcome",
     "TurnResult",
     "TurnSetup",
+    "agents_above",
     "resolve_agent",
     "run_turn",
     "subagent_model_ref",

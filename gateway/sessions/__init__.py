@@ -32,6 +32,7 @@ from gateway.sessions.store import (
     SessionStore,
 )
 from gateway.sessions.transcript import (
+    INTERRUPTED_TOOL_RESULT,
     TranscriptContents,
     aread_transcript,
     chat_messages_from_records,
@@ -52,6 +53,7 @@ from gateway.sessions.writer import TranscriptWriter
 
 __all__ = [
     "DEFAULT_HISTORY_LIMIT",
+    "INTERRUPTED_TOOL_RESULT",
     "MAX_HISTORY_LIMIT",
     "InvalidIdError",
     "SessionArchivedError",

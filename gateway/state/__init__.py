@@ -4,6 +4,7 @@ from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
 from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
+    ChildLimitError,
     DiskFullError,
     InvalidUpdateError,
     ReadOnlyStateError,
@@ -25,6 +26,7 @@ from gateway.state.rows import (
     Origin,
     OutboxRecord,
     OutboxState,
+    RunContext,
     RunRecord,
     RunStatus,
     SessionKind,
@@ -40,6 +42,7 @@ __all__ = [
     "BatchRecord",
     "BatchState",
     "BatchesTable",
+    "ChildLimitError",
     "Cleanup",
     "Completion",
     "DiskFullError",
@@ -51,6 +54,7 @@ __all__ = [
     "ReadOnlyStateError",
     "RecordConflictError",
     "RecordNotFoundError",
+    "RunContext",
     "RunRecord",
     "RunStatus",
     "RunsTable",

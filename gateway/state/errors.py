@@ -50,3 +50,12 @@ class RecordConflictError(StateError):
 
 class InvalidUpdateError(StateError, ValueError):
     """An update names a column that does not exist or may not change."""
+
+
+class ChildLimitError(StateError):
+    """The requester session already has ``limit`` runs that are not final."""
+
+    def __init__(self, parent_session_key: str, limit: int) -> None:
+        self.parent_session_key = parent_session_key
+        self.limit = limit
+        super().__init__(f"{parent_session_key} has {limit} runs that are not final")

@@ -184,11 +184,15 @@ class Announcer:
 
     async def _finish(self, run: RunRecord, status: RunStatus, text: str) -> RunRecord:
         """Apply the final status and queue the announce for the origin, in one write
-        (unless a batch or a wait takes the run's result instead)."""
+        (unless a batch or a wait takes the run's result instead). Only a run a person's
+        session spawned posts to the chat: a nested run's announce reaches its requester
+        inside its completion."""
         origin = run.origin
         changes: dict[str, object] = {"status": status, "announce_text": text}
         item: OutboxRecord | None = None
-        if origin is None:
+        if run.depth > 1:
+            changes["announce_state"] = "nested"
+        elif origin is None:
             changes["announce_state"] = "no_origin"
         else:
             item = OutboxRecord(

@@ -170,15 +170,8 @@ class RunManager:
         """Stop ``run_id`` as :meth:`abort` does (raising as it does, and then stopping
         nothing else), then every unfinished run spawned under it."""
         run = await self.abort(run_id)
-        stopped: list[str] = []
         # Read after the run is stopped: it spawns nothing more, so none is missed.
-        for child in await self._db.runs.descendants(run_id):
-            if child.finished:
-                continue
-            with contextlib.suppress(RunNotFoundError, RunFinishedError):
-                await self.abort(child.run_id)
-                stopped.append(child.run_id)
-        return StoppedTree(run, tuple(stopped))
+        return StoppedTree(run, tuple(await self._abort_below(run_id)))
 
     async def stop_session(self, session_key: str) -> int:
         """``/stop``: :meth:`stop_all` of the session; returns how many runs it stopped."""
@@ -191,6 +184,34 @@ class RunManager:
         for run in await self._db.runs.session_tree(session_key):
             if run.status not in ("queued", "running"):
                 continue
+            with contextlib.suppress(RunNotFoundError, RunFinishedError):
+                await self.abort(run.run_id)
+                stopped.append(run.run_id)
+        return stopped
+
+    async def expire(self, run_id: str) -> None:
+        """A yielded run's own timeout passed while it waited for its batch: it ends
+        ``timeout`` now (announced, its descendants stopped) without waiting for a lane
+        slot, which its own children may hold."""
+        run = await self._db.runs.get(run_id)
+        if run is None or run.status != "running" or self._runner.executing(run_id):
+            return  # ended meanwhile, or executing: it times out on its own
+        if run_id in self._stopping:
+            return
+        self._stopping.add(run_id)
+        await self._db.runs.update(
+            run_id, status="announcing", outcome="timeout", ended_at=self._clock()
+        )
+        self._feed.spawn(self._guarded(run_id))
+
+    async def abort_descendants(self, run_id: str) -> int:
+        """Stop every live run below ``run_id`` (its run ended ``timeout`` or
+        ``cancelled``); returns how many this call stopped."""
+        return len(await self._abort_below(run_id))
+
+    async def _abort_below(self, run_id: str) -> list[str]:
+        stopped: list[str] = []
+        for run in await self._db.runs.live_descendants(run_id):
             with contextlib.suppress(RunNotFoundError, RunFinishedError):
                 await self.abort(run.run_id)
                 stopped.append(run.run_id)

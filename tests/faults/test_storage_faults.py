@@ -138,7 +138,8 @@ async def test_disk_full_during_transcript_writes_loses_no_run(
     rng = random.Random(seed)
     disk = DiskFullOS(lambda _: rng.random() < 0.2, rng)
     state = tmp_path / "state"
-    config = {"agent": {"subagents": {"maxConcurrent": 4}}}
+    # Every run comes from one chat session, faster than they finish.
+    config = {"agent": {"subagents": {"maxConcurrent": 4, "maxChildrenPerSession": 1000}}}
     script = script_with_jobs(0.01)
     run_ids: list[str] = []
     refused: list[str] = []

@@ -234,7 +234,9 @@ async def test_hostile_ids_never_leave_the_state_dir(tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "keep.txt").write_text("untouched", encoding="utf-8")
     neighbours = sorted(p.name for p in tmp_path.parent.iterdir())
-    async with running_gateway(tmp_path) as gw:
+    # Every hostile label is its own run, all from one session: room for all of them.
+    room = {"agent": {"subagents": {"maxChildrenPerSession": 4 * len(HOSTILE_IDS)}}}
+    async with running_gateway(tmp_path, config=room) as gw:
         before = {k: v for k, v in tree(tmp_path).items() if not k.startswith("state")}
         async with api_server(gw) as server:
             port = server.port
