@@ -32,12 +32,14 @@ from gateway.sessions.store import (
     SessionStore,
 )
 from gateway.sessions.transcript import (
+    COMPACTION_KIND,
     TranscriptContents,
     aread_transcript,
     chat_messages_from_records,
     encode_line,
     event_record,
     header_record,
+    is_compaction_record,
     iso_timestamp,
     load_chat_messages,
     message_record,
@@ -51,6 +53,7 @@ from gateway.sessions.views import current_transcript_path, describe_session, se
 from gateway.sessions.writer import TranscriptWriter
 
 __all__ = [
+    "COMPACTION_KIND",
     "DEFAULT_HISTORY_LIMIT",
     "MAX_HISTORY_LIMIT",
     "InvalidIdError",
@@ -74,6 +77,7 @@ __all__ = [
     "encode_line",
     "event_record",
     "header_record",
+    "is_compaction_record",
     "is_subagent_key",
     "is_uuid",
     "is_valid_id",
