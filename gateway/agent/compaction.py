@@ -52,8 +52,10 @@ logger = logging.getLogger(__name__)
 
 Reason = Literal["window", "refused", "command"]
 
-#: Output limit of a summary call: dense enough for months of chat, small beside any window.
+#: Output limit of a summary call: dense enough for months of chat, small beside big windows;
+#: a small window gets a quarter of its budget (at least :data:`MIN_SUMMARY_TOKENS`).
 SUMMARY_MAX_TOKENS: Final = 1024
+MIN_SUMMARY_TOKENS: Final = 128
 #: Each message is cut to this many characters in what the summariser reads: the gist of a
 #: long tool output is in its start, and one message must never fill a summary call.
 SUMMARY_MESSAGE_CHARS: Final = 4000
@@ -102,6 +104,13 @@ def summary_message(summary: str) -> ChatMessage:
 def truncation_message() -> ChatMessage:
     """The message that stands for dropped turns."""
     return ChatMessage(role="user", content=_template("compaction-truncated.md"))
+
+
+def summary_tokens(budget: int | None) -> int:
+    """The longest summary a compaction to ``budget`` asks for (and makes room for)."""
+    if budget is None:
+        return SUMMARY_MAX_TOKENS
+    return min(SUMMARY_MAX_TOKENS, max(MIN_SUMMARY_TOKENS, budget // 4))
 
 
 def is_compaction_message(message: ChatMessage) -> bool:
@@ -238,7 +247,7 @@ async def compact(
     replacement = summary_message("") if mode == "summary" else truncation_message()
     overhead = fixed() + message_tokens(replacement)
     if mode == "summary":
-        overhead += SUMMARY_MAX_TOKENS
+        overhead += summary_tokens(budget)
     cut = plan_cut(
         body, keep_recent_turns=policy.keep_recent_turns, budget=budget, overhead=overhead
     )
@@ -296,7 +305,9 @@ async def summarise(
     is split in half and tried again."""
     prompt = _template("compaction.md")
     room = budget if budget is not None else UNKNOWN_WINDOW_CHUNK_TOKENS
-    chunk = room - 2 * SUMMARY_MAX_TOKENS - text_tokens(prompt) - text_tokens(setup.system)
+    longest = summary_tokens(budget)
+    # Each call carries the summary so far and asks for a new one: room for both.
+    chunk = room - 2 * longest - text_tokens(prompt) - text_tokens(setup.system)
     chunk = max(MIN_CHUNK_TOKENS, chunk)
     lines = [render(m) for m in messages]
     summary, usage, model = "", Usage(), setup.model_id
@@ -317,7 +328,7 @@ async def summarise(
                     ),
                 ),
             ),
-            max_tokens=min(setup.max_tokens, SUMMARY_MAX_TOKENS),
+            max_tokens=min(setup.max_tokens, longest),
         )
         try:
             reply = await setup.provider.complete(request)
