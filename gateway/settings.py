@@ -334,21 +334,18 @@ class HeraldSettings(BaseSettings):
         return self
 
     def _window_problems(self) -> list[tuple[str, str]]:
-        """A context window must leave room beyond ``agent.compaction.reserveTokens``."""
+        """``agent.compaction.reserveTokens`` must leave every model's window some room."""
         reserve = self.agent.compaction.reserve_tokens
-        problems: list[tuple[str, str]] = []
-        for name, provider in self.models.providers.items():
-            for index, model in enumerate(provider.models):
-                window = model.context_window
-                if window is not None and window <= reserve:
-                    problems.append(
-                        (
-                            f"models.providers.{name}.models.{index}.contextWindow",
-                            f"{window} leaves no room for a prompt: it must be larger than "
-                            f"agent.compaction.reserveTokens ({reserve})",
-                        )
-                    )
-        return problems
+        small = [
+            f"{name}/{model.id} has {model.context_window}"
+            for name, provider in self.models.providers.items()
+            for model in provider.models
+            if model.context_window is not None and model.context_window <= reserve
+        ]
+        if not small:
+            return []
+        message = f"{reserve} leaves no room for a prompt: contextWindow of {', '.join(small)}"
+        return [("agent.compaction.reserveTokens", message)]
 
     def model_ref_problem(self, ref: str) -> str | None:
         """Why ``ref`` (``<provider>/<model id>``) names no configured model, or None."""

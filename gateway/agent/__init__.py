@@ -2,7 +2,7 @@
 agent's effective profile, the tool context of a session, and the conversation kept within
 the model's context window (compaction). Chat turns and sub-agent runs both use it."""
 
-from gateway.agent.compaction import Compaction
+from gateway.agent.compaction import Compaction, bound_tool_results
 from gateway.agent.context import ToolContexts
 from gateway.agent.context_window import ContextPolicy, PromptMeter
 from gateway.agent.conversation import DISK_FULL_REPLY, Conversations, TurnResult
@@ -43,6 +43,7 @@ __all__ = [
     "TurnOutcome",
     "TurnResult",
     "TurnSetup",
+    "bound_tool_results",
     "resolve_agent",
     "run_turn",
     "subagent_model_ref",

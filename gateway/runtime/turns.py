@@ -14,7 +14,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 
-from channels import Channel, InboundMessage
+from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
 from gateway.delivery import Replier
 from gateway.state import Origin, SessionRecord
@@ -71,7 +71,7 @@ class ChatTurns:
         """
         key = session.key
         origin = origin_of(inbound) if inbound is not None else None
-        return self._submit(key, lambda: self.run_turn(key, text, origin), inbound)
+        return self._submit(key, lambda: self.run_turn(key, text, origin), inbound, "reply")
 
     def submit_command(
         self, session: SessionRecord, name: str, inbound: InboundMessage | None = None
@@ -80,15 +80,16 @@ class ChatTurns:
         queued before it, answered like a turn. Raises as :meth:`submit_turn`."""
         key = session.key
         work = self._conversations.compact if name == "compact" else self._conversations.renew
-        return self._submit(key, lambda: work(key), inbound)
+        return self._submit(key, lambda: work(key), inbound, "notice")
 
     def _submit(
         self,
         key: str,
         work: Callable[[], Awaitable[str | None]],
         inbound: InboundMessage | None,
+        kind: OutboundKind,
     ) -> JobHandle[None]:
-        handle = self._session_lane.submit(lambda: self._turn(key, work, inbound), key=key)
+        handle = self._session_lane.submit(lambda: self._turn(key, work, inbound, kind), key=key)
         self._prune()
         self._turns[key].add(handle)
         return handle
@@ -103,6 +104,7 @@ class ChatTurns:
         key: str,
         work: Callable[[], Awaitable[str | None]],
         inbound: InboundMessage | None,
+        kind: OutboundKind,
     ) -> None:
         reply: str | None
         channel = self._channels.get(inbound.channel) if inbound else None
@@ -119,7 +121,7 @@ class ChatTurns:
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY
         if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
-            await self._replier.reply(origin, reply)
+            await self._replier.reply(origin, reply, kind)
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
         """Where a turn's answer goes: the chat and thread of the message it answers (the
