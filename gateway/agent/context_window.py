@@ -177,16 +177,18 @@ def plan_cut(
 
 
 def cap_messages(history: Sequence[ChatMessage], limit: int = UNKNOWN_WINDOW_MESSAGES) -> int:
-    """For a model of unknown window: where to cut so at most ``limit`` messages remain,
-    starting at a user message when one is in reach (else at a block start)."""
+    """For a model of unknown window: where to cut so about ``limit`` messages remain. The
+    kept part starts at a user message (some APIs refuse any other first message): the
+    first one in reach, else the last one before it (keeping more); only a conversation
+    without any is cut at a block start."""
     if len(history) <= limit:
         return 0
     floor = len(history) - limit
     starts = block_starts(history)
-    later = [i for i in starts if i >= floor]
-    users = [i for i in later if history[i].role == "user"]
+    users = [i for i in starts if history[i].role == "user"]
     if users:
-        return users[0]
+        return next((i for i in users if i >= floor), users[-1])
+    later = [i for i in starts if i >= floor]
     if later:
         return later[0]
     return starts[-1] if starts else 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+#: ``compact`` and ``new`` act on the conversation itself: the router queues them on the
+#: session's lane, in order with its turns (never in the middle of one).
 CommandName = Literal["spawn", "subagents", "stop", "help", "compact", "new"]
-#: Commands that act on the conversation itself: they run on the session's lane, in order
-#: with its turns (never in the middle of one).
-SESSION_COMMANDS: frozenset[CommandName] = frozenset({"compact", "new"})
 SUBAGENT_ACTIONS = ("list", "info", "log", "stop")
 #: Accepted where a chat's own UI claims "/" (``!spawn`` in Slack's composer, say).
 PREFIXES = ("/", "!")

@@ -15,7 +15,7 @@ from gateway.agent import DISK_FULL_REPLY
 from gateway.delivery import Replier
 from gateway.reload import SettingsHolder
 from gateway.runtime.chat_commands import ChatCommands
-from gateway.runtime.commands import SESSION_COMMANDS, ChatCommand, parse_command
+from gateway.runtime.commands import ChatCommand, parse_command
 from gateway.runtime.turns import BUSY_REPLY, ChatTurns, origin_of
 from gateway.sessions import SessionError, SessionStore, key_for_inbound
 from gateway.state import DiskFullError, Origin, SessionRecord, is_out_of_space
@@ -83,7 +83,8 @@ class Router:
         """Run the message's chat command, or queue its turn."""
         key = session.key
         command = parse_command(message.text)
-        if isinstance(command, ChatCommand) and command.name in SESSION_COMMANDS:
+        if isinstance(command, ChatCommand) and command.name in ("compact", "new"):
+            # They act on the conversation itself: queued on its lane, in order with turns.
             name = command.name
             await self._queue(origin, lambda: self._turns.submit_command(session, name, message))
             return

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Literal
 
 from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
@@ -74,7 +75,10 @@ class ChatTurns:
         return self._submit(key, lambda: self.run_turn(key, text, origin), inbound, "reply")
 
     def submit_command(
-        self, session: SessionRecord, name: str, inbound: InboundMessage | None = None
+        self,
+        session: SessionRecord,
+        name: Literal["compact", "new"],
+        inbound: InboundMessage | None = None,
     ) -> JobHandle[None]:
         """Queue ``/compact`` or ``/new`` for ``session``: on its lane, after the turns
         queued before it, answered like a turn. Raises as :meth:`submit_turn`."""

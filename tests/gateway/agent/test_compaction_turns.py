@@ -234,3 +234,37 @@ async def test_a_long_tool_result_is_cut_in_the_request_and_whole_in_the_transcr
     assert "[… cut: the result has" in cut
     assert "The full output is kept in the session transcript." in cut
     assert len(cut) < 700
+
+
+async def test_a_model_of_unknown_window_gets_the_newest_messages(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    async with openai_server() as fake:
+        config = ProviderConfig(
+            api="openai-completions",
+            base_url=fake.base_url,
+            api_key=SecretStr(fake.api_key or ""),
+            models=[ModelConfig(id=fake.model)],
+            max_retries=0,
+        )
+        provider = OpenAIProvider("fake", config)
+        fake.reply_text("ok")
+        history: list[ChatMessage] = []
+        for n in range(150):
+            history.append(ChatMessage(role="user", content=f"q{n}"))
+            history.append(ChatMessage(role="assistant", content=f"a{n}"))
+        history.append(ChatMessage(role="user", content="last"))
+        sink = RecordingSink()
+        try:
+            await run_turn(
+                make_setup(provider, fake.model, tmp_path, ContextPolicy(mode="summary")),
+                registry,
+                history,
+                sink,
+            )
+        finally:
+            await provider.close()
+    sent = fake.requests[0].body["messages"][1:]
+    assert len(sent) == 199  # the newest 200 at most, from a user message
+    assert (sent[0]["content"], sent[-1]["content"]) == ("q51", "last")
+    assert sink.events == []  # nothing recorded: the transcript has it all

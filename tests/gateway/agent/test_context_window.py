@@ -134,6 +134,9 @@ def test_an_unknown_window_keeps_the_newest_messages_from_a_user_message() -> No
     assert cap_messages(HISTORY, limit=10) == 0
     assert cap_messages(HISTORY, limit=6) == 5
     assert cap_messages(HISTORY, limit=4) == 9
-    # No user message in reach: the first block start in reach, never a tool result.
-    assert cap_messages(HISTORY[5:9], limit=3) == 1
-    assert cap_messages([user("q"), assistant("", "t"), tool("t"), tool("t")], limit=2) == 1
+    # No user message in reach: the last one before it, so the request still starts there.
+    assert cap_messages(HISTORY[:9], limit=3) == 5
+    assert cap_messages(HISTORY[5:9], limit=3) == 0
+    # No user message at all: a block start, never a tool result.
+    assert cap_messages(HISTORY[6:9], limit=2) == 2
+    assert cap_messages([assistant("", "t"), tool("t"), tool("t")], limit=1) == 0
