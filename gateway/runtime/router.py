@@ -81,26 +81,31 @@ class Router:
         self, session: SessionRecord, origin: Origin, message: InboundMessage
     ) -> None:
         """Run the message's chat command, or queue its turn."""
-        key = session.key
         command = parse_command(message.text)
         if isinstance(command, ChatCommand) and command.name in ("compact", "new"):
             # They act on the conversation itself: queued on its lane, in order with turns.
             name = command.name
-            await self._queue(origin, lambda: self._turns.submit_command(session, name, message))
+            await self._queue(
+                session, origin, lambda: self._turns.submit_command(session, name, message)
+            )
             return
         if command is not None:
             text = await self._commands.run(command, session)
             await self._replier.reply(origin, text, "notice")
             return
-        await self._queue(origin, lambda: self._turns.submit_turn(session, message.text, message))
+        await self._queue(
+            session, origin, lambda: self._turns.submit_turn(session, message.text, message)
+        )
 
-    async def _queue(self, origin: Origin, submit: Callable[[], object]) -> None:
+    async def _queue(
+        self, session: SessionRecord, origin: Origin, submit: Callable[[], object]
+    ) -> None:
         """Queue a turn (or a session command) on the session's lane; tell the chat when the
         gateway cannot take it."""
         try:
             submit()
         except LaneFullError:
-            logger.warning("turn refused: lanes full", extra={"chat": origin.chat_id})
+            logger.warning("turn refused: lanes full", extra={"session": session.key})
             await self._replier.reply(origin, BUSY_REPLY, "notice")
         except LaneClosed:
             await self._replier.reply(origin, STOPPING_REPLY, "notice")
