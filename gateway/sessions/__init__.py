@@ -32,6 +32,7 @@ from gateway.sessions.store import (
     SessionStore,
 )
 from gateway.sessions.transcript import (
+    COMPACTION_KIND,
     INTERRUPTED_TOOL_RESULT,
     TranscriptContents,
     aread_transcript,
@@ -39,6 +40,7 @@ from gateway.sessions.transcript import (
     encode_line,
     event_record,
     header_record,
+    is_compaction_record,
     iso_timestamp,
     load_chat_messages,
     message_record,
@@ -52,6 +54,7 @@ from gateway.sessions.views import current_transcript_path, describe_session, se
 from gateway.sessions.writer import TranscriptWriter
 
 __all__ = [
+    "COMPACTION_KIND",
     "DEFAULT_HISTORY_LIMIT",
     "INTERRUPTED_TOOL_RESULT",
     "MAX_HISTORY_LIMIT",
@@ -76,6 +79,7 @@ __all__ = [
     "encode_line",
     "event_record",
     "header_record",
+    "is_compaction_record",
     "is_subagent_key",
     "is_uuid",
     "is_valid_id",

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
+from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
 from gateway.constants import ANNOUNCE_SKIP
 from gateway.delivery import Outbox
@@ -230,6 +231,7 @@ class Announcer:
         try:
             setup, sink = self._children.setup(run, child)
             history = await self._store.chat_messages(child.key)
+            bound_tool_results(history, setup.context.max_result_chars)  # as the run sent them
             prompt = ChatMessage(
                 role="user", content=announce_prompt(status, run.result_text, run.error)
             )

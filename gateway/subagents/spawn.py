@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from gateway.agent import resolve_agent, subagent_model_ref, trim_history
+from gateway.agent import resolve_agent, subagent_model_ref
+from gateway.agent.context_window import cap_messages
 from gateway.llm import ChatMessage
 from gateway.reload import SettingsHolder
 from gateway.sessions import INTERRUPTED_TOOL_RESULT, SessionError, SessionKey, SessionStore
@@ -62,7 +63,7 @@ def too_many_children(limit: int) -> str:
 def forked_conversation(messages: list[ChatMessage]) -> list[ChatMessage]:
     """What a forked child starts with: the requester's recent conversation, the calls its
     turn still has open answered with :data:`FORK_OPEN_CALL` instead of "interrupted"."""
-    out = trim_history(messages)
+    out = messages[cap_messages(messages) :]
     index = len(out)
     while index > 0 and out[index - 1].role == "tool":
         index -= 1
