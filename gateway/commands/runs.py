@@ -112,7 +112,7 @@ def add_commands(subparsers: Any) -> None:
         "--session",
         dest="session_key",
         help="requester session key: the result is announced to its chat and thread "
-        "(e.g. agent:main:slack:channel:C0123); default: the main session, no chat",
+        "(e.g. agent:main:slack:channel:c0123); default: the main session, no chat",
     )
     spawn.add_argument("--wait", action="store_true", help="wait for the run; print its result")
     spawn.add_argument("--url", help="gateway URL (default: from the config)")
@@ -362,7 +362,7 @@ async def _spawn(url: str, headers: dict[str, str], body: dict[str, Any], *, wai
         if result.get("warning"):
             print(f"warning: {result['warning']}")
         run = await _get_run(http, url, run_id)
-        print(_destination(run, wait=wait))
+        print(_destination(run, wait=wait, session_given="sessionKey" in body))
         while wait and run["status"] not in FINISHED_STATUSES:
             await asyncio.sleep(POLL_SECONDS)
             run = await _get_run(http, url, run_id)
@@ -383,7 +383,7 @@ async def _get_run(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[s
         return run
 
 
-def _destination(run: dict[str, Any], *, wait: bool) -> str:
+def _destination(run: dict[str, Any], *, wait: bool, session_given: bool) -> str:
     """Where the run's result goes, in one line."""
     requester = run.get("parentSessionKey") or "-"
     origin = run.get("origin")
@@ -391,8 +391,10 @@ def _destination(run: dict[str, Any], *, wait: bool) -> str:
         thread = f" thread {origin['threadId']}" if origin.get("threadId") else ""
         where = f"{origin['channel']} chat {origin['chatId']}{thread}"
         return safe(f"result: announced to {where} (session {requester})")
-    later = "printed below when it ends" if wait else f"see `herald runs show {run['runId']}`"
-    return safe(
-        f"result: posted to no chat (session {requester} has none; --session <key> "
-        f"announces to that session's chat); {later}"
+    why = (
+        f"session {requester} has no chat"
+        if session_given
+        else f"no --session: the requester is {requester}, which has no chat"
     )
+    later = "printed below when it ends" if wait else f"see `herald runs show {run['runId']}`"
+    return safe(f"result: posted to no chat ({why}); {later}")

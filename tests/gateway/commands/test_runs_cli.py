@@ -103,8 +103,8 @@ async def test_spawn_says_where_the_result_goes_and_wait_prints_it(tmp_path: Pat
         assert first.startswith("accepted run ")
         run_id = first.split()[2]
         assert where == (
-            "result: posted to no chat (session agent:main:main has none; --session <key> "
-            "announces to that session's chat); printed below when it ends"
+            "result: posted to no chat (no --session: the requester is agent:main:main, "
+            "which has no chat); printed below when it ends"
         )
         assert status == "status: done"
         assert result == "done: from the cli"
@@ -163,6 +163,15 @@ async def test_spawn_from_a_chat_session_says_which_chat_gets_the_result(tmp_pat
         assert code == 0, err
         assert out.splitlines()[1] == (
             "result: announced to webchat chat c7 (session agent:main:webchat:c7)"
+        )
+        code, out, err = await cli(
+            "spawn", "task: for nobody", "--session", "agent:main:main", "-c", str(path)
+        )
+        assert code == 0, err
+        run_id = out.split()[2]
+        assert out.splitlines()[1] == (
+            "result: posted to no chat (session agent:main:main has no chat); "
+            f"see `herald runs show {run_id}`"
         )
     code, out, _ = await cli("spawn", "--help")
     words = " ".join(out.split())
