@@ -204,7 +204,11 @@ class Run(Closed):
     result: str | None
     error: str | None
     announce: Announce
-    transcript_path: str | None
+    transcript_path: str | None = Field(description="where the transcript is now")
+    archived_at: Timestamp | None = Field(
+        default=None,
+        description="when the run's session was archived (its transcript renamed), or null",
+    )
 
 
 class RunChild(Closed):
@@ -278,6 +282,8 @@ class History(Closed):
     session_key: str
     session_id: str
     archived: bool
+    archived_at: Timestamp | None = Field(description="when the session was archived, or null")
+    transcript_path: str | None = Field(description="where the transcript is now")
     messages: list[Message]
 
 

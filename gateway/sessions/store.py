@@ -38,6 +38,7 @@ from typing import Any, Final
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
+from gateway.sessions.locate import Location, locate, location_of
 from gateway.sessions.paths import rename_to_archived, transcript_path
 from gateway.sessions.transcript import (
     TranscriptContents,
@@ -255,6 +256,15 @@ class SessionStore:
     def current_path(self, record: SessionRecord) -> Path | None:
         """Where the transcript is now: the archived file, the live one, or None if gone."""
         return current_transcript_path(self.state_dir, record)
+
+    async def locate(self, ref: str) -> Location:
+        """The session a key, session id, run id or transcript path names, and where its
+        transcript is now (see :func:`gateway.sessions.locate.locate`)."""
+        return await locate(self.state_dir, self.db, ref)
+
+    def location(self, record: SessionRecord, run_id: str | None = None) -> Location:
+        """The :class:`Location` of a session already in hand."""
+        return location_of(self.state_dir, record, run_id)
 
     async def append_message(
         self,

@@ -16,7 +16,13 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError, SessionStore
+from gateway.sessions import (
+    DEFAULT_HISTORY_LIMIT,
+    MAX_HISTORY_LIMIT,
+    SessionError,
+    SessionNotFoundError,
+    SessionStore,
+)
 from gateway.state import SessionRecord
 from gateway.subagents.spawn import SpawnContext, SpawnRequest, SpawnResult, nested_forbidden
 from gateway.subagents.visibility import SessionScope
@@ -155,7 +161,12 @@ class SessionsListTool(Tool[SessionsListParams]):
 
 
 class SessionsHistoryParams(ToolParams):
-    session_key: str = Field(min_length=1, max_length=512)
+    session_key: str = Field(
+        min_length=1,
+        max_length=512,
+        description="The session key; or its sessionId, a runId, or a transcript path "
+        "from a stats line (found even after the transcript was archived)",
+    )
     limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT)
     include_tools: bool = False
 
@@ -169,13 +180,19 @@ class SessionsHistoryTool(Tool[SessionsHistoryParams]):
     async def run(self, params: SessionsHistoryParams, ctx: ToolContext) -> ToolOutput:
         store = ctx.service(SESSIONS)
         try:
-            await SessionScope(store, ctx).require(params.session_key)
+            where = await store.locate(params.session_key)
+            if not await SessionScope(store, ctx).sees(where.session):
+                raise SessionNotFoundError(params.session_key)  # exactly as an unknown one
+            key = where.session.key
             messages = await store.history(
-                params.session_key, limit=params.limit, include_tools=params.include_tools
+                key, limit=params.limit, include_tools=params.include_tools
             )
         except SessionError as exc:
             raise ToolError(str(exc)) from exc
-        return ToolOutput.json({"sessionKey": params.session_key, "messages": messages})
+        found: dict[str, object] = {"sessionKey": key, "messages": messages}
+        if where.archived:
+            found |= {"archivedAt": where.archived_at, "note": where.note()}
+        return ToolOutput.json(found)
 
 
 class SessionsSendParams(ToolParams):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from gateway.config import load_settings
 from gateway.errors import ConfigError
 from gateway.sessions import SessionKey, read_transcript
 from tests.gateway.harness import Harness, api_app, base_config, running_gateway
+from tests.gateway.sessions.support import opened_store
 from tests.security.support import TRANSCRIPT_RE, raw_request, tree, unexpected_state_files
 
 #: Every hostile name carries this, so a file made from one can be found anywhere.
@@ -293,8 +295,8 @@ def test_transcripts_show_never_reads_beyond_what_it_is_given(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``herald transcripts show`` resolves keys inside the state directory only, prints
-    chat text with its control characters escaped, and shows nothing of a file that is not
-    a transcript (the operator may name any file: that is their right, not a chat's)."""
+    chat text with its control characters escaped, and opens no path as given: a path is
+    matched by the session id in its file name against the state directory's sessions."""
 
     async def make_state() -> str:
         async with running_gateway(tmp_path) as gw:
@@ -316,14 +318,23 @@ def test_transcripts_show_never_reads_beyond_what_it_is_given(
         assert cli.main(["transcripts", "show", bad, "--config", str(config)]) == 1
         shown = capsys.readouterr()
         assert "root:" not in shown.out + shown.err
-    # A file that is not a transcript: its lines are skipped, not printed.
+    # A file that is not a transcript, named as one or not, inside the state directory or
+    # not: nothing of it is read.
     other = tmp_path / "notes.txt"
     other.write_text(f"root:x:0:0:{MARK}-secret-line\n\x1b[2Jplain text\n", encoding="utf-8")
-    link = tmp_path / "link.jsonl"
-    link.symlink_to(other)
-    for target in (other, link):
-        assert cli.main(["transcripts", "show", str(target)]) == 0
+    session_id = asyncio.run(_session_id(tmp_path / "state", key))
+    disguised = tmp_path / f"{session_id}.jsonl"
+    disguised.symlink_to(other)
+    planted = tmp_path / "state" / f"{uuid.uuid4()}.jsonl"
+    planted.symlink_to(other)
+    for target in (other, tmp_path / "link.jsonl", disguised, planted):
+        assert cli.main(["transcripts", "show", str(target), "--config", str(config)]) == 1
         shown = capsys.readouterr()
-        assert f"{MARK}-secret-line" not in shown.out + shown.err
-        assert "\x1b" not in shown.out + shown.err
-        assert "unreadable lines skipped" in shown.err
+        assert shown.out == ""
+        assert f"{MARK}-secret-line" not in shown.err
+        assert "\x1b" not in shown.err
+
+
+async def _session_id(state: Path, key: str) -> str:
+    async with opened_store(state) as store:
+        return (await store.require(key)).session_id
