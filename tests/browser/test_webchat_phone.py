@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import FloatRect, Page, expect
 
 from tests.browser.chromium import launch
 from tests.browser.support import (
@@ -40,10 +40,10 @@ AT_BOTTOM_JS = f"""() => {{
 }}"""
 
 
-async def messages_box(page: Page) -> dict[str, float]:
+async def messages_box(page: Page) -> FloatRect:
     box = await page.locator("#messages").bounding_box()
     assert box is not None
-    return dict(box)
+    return box
 
 
 async def test_on_a_phone_runs_wait_behind_a_badge_and_never_move_the_conversation(
