@@ -3,7 +3,8 @@
 They read ``<stateDir>/herald.db`` read-only (WAL: safe while the daemon runs) and the
 transcript files, and print readable text, or JSON with ``--json``. ``transcripts show``
 takes a session key (resolved through the database, archived sessions included) or a
-transcript file path (no configuration needed). Text from chats is printed with control
+transcript file path (no configuration needed); with ``--follow`` it keeps printing the lines
+a live session writes (:mod:`gateway.commands.follow`). Text from chats is printed with control
 characters escaped, so a transcript cannot drive the operator's terminal.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from gateway.commands.follow import follow
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import (
     SessionKey,
@@ -59,6 +61,12 @@ def add_commands(subparsers: Any) -> None:
     tshow = tsub.add_parser("show", help="print a transcript (by session key or file path)")
     tshow.add_argument("target", help="session key or transcript file")
     tshow.add_argument("--json", action="store_true", help="print the raw JSON lines")
+    tshow.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print lines as they are written, until the session is archived or Ctrl-C",
+    )
     tshow.add_argument("--config", "-c", help=_CONFIG_HELP)
     tshow.set_defaults(func=transcripts_show)
 
@@ -150,10 +158,12 @@ def sessions_show(args: argparse.Namespace) -> int:
 
 
 def transcripts_show(args: argparse.Namespace) -> int:
-    """``herald transcripts show <key|path> [--json]``."""
+    """``herald transcripts show <key|path> [--json] [--follow]``."""
     path = _resolve_transcript(args)
     if path is None:
         return 1
+    if args.follow:
+        return follow(path, raw=_raw if args.json else None, show=_render, warn=_err, flush=_flush)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -321,6 +331,14 @@ def _cost(cost: float | None) -> str:
 
 def _out(text: str) -> None:
     print(text)
+
+
+def _raw(line: bytes) -> None:
+    sys.stdout.buffer.write(line)
+
+
+def _flush() -> None:
+    sys.stdout.flush()
 
 
 def _err(text: str) -> None:

@@ -23,6 +23,7 @@ from gateway.sessions.keys import (
 )
 from gateway.sessions.paths import (
     archived_path,
+    find_archived,
     sessions_dir,
     transcript_path,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "describe_session",
     "encode_line",
     "event_record",
+    "find_archived",
     "header_record",
     "is_subagent_key",
     "is_uuid",
