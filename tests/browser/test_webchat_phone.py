@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import aiohttp
 import pytest
 from playwright.async_api import FloatRect, Page, expect
 
@@ -127,12 +128,30 @@ async def test_the_conversation_stays_at_its_newest_message_when_its_box_shrinks
         await expect(page.locator(".msg").last).to_be_in_viewport()
         await shot(page, tmp_path / "phone-long-draft.png")
 
-        # Scrolled up to read, the conversation stays put while the box changes.
+        # Scrolled up to read, the conversation stays put while the box changes, and when a
+        # message arrives (an announce of a run started through the API): a button offers it.
         await page.locator("#messages").evaluate("m => { m.scrollTop = 0; }")
         await expect(page.locator(".msg").first).to_be_in_viewport()
         await page.locator("#input").fill("")
-        await expect(page.locator(".msg").first).to_be_in_viewport()
+        client = await page.evaluate("localStorage.getItem('herald.webchat.clientId')")
+        spawn = {
+            "tool": "sessions_spawn",
+            "args": {"task": "Research the history of tea", "label": "api"},
+            "sessionKey": f"agent:main:webchat:{client}",
+        }
+        url = f"{daemon.url}/v1/tools/invoke"
+        async with aiohttp.ClientSession() as http, http.post(url, json=spawn) as response:
+            assert response.status == 200, await response.text()
+        await expect(page.locator(".msg.announce")).to_have_count(1)
         assert await page.locator("#messages").evaluate("m => m.scrollTop") == 0
+        await expect(page.locator(".msg").first).to_be_in_viewport()
+        newest = page.locator("#to-newest")
+        await expect(newest).to_be_visible()
+        await shot(page, tmp_path / "phone-scrolled-up.png")
+        await newest.click()
+        await page.wait_for_function(AT_BOTTOM_JS)
+        await expect(page.locator(".msg.announce")).to_be_in_viewport()
+        await expect(newest).to_be_hidden()
         assert tab.errors == []
 
 
