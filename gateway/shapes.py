@@ -287,6 +287,27 @@ class History(Closed):
     messages: list[Message]
 
 
+class TranscriptRecord(Open):
+    """One transcript line as written: the ``session`` header, a ``message`` (its body under
+    ``message``) or an ``event`` (``event`` and ``data``); every key of the line is kept."""
+
+    type: str
+    id: str | SkipJsonSchema[None] = None
+    timestamp: str | SkipJsonSchema[None] = None
+
+
+class Transcript(Closed):
+    """A window of a session's transcript: records ``start`` … ``start + len(records) - 1``
+    of ``total`` (0-based line records, oldest first)."""
+
+    session: Session
+    records: list[TranscriptRecord]
+    start: Count = Field(description="index of the first record returned")
+    total: Count = Field(description="records in the whole transcript")
+    torn_bytes: Count = Field(description="size of a torn last line left out (a crash)")
+    bad_lines: list[int] = Field(description="1-based numbers of lines that did not parse")
+
+
 class InvokeResult(Closed):
     ok: bool = Field(description="false when the tool reported an error")
     result: dict[str, Any]

@@ -32,6 +32,9 @@ from gateway.state import RUN_STATUSES, RunStatus
 
 MAX_RUNS_LIMIT: Final = 500
 DEFAULT_RUNS_LIMIT: Final = 50
+#: Transcript records per request: a page of a long session, not the whole of it.
+MAX_TRANSCRIPT_LIMIT: Final = 5000
+DEFAULT_TRANSCRIPT_LIMIT: Final = 500
 
 #: Documented shape of a path segment: anything but '/', which would end it. Only
 #: documented: the router has already cut the segment, and a percent-encoded '/' inside
@@ -169,3 +172,21 @@ class HistoryParams(Params):
         description="at most this many messages",
     )
     include_tools: Flag = Field(default=False, description="include tool calls and results")
+
+
+class TranscriptParams(Params):
+    session_key: SessionKeyField = Field(
+        description="e.g. agent:main:main (':' may be percent-encoded)",
+        json_schema_extra=_SEGMENT,
+    )
+    limit: Annotated[int, _blank_is(DEFAULT_TRANSCRIPT_LIMIT)] = Field(
+        default=DEFAULT_TRANSCRIPT_LIMIT,
+        ge=1,
+        le=MAX_TRANSCRIPT_LIMIT,
+        description="at most this many records, the newest before `before`",
+    )
+    before: QueryInt | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=0,
+        description="end of the window (a record index, exclusive; default: the end)",
+    )

@@ -1,4 +1,4 @@
-"""``GET /v1/sessions`` and ``GET /v1/sessions/{sessionKey}/history``.
+"""``GET /v1/sessions``, ``GET /v1/sessions/{sessionKey}/history`` and ``…/transcript``.
 
 ``GET /v1/sessions`` answers the sessions most recently updated first, each in
 :func:`gateway.sessions.session_view`'s shape. ``GET /v1/sessions/{sessionKey}/history``
@@ -8,6 +8,10 @@ transcript is now. The segment may also be the session's id, a run's id or a tra
 file name, live or archived (:meth:`SessionStore.locate`): a stats line copied before the
 archive still finds the session. Session keys contain ``:``, which is legal in a path
 segment; a percent-encoded key (``agent%3Amain%3Amain``) is decoded by the router.
+``GET /v1/sessions/{sessionKey}/transcript`` answers the transcript's records as written
+(header, messages with their tool calls, results and usage, events), a window of at most
+``limit`` of them ending before ``before``. Archived sessions answer too; the file is the
+one the session's row names, never a path made from the request.
 
 Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 400
 ``invalid_parameter``, a malformed key 400 ``invalid_session_key``; an unknown key is 404
@@ -25,10 +29,10 @@ from pydantic import ValidationError
 
 from gateway.api.errors import json_error
 from gateway.api.keys import SESSION_STORE
-from gateway.api.requests import HistoryParams, SessionsQuery
+from gateway.api.requests import HistoryParams, SessionsQuery, TranscriptParams
 from gateway.api.routing import reply
 from gateway.sessions import SessionNotFoundError, SessionRefError, session_view
-from gateway.shapes import History, Message, SessionList
+from gateway.shapes import History, Message, SessionList, Transcript, TranscriptRecord
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +66,40 @@ async def history(request: web.Request, params: HistoryParams) -> web.Response:
             messages=list(_messages(record.key, lines)),
         )
     )
+
+
+async def transcript(request: web.Request, params: TranscriptParams) -> web.Response:
+    store = request.app[SESSION_STORE]
+    key = str(params.session_key)
+    record = await store.get(key)
+    if record is None:
+        return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
+    contents = await store.read(key)
+    total = len(contents.records)
+    end = total if params.before is None else min(params.before, total)
+    start = max(0, end - params.limit)
+    return reply(
+        Transcript(
+            session=session_view(record, store.current_path(record)),
+            records=list(_records(key, contents.records[start:end])),
+            start=start,
+            total=total,
+            torn_bytes=contents.torn_bytes,
+            bad_lines=list(contents.bad_lines),
+        )
+    )
+
+
+def _records(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[TranscriptRecord]:
+    # Gateway-written lines always fit; one edited by hand that does not (no "type", a
+    # number for an id) is passed on whole as an "unknown" record, so the window keeps its
+    # indices and the reader sees the line rather than a gap.
+    for line in lines:
+        try:
+            yield TranscriptRecord.model_validate(line)
+        except ValidationError:
+            logger.warning("transcript: a line of an unknown shape", extra={"session_key": key})
+            yield TranscriptRecord(type="unknown", line=line)
 
 
 def _messages(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[Message]:

@@ -7,7 +7,9 @@ transcript path, stale or not — and find it in the state directory, archived s
 included (:func:`gateway.sessions.locate`); an archived one is noted on stderr with when it
 was archived and where its transcript is now. A path is matched by the session id in its
 file name, never opened as given. Text from chats is printed with control characters
-escaped, so a transcript cannot drive the operator's terminal.
+escaped, so a transcript cannot drive the operator's terminal. With ``--follow``
+``transcripts show`` keeps printing the lines a live session writes
+(:mod:`gateway.commands.follow`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gateway.commands.follow import follow
 from gateway.commands.reading import (
     CONFIG_HELP,
     StateSource,
@@ -66,6 +69,12 @@ def add_commands(subparsers: Any) -> None:
         "target", metavar="SESSION", help=f"{REF_FORMS} (archived or not: it is found)"
     )
     tshow.add_argument("--json", action="store_true", help="print the raw JSON lines")
+    tshow.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print lines as they are written, until the session is archived or Ctrl-C",
+    )
     tshow.add_argument("--config", "-c", help=CONFIG_HELP)
     tshow.set_defaults(func=transcripts_show)
 
@@ -149,11 +158,13 @@ def sessions_show(args: argparse.Namespace) -> int:
 
 
 def transcripts_show(args: argparse.Namespace) -> int:
-    """``herald transcripts show <session> [--json]``."""
+    """``herald transcripts show <session> [--json] [--follow]``."""
     found = _transcript(state_source(args), args.target)
     if found is None or found.path is None:
         return 1
     path = found.path
+    if args.follow:
+        return follow(path, raw=_raw if args.json else None, show=_render, warn=err, flush=_flush)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -260,3 +271,11 @@ def _cost(cost: float | None) -> str:
 
 def _out(text: str) -> None:
     print(text)
+
+
+def _raw(line: bytes) -> None:
+    sys.stdout.buffer.write(line)
+
+
+def _flush() -> None:
+    sys.stdout.flush()

@@ -32,6 +32,7 @@ from gateway.sessions.locate import (
 )
 from gateway.sessions.paths import (
     archived_path,
+    find_archived,
     sessions_dir,
     transcript_path,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "describe_session",
     "encode_line",
     "event_record",
+    "find_archived",
     "header_record",
     "is_compaction_record",
     "is_subagent_key",

@@ -188,6 +188,7 @@ async def http_paths_with_encoded_traversal(port: int) -> None:
     targets: list[str] = []
     for key in hostile_keys():
         targets.append(f"/v1/sessions/{quote(key, safe='')}/history")
+        targets.append(f"/v1/sessions/{quote(key, safe='')}/transcript")
         targets.append(f"/v1/runs/{quote(key, safe='')}")
     targets += [
         "/v1/sessions/..%2F..%2Fetc%2Fpasswd/history",
@@ -196,6 +197,8 @@ async def http_paths_with_encoded_traversal(port: int) -> None:
         "/v1/sessions/agent:main:main%00/history",
         "/v1/sessions/agent:main:webchat:%2e%2e/history",
         "/v1/sessions/..%5C..%5Cwin/history",
+        "/v1/sessions/..%2F..%2Fetc%2Fpasswd/transcript",
+        "/v1/sessions/agent:main:webchat:%2e%2e/transcript?before=0",
         "/v1/runs/..%2F..%2Fherald.db",
         "/v1/runs/%2e%2e",
         f"/v1/runs?sessionKey=..%2F..%2F{MARK}",
