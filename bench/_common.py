@@ -199,14 +199,19 @@ def bench_settings(
     *,
     main_width: int = 4,
     subagent_width: int = 1,
+    model: dict[str, Any] | None = None,
+    agent: dict[str, Any] | None = None,
 ) -> HeraldSettings:
-    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts."""
+    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts;
+    ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config."""
     data: dict[str, Any] = {
         "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
         "agent": {
             "model": f"{PROVIDER}/{MODEL}",
             "maxConcurrent": main_width,
-            "subagents": {"maxConcurrent": subagent_width},
+            # Benchmarks queue thousands of runs from one session.
+            "subagents": {"maxConcurrent": subagent_width, "maxChildrenPerSession": 1_000_000},
+            **(agent or {}),
         },
         "models": {
             "providers": {
@@ -217,7 +222,9 @@ def bench_settings(
                     "maxRetries": 0,
                     # The held request must outlive the longest benchmark.
                     "timeoutSeconds": 86_400,
-                    "models": [{"id": MODEL, "cost": {"input": 0.15, "output": 0.6}}],
+                    "models": [
+                        {"id": MODEL, "cost": {"input": 0.15, "output": 0.6}, **(model or {})}
+                    ],
                 }
             }
         },

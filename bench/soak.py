@@ -227,7 +227,12 @@ def soak_settings(state_dir: Path, model_url: str, slack_url: str) -> HeraldSett
             "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
             "agent": {
                 "model": f"{PROVIDER}/{MODEL}",
-                "subagents": {"maxConcurrent": 2, "archiveAfterMinutes": ARCHIVE_AFTER_MINUTES},
+                # Every run comes from one channel session, faster than they finish.
+                "subagents": {
+                    "maxConcurrent": 2,
+                    "archiveAfterMinutes": ARCHIVE_AFTER_MINUTES,
+                    "maxChildrenPerSession": 1_000_000,
+                },
             },
             "models": {
                 "providers": {

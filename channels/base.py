@@ -96,7 +96,8 @@ class RunUpdate:
     Sent to the channel of the run's origin chat, for surfaces that show live run status.
     The rest places the run in its tree: the run that spawned it (None for a run a person's
     conversation spawned), its depth (1 for those), the ``sessions_yield`` batch it is
-    in, its own session (whose transcript shows what it did) and when it was spawned.
+    in, its own session (whose transcript shows what it did) and when it was spawned; and
+    describes it: its task, its model and when it started and ended (for its runtime).
     """
 
     run_id: str
@@ -110,6 +111,12 @@ class RunUpdate:
     session_key: str | None = None
     #: Unix seconds.
     created_at: float | None = None
+    task: str | None = None
+    #: ``<provider>/<model id>``.
+    model: str | None = None
+    #: Unix seconds; None until the run started, or ended.
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]

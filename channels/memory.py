@@ -74,11 +74,13 @@ class MemoryChannel(Channel):
 
     async def wait_update(self, run_id: str, status: str) -> RunUpdate:
         """Wait until run ``run_id`` was reported with ``status``."""
+        return await self.wait_run(lambda u: u.run_id == run_id and u.status == status)
+
+    async def wait_run(self, predicate: Callable[[RunUpdate], bool]) -> RunUpdate:
+        """Wait until a run update matches ``predicate`` (a run known by its name, say)."""
         async with self._changed:
-            await self._changed.wait_for(
-                lambda: any(u.run_id == run_id and u.status == status for u in self.updates)
-            )
-        return next(u for u in self.updates if u.run_id == run_id and u.status == status)
+            await self._changed.wait_for(lambda: any(predicate(u) for u in self.updates))
+        return next(u for u in self.updates if predicate(u))
 
     async def receive(self, message: InboundMessage) -> None:
         """Hand ``message`` to the gateway as if a person had sent it."""

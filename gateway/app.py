@@ -17,7 +17,7 @@ from aiohttp import web
 from channels import Channel
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
-from gateway.api.keys import DATABASE, READINESS, SCRAPE
+from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
 from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
@@ -107,8 +107,12 @@ def build_app(
     async def database() -> bool | None:
         return await database_reachable(app[STATE]) if STATE in app else None
 
+    def disk_full() -> bool:
+        return STATE in app and app[STATE].space.full
+
     app[READINESS] = readiness
     app[DATABASE] = database
+    app[DISK_FULL] = disk_full
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)

@@ -1,13 +1,16 @@
-"""The ``herald`` command line (DESIGN §11).
+"""The ``herald`` command line.
 
 Each subcommand module in :mod:`gateway.commands` exposes ``add_commands(subparsers)`` and
 sets ``func`` on its parsers: a callable taking the parsed arguments and returning the exit
-status. Config errors exit 78 (EX_CONFIG) with one clear message, never a traceback.
+status. Config errors exit 78 (EX_CONFIG) with one clear message, never a traceback; a
+reader that closed stdout early (``herald runs list | head``) ends the command quietly with
+status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -64,6 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         status: int = func(args)
+        # Flushed here, so that a reader that went away (``herald runs list | head``) is
+        # met inside this try, not by the interpreter's own flush at exit.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # As Python's documentation on SIGPIPE advises: point stdout at devnull, so the
+        # flush at exit cannot raise again, and exit 1 without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except ConfigError as exc:
         print(f"herald: configuration error:\n{exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -47,6 +47,24 @@ DEFAULT_STATE_DIR: Final = "~/.herald"
 ANNOUNCE_SKIP: Final = "ANNOUNCE_SKIP"
 #: Seed 000: more spawns than this in one model turn get an error result.
 MAX_SPAWNS_PER_TURN: Final = 10
+#: The deepest ``agent.subagents.maxSpawnDepth``: each level is a model turn waiting on the
+#: next, so deeper trees cost more than they return.
+MAX_SPAWN_DEPTH: Final = 5
 
 #: Loopback hosts that may run without ``gateway.auth.token``.
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+#: Context windows (tokens) of the OpenAI and Anthropic models the example config lists, used
+#: when a model sets no ``contextWindow`` (the vendors' published figures).
+KNOWN_CONTEXT_WINDOWS: Final[dict[str, int]] = {
+    "gpt-4o-mini": 128_000,
+    "gpt-4o": 128_000,
+    "claude-sonnet-4-5": 200_000,
+    "claude-haiku-4-5": 200_000,
+}
+#: The smallest ``contextWindow`` accepted: below it no system prompt and reply fit at all.
+MIN_CONTEXT_WINDOW: Final = 256
+#: ``agent.tools.maxResultChars``: about 5,000 tokens, so a few big results still leave room.
+DEFAULT_MAX_RESULT_CHARS: Final = 20_000
+#: The smallest cut worth making: the marker alone is ~150 characters.
+MIN_RESULT_CHARS: Final = 500

@@ -18,7 +18,8 @@ Series (every name starts ``herald_``): ``runs{status}``, ``runs_finished_total{
 every prompt token, cache reads and writes included), ``model_cost_usd_total{model}``,
 ``announce_deliveries_total{result}``, ``outbox_items{state}``, ``lane_queued{lane}``,
 ``lane_active{lane}``, ``lane_max_concurrent{lane}``, ``lane_jobs_total{lane,result}``,
-``lane_wait_seconds{lane}``, ``channel_connected{channel}``.
+``lane_wait_seconds{lane}``, ``channel_connected{channel}``, ``disk_full`` (1 while the state
+directory's disk is full) and ``disk_full_refusals_total`` (writes it refused).
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class _Snapshot:
     outbox: dict[str, int] | None
     lanes: list[LaneStats] = field(default_factory=list)
     channels: dict[str, bool] = field(default_factory=dict)
+    disk_full: bool = False
+    disk_refusals: int = 0
 
 
 def _count_rows(conn: sqlite3.Connection) -> tuple[dict[str, int], dict[str, int]]:
@@ -144,6 +147,16 @@ class _StateCollector:
         for name, up in sorted(snap.channels.items()):
             connected.add_metric([name], 1 if up else 0)
         yield connected
+        yield GaugeMetricFamily(
+            "herald_disk_full",
+            "1 while the state directory's disk is full (writes wait, chats get an apology)",
+            value=1 if snap.disk_full else 0,
+        )
+        yield CounterMetricFamily(
+            "herald_disk_full_refusals",
+            "Writes the disk refused for want of space",
+            value=snap.disk_refusals,
+        )
 
 
 class Metrics:
@@ -264,6 +277,8 @@ class Metrics:
             outbox=outbox,
             lanes=[lane.stats() for lane in source.lanes.all()],
             channels={name: channel.connected for name, channel in source.channels.items()},
+            disk_full=source.db.space.full,
+            disk_refusals=source.db.space.refusals,
         )
         self._state.snapshot = snapshot
         try:

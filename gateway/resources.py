@@ -171,9 +171,11 @@ async def _outbox(app: web.Application) -> AsyncIterator[None]:
     for listener in app[DELIVERY_LISTENERS]:
         outbox.subscribe(listener)
     outbox.on_retry = lambda: metrics.announce_delivery("retry")
+    app[STATE].space.subscribe(outbox.kick)  # space is back: deliver what waited for it
     try:
         yield
     finally:
+        app[STATE].space.unsubscribe(outbox.kick)
         await outbox.close()
 
 
@@ -207,9 +209,19 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     )
     inbox = RunInbox()
     runner = RunRunner(
-        db=db, store=store, children=children, announcer=announcer, feed=feed, inbox=inbox
+        db=db,
+        store=store,
+        children=children,
+        announcer=announcer,
+        feed=feed,
+        inbox=inbox,
+        completions=completions,
+        batches=batches,
     )
     manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
+    runner.stop_descendants = manager.abort_descendants
+    batches.resume_run = manager.submit
+    batches.expire_run = manager.expire
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     control = SubagentControl(
         db=db, manager=manager, inbox=inbox, feed=feed, outbox=app[OUTBOX], hand_on=batches.hand_on
@@ -219,9 +231,12 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     app[TOOL_SERVICES][SPAWNER] = spawner
     app[TOOL_SERVICES][YIELDS] = batches
     app[TOOL_SERVICES][SUBAGENT_RUNS] = control
+    # Space is back after the disk filled: the runs it stranded go on now, without a restart.
+    db.space.subscribe(manager.resume_waiting)
     try:
         yield
     finally:
+        db.space.unsubscribe(manager.resume_waiting)
         await manager.close(0)  # idempotent: the drain has closed it already
         batches.close()
         completions.close()

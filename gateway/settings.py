@@ -20,7 +20,16 @@ from channels.config_base import ConfigModel, SecretUrl, secrets_in
 from channels.discord.config import DiscordConfig
 from channels.slack.config import SlackConfig
 from channels.webchat.config import WebchatConfig
-from gateway.constants import DEFAULT_STATE_DIR, ID_PATTERN, LOOPBACK_HOSTS
+from gateway.constants import (
+    DEFAULT_MAX_RESULT_CHARS,
+    DEFAULT_STATE_DIR,
+    ID_PATTERN,
+    KNOWN_CONTEXT_WINDOWS,
+    LOOPBACK_HOSTS,
+    MAX_SPAWN_DEPTH,
+    MIN_CONTEXT_WINDOW,
+    MIN_RESULT_CHARS,
+)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -97,6 +106,9 @@ class AgentToolsConfig(ToolPolicyConfig):
     """``agent.tools``: the global tool policy layer, plus settings of the tools themselves."""
 
     web_fetch: WebFetchAccessConfig = WebFetchAccessConfig()
+    #: A tool result longer than this is cut (with a marker) in the conversation sent to the
+    #: model; the transcript keeps it whole. The floor leaves room for the marker to make sense.
+    max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
 
 
 class WebFetchConfig(ConfigModel):
@@ -113,6 +125,24 @@ class SubagentDefaults(ConfigModel):
     #: What a restart does with runs that were running: resume them from their transcript,
     #: or announce them as ``interrupted``.
     on_restart: Literal["resume", "fail"] = "resume"
+    #: How deep sub-agents may nest: a person's session is depth 0, its sub-agents depth 1.
+    #: 1 = sub-agents cannot spawn; sessions below the cap may.
+    max_spawn_depth: Annotated[int, Field(ge=1, le=MAX_SPAWN_DEPTH)] = 1
+    #: Runs not yet final that one session may have; past it ``sessions_spawn`` refuses.
+    max_children_per_session: PositiveInt = 10
+
+
+class CompactionConfig(ConfigModel):
+    """``agent.compaction``: what happens when a conversation would outgrow the model's
+    context window (``models.providers.*.models[].contextWindow``)."""
+
+    #: "summary": the oldest turns become one summary the model writes; "truncate": they are
+    #: dropped; "off": everything is sent (the provider may refuse it).
+    mode: Literal["summary", "truncate", "off"] = "summary"
+    #: Tokens kept free for the reply: compaction starts above ``contextWindow - this``.
+    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 4000
+    #: The most recent turns (a person's message and everything answering it) kept whole.
+    keep_recent_turns: Annotated[int, Field(ge=1, le=1000)] = 4
 
 
 class SessionToolsConfig(ConfigModel):
@@ -128,6 +158,7 @@ class AgentDefaults(ConfigModel):
     max_concurrent: PositiveInt = 4
     tools: AgentToolsConfig = AgentToolsConfig()
     session_tools: SessionToolsConfig = SessionToolsConfig()
+    compaction: CompactionConfig = CompactionConfig()
     subagents: SubagentDefaults = SubagentDefaults()
     exec: ExecConfig = ExecConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()
@@ -190,6 +221,9 @@ class ModelConfig(ConfigModel):
     id: Annotated[str, Field(min_length=1)]
     cost: ModelCost | None = None
     max_tokens: PositiveInt = 4096
+    #: Tokens the model reads at most (prompt and reply). None: a known default for the
+    #: OpenAI and Anthropic models (:data:`KNOWN_CONTEXT_WINDOWS`), else unknown.
+    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW)] | None = None
 
 
 ProviderApi = Literal["openai-completions", "anthropic-messages", "scripted"]
@@ -207,6 +241,15 @@ class ProviderConfig(ConfigModel):
 
     def model(self, model_id: str) -> ModelConfig | None:
         return next((m for m in self.models if m.id == model_id), None)
+
+    def context_window(self, model: ModelConfig) -> int | None:
+        """``model``'s context window: its own, else the known one of an OpenAI or
+        Anthropic model id (only for those APIs), else None (unknown)."""
+        if model.context_window is not None:
+            return model.context_window
+        if self.api == "scripted":
+            return None
+        return KNOWN_CONTEXT_WINDOWS.get(model.id)
 
 
 def _default_providers() -> dict[str, ProviderConfig]:
@@ -317,6 +360,7 @@ class HeraldSettings(BaseSettings):
                 problems.append(
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
+        problems += self._window_problems()
         token = self.gateway.auth.token
         if not self.gateway.is_loopback and (token is None or not token.get_secret_value().strip()):
             problems.append(
@@ -328,6 +372,20 @@ class HeraldSettings(BaseSettings):
         if problems:
             raise CrossReferenceError(problems)
         return self
+
+    def _window_problems(self) -> list[tuple[str, str]]:
+        """``agent.compaction.reserveTokens`` must leave every model's window some room."""
+        reserve = self.agent.compaction.reserve_tokens
+        small = [
+            f"{name}/{model.id} has {model.context_window}"
+            for name, provider in self.models.providers.items()
+            for model in provider.models
+            if model.context_window is not None and model.context_window <= reserve
+        ]
+        if not small:
+            return []
+        message = f"{reserve} leaves no room for a prompt: contextWindow of {', '.join(small)}"
+        return [("agent.compaction.reserveTokens", message)]
 
     def model_ref_problem(self, ref: str) -> str | None:
         """Why ``ref`` (``<provider>/<model id>``) names no configured model, or None."""

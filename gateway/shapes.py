@@ -61,9 +61,18 @@ ErrorCode = Literal[
 ERROR_CODES: Final[tuple[ErrorCode, ...]] = get_args(ErrorCode)
 
 #: ``consumed``: the run's result went to a ``sessions_yield`` follow-up or a ``subagents wait``
-#: instead of an announce of its own; ``held``: a wait is holding it.
+#: instead of an announce of its own; ``held``: a wait is holding it; ``nested``: a run below
+#: depth 1, whose result goes to the run that spawned it, never to a chat.
 AnnounceState = Literal[
-    "queued", "delivered", "failed", "uncertain", "skipped", "no_origin", "consumed", "held"
+    "queued",
+    "delivered",
+    "failed",
+    "uncertain",
+    "skipped",
+    "no_origin",
+    "consumed",
+    "held",
+    "nested",
 ]
 ANNOUNCE_STATES: Final[tuple[AnnounceState, ...]] = get_args(AnnounceState)
 
@@ -195,7 +204,11 @@ class Run(Closed):
     result: str | None
     error: str | None
     announce: Announce
-    transcript_path: str | None
+    transcript_path: str | None = Field(description="where the transcript is now")
+    archived_at: Timestamp | None = Field(
+        default=None,
+        description="when the run's session was archived (its transcript renamed), or null",
+    )
 
 
 class RunChild(Closed):
@@ -269,7 +282,30 @@ class History(Closed):
     session_key: str
     session_id: str
     archived: bool
+    archived_at: Timestamp | None = Field(description="when the session was archived, or null")
+    transcript_path: str | None = Field(description="where the transcript is now")
     messages: list[Message]
+
+
+class TranscriptRecord(Open):
+    """One transcript line as written: the ``session`` header, a ``message`` (its body under
+    ``message``) or an ``event`` (``event`` and ``data``); every key of the line is kept."""
+
+    type: str
+    id: str | SkipJsonSchema[None] = None
+    timestamp: str | SkipJsonSchema[None] = None
+
+
+class Transcript(Closed):
+    """A window of a session's transcript: records ``start`` … ``start + len(records) - 1``
+    of ``total`` (0-based line records, oldest first)."""
+
+    session: Session
+    records: list[TranscriptRecord]
+    start: Count = Field(description="index of the first record returned")
+    total: Count = Field(description="records in the whole transcript")
+    torn_bytes: Count = Field(description="size of a torn last line left out (a crash)")
+    bad_lines: list[int] = Field(description="1-based numbers of lines that did not parse")
 
 
 class InvokeResult(Closed):
@@ -285,6 +321,10 @@ class Readiness(Closed):
     status: Literal["ready", "starting"]
     channels: dict[str, bool] = Field(
         description="each enabled channel's connection state, by name"
+    )
+    storage: Literal["ok", "full"] = Field(
+        description="`full` while the disk refuses the state's writes (the state directory's, "
+        "or on PostgreSQL the database server's)"
     )
     database: Literal["ok", "unavailable"] | None = Field(
         None, description="the shared PostgreSQL state database; null on SQLite"

@@ -188,3 +188,42 @@ def running() -> PostgresServer:
     if _running is None:
         raise RuntimeError("the postgres_server fixture has not started PostgreSQL")
     return _running
+
+
+#: What PostgreSQL says when a data file cannot grow (:func:`fill_disk` says it too).
+DISK_FULL_MESSAGE: Final = 'could not extend file "base/16384/16385": No space left on device'
+
+
+def _execute(url: str, sql: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def fill_disk(url: str, *, at_commit: bool = False) -> None:
+    """Make the server at ``url`` (its schema) refuse new ``sessions`` rows as a full disk
+    does: SQLSTATE ``53100`` (``disk_full``) with PostgreSQL's own message, from a trigger
+    (at ``COMMIT`` when ``at_commit``: a deferred constraint trigger). Updates of existing
+    rows still go through, as they mostly do on a real full disk. :func:`free_disk` is the
+    operator freeing space."""
+    _execute(
+        url,
+        f"""
+        CREATE OR REPLACE FUNCTION herald_test_disk_full() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION USING ERRCODE = 'disk_full', MESSAGE = '{DISK_FULL_MESSAGE}',
+                HINT = 'Check free disk space.';
+        END $$""",
+    )
+    trigger = (
+        "CREATE CONSTRAINT TRIGGER herald_test_disk_full AFTER INSERT ON sessions"
+        " DEFERRABLE INITIALLY DEFERRED"
+        if at_commit
+        else "CREATE TRIGGER herald_test_disk_full BEFORE INSERT ON sessions"
+    )
+    _execute(url, f"{trigger} FOR EACH ROW EXECUTE FUNCTION herald_test_disk_full()")
+
+
+def free_disk(url: str) -> None:
+    """Undo :func:`fill_disk`."""
+    _execute(url, "DROP TRIGGER herald_test_disk_full ON sessions")

@@ -12,8 +12,10 @@ Server → client::
      "runId": <str|null>, "id": "<unique>", "ts": <Unix seconds>}
     {"type": "run", "runId": …, "name": …, "status": …, "ts": <Unix seconds>,
      "parentRunId": <str|null>, "depth": <int ≥ 1>, "batchId": <str|null>,
-     "sessionKey": <str|null>, "createdAt": <Unix seconds|null>}
-                                              a run's status and its place in the tree;
+     "sessionKey": <str|null>, "createdAt": <Unix seconds|null>, "task": <str|null>,
+     "model": <str|null>, "startedAt": <Unix seconds|null>, "endedAt": <Unix seconds|null>}
+                                              a run's status, its place in the tree, what
+                                              it was asked and its runtime so far;
                                               the page reads its transcript from
                                               GET /v1/sessions/{sessionKey}/history
     {"type": "typing", "on": <bool>}
@@ -39,6 +41,9 @@ MAX_TEXT_BYTES: Final = 32 * 1024
 #: Longest WebSocket frame; aiohttp closes the socket (1009) above it. JSON escaping can
 #: grow text up to 6× (``\\u0000``), so this leaves room above MAX_TEXT_BYTES.
 MAX_FRAME_BYTES: Final = 6 * MAX_TEXT_BYTES + 1024
+#: Characters of a run's task in its frame: the card shows a line or two, the run's
+#: transcript has the rest, and every run frame is kept in the client's history file.
+RUN_TASK_CHARS: Final = 500
 
 ErrorCode = Literal[
     "bad_json",
@@ -136,8 +141,18 @@ def run_frame(update: RunUpdate, ts: float) -> str:
             "batchId": update.batch_id,
             "sessionKey": update.session_key,
             "createdAt": update.created_at,
+            "task": _clip(update.task, RUN_TASK_CHARS),
+            "model": update.model,
+            "startedAt": update.started_at,
+            "endedAt": update.ended_at,
         }
     )
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
 
 
 def ready_frame(client_id: str) -> str:

@@ -3,8 +3,9 @@
 A chat message, a batch's follow-up and a sub-agent completion written between turns all go
 through :class:`Conversations`, which keeps each session's history between turns
 (:class:`HistoryCache`) and turns every failure into a clear reply text; the transcript keeps
-the rest. Callers run these on the session's lane, so a session has one turn at a time and
-nothing is written between a tool call and its result.
+the rest. ``/compact`` and ``/new`` act on a session here too. Callers run these on the
+session's lane, so a session has one turn at a time and nothing is written between a tool
+call and its result.
 """
 
 from __future__ import annotations
@@ -15,19 +16,24 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.agent.compaction import Compaction, compact
 from gateway.agent.factory import TurnFactory
 from gateway.agent.history import HistoryCache
-from gateway.agent.profile import resolve_agent
+from gateway.agent.profile import AgentProfile, resolve_agent
+from gateway.agent.setup import TurnSetup
 from gateway.agent.sink import StoreSink
 from gateway.agent.turn import EndedBy, run_turn
 from gateway.llm import ChatMessage, Usage
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError
-from gateway.state import Origin, SessionRecord
+from gateway.state import Origin, SessionRecord, is_out_of_space
 from gateway.tools import tools_for_agent
 from gateway.usage import format_runtime
 
 logger = logging.getLogger(__name__)
+
+#: The apology of a turn that could not be recorded (the chat router sends it too).
+DISK_FULL_REPLY = "Sorry, I could not record this conversation (the gateway's disk may be full)."
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,78 @@ class Conversations:
         self.histories.append(key, message)
         return True
 
+    async def compact(self, key: str) -> str:
+        """``/compact``: compact the session's conversation now (everything before the turns
+        kept whole); the text to answer with."""
+        session = await self.store.require(key)
+        profile = resolve_agent(self._factory.settings, session.agent_id)
+        sink: StoreSink | None = None
+        done: Compaction | None = None
+        finished = False
+        try:
+            setup, sink = self._prepare(session, profile, None)
+            history, meter = await self.histories.take(key)
+            async with asyncio.timeout(profile.timeout_seconds):
+                done = await compact(
+                    setup,
+                    self._factory.tools,
+                    history,
+                    sink,
+                    meter,
+                    reason="command",
+                    budget=setup.context.budget(setup.max_tokens),
+                )
+            await sink.sync()
+            self.histories.keep(key, history, meter)
+            finished = True
+        except (TimeoutError, ProviderError, SessionError, OSError) as exc:
+            return await self._failure(session, profile, exc)
+        finally:
+            if not finished:
+                self.histories.forget(key)
+            if sink is not None:
+                await asyncio.shield(sink.save_usage())
+        if done is None:
+            turns = setup.context.keep_recent_turns
+            return (
+                f"Nothing to compact: the conversation is not longer than the {turns} "
+                "turns kept whole."
+            )
+        what = "a summary" if done.mode == "summary" else "a note that they were left out"
+        return (
+            f"Compacted: {done.replaced} earlier messages became {what}; the last "
+            f"{done.kept} messages are kept as they were (about {done.tokens_before:,} → "
+            f"{done.tokens_after:,} tokens)."
+        )
+
+    async def renew(self, key: str) -> str:
+        """``/new``: a fresh session for ``key``'s chat, the old transcript archived by
+        rename; the text to answer with."""
+        self.histories.forget(key)
+        try:
+            previous = await self.store.renew(key)
+        except (SessionError, OSError) as exc:
+            logger.error("new session refused", extra={"session": key, "error": str(exc)})
+            return f"Sorry, a new conversation could not be started: {exc}"
+        finally:
+            self.histories.forget(key)
+        if previous is None:
+            return "Started a new conversation."
+        return "Started a new conversation; the previous one is archived."
+
+    def _prepare(
+        self, session: SessionRecord, profile: AgentProfile, origin: Origin | None
+    ) -> tuple[TurnSetup, StoreSink]:
+        settings = self._factory.settings
+        return self._factory.prepare(
+            session,
+            model_ref=session.model or profile.model_ref,
+            system=profile.system_prompt,
+            tools=tools_for_agent(settings, session.agent_id, self._factory.tools),
+            max_iterations=profile.max_iterations,
+            origin=origin,
+        )
+
     async def _run(
         self,
         key: str,
@@ -91,9 +169,8 @@ class Conversations:
         origin: Origin | None,
         meta: dict[str, Any] | None,
     ) -> TurnResult:
-        settings = self._factory.settings
         session = await self.store.require(key)
-        profile = resolve_agent(settings, session.agent_id)
+        profile = resolve_agent(self._factory.settings, session.agent_id)
         sink: StoreSink | None = None
         finished = False
 
@@ -102,40 +179,18 @@ class Conversations:
             return TurnResult(reply, usage, sink.cost_usd if sink else None, None)
 
         try:
-            registry = self._factory.tools
-            setup, sink = self._factory.prepare(
-                session,
-                model_ref=session.model or profile.model_ref,
-                system=profile.system_prompt,
-                tools=tools_for_agent(settings, session.agent_id, registry),
-                max_iterations=profile.max_iterations,
-                origin=origin,
-            )
-            history = await self.histories.take(key)
+            setup, sink = self._prepare(session, profile, origin)
+            history, meter = await self.histories.take(key)
             if user is not None:
                 history.append(user)
                 await sink.message(user, meta=meta)
             async with asyncio.timeout(profile.timeout_seconds):
-                outcome = await run_turn(setup, registry, history, sink)
+                outcome = await run_turn(setup, self._factory.tools, history, sink, meter=meter)
             await sink.sync()
-            self.histories.keep(key, history)
+            self.histories.keep(key, history, meter)
             finished = True
-        except TimeoutError:
-            await self._record(session, "error", {"error": "timeout"})
-            return failed(
-                f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
-            )
-        except ProviderError as exc:
-            await self._record(session, "error", {"error": str(exc)})
-            return failed(f"Sorry, the model call failed: {exc}")
-        except SessionError as exc:
-            logger.warning("turn refused", extra={"session": key, "error": str(exc)})
-            return failed(f"Sorry, this conversation cannot continue: {exc}")
-        except OSError as exc:  # the transcript could not be written (disk full, say)
-            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
-            return failed(
-                "Sorry, I could not record this conversation (the gateway's disk may be full)."
-            )
+        except (TimeoutError, ProviderError, SessionError, OSError) as exc:
+            return failed(await self._failure(session, profile, exc))
         finally:
             if not finished:
                 self.histories.forget(key)  # the transcript is the truth: reload next time
@@ -147,6 +202,23 @@ class Conversations:
             sink.cost_usd,
             outcome.ended_by,
         )
+
+    async def _failure(self, session: SessionRecord, profile: AgentProfile, exc: Exception) -> str:
+        """The reply for a turn (or ``/compact``) that failed with ``exc``."""
+        key = session.key
+        if isinstance(exc, TimeoutError):
+            await self._record(session, "error", {"error": "timeout"})
+            return f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
+        if isinstance(exc, ProviderError):
+            await self._record(session, "error", {"error": str(exc)})
+            return f"Sorry, the model call failed: {exc}"
+        if isinstance(exc, SessionError):
+            logger.warning("turn refused", extra={"session": key, "error": str(exc)})
+            return f"Sorry, this conversation cannot continue: {exc}"
+        # The transcript could not be written (disk full, say).
+        if not is_out_of_space(exc):  # a full disk is logged once, by its state
+            logger.error("turn failed to record", extra={"session": key, "error": str(exc)})
+        return DISK_FULL_REPLY
 
     async def _record(self, session: SessionRecord, name: str, data: dict[str, Any]) -> None:
         with contextlib.suppress(SessionError):

@@ -2,7 +2,8 @@
 
 Chat turns and sub-agent runs (and their announce turns) differ only in which model, system
 prompt, tool set and iteration bound they choose; :class:`TurnFactory` builds the rest the
-same way for both, from the settings, providers and tool registry in force now.
+same way for both (the model's context window and compaction policy included), from the
+settings, providers and tool registry in force now.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.agent.context import ToolContexts
+from gateway.agent.context_window import ContextPolicy
+from gateway.agent.setup import TurnSetup
 from gateway.agent.sink import StoreSink
-from gateway.agent.turn import TurnSetup
 from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry
 from gateway.reload import SettingsHolder
@@ -79,6 +81,7 @@ class TurnFactory:
             tool_context=self._contexts.for_session(
                 session, run_id=run_id, origin=origin, depth=depth
             ),
+            context=ContextPolicy.of(self.settings, model_ref),
         )
         sink = StoreSink(
             self.store,

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.agent.context import ToolContexts
+from gateway.agent.profile import agents_above
 from gateway.errors import HeraldError
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionKey, SessionStore
-from gateway.state import RunsTable, SessionRecord
+from gateway.state import RunRecord, RunsTable, SessionRecord
 from gateway.tools import ToolOutput, ToolRegistry, tools_for_agent, tools_for_subagent
 
 
@@ -77,9 +78,19 @@ class ToolInvoker:
         registry = self._tools()
         if not session.is_subagent:
             return tools_for_agent(settings, session.agent_id, registry)
+        run = await self._run_of(session)
+        if run is None:
+            return tools_for_subagent(settings, session.agent_id, session.agent_id, registry)
+        lineage = agents_above(await self._runs.lineage(run.run_id)) if run.depth > 1 else ()
+        return tools_for_subagent(
+            settings, run.requester_agent_id, run.agent_id, registry, lineage=lineage
+        )
+
+    async def _run_of(self, session: SessionRecord) -> RunRecord | None:
+        if not session.is_subagent:
+            return None
         runs = await self._runs.list(child_session_key=session.key, limit=1)
-        parent_agent = runs[0].requester_agent_id if runs else session.agent_id
-        return tools_for_subagent(settings, parent_agent, session.agent_id, registry)
+        return runs[0] if runs else None
 
     async def invoke(self, key: SessionKey, tool: str, args: object) -> ToolOutput:
         """Validate and run ``tool`` with ``args`` from session ``key``.
@@ -94,4 +105,10 @@ class ToolInvoker:
             raise ToolNotAllowedError(
                 f"tool {tool!r} is not allowed in {session.key}", field="tool"
             )
-        return await registry.execute(tool, params, self._contexts.for_session(session))
+        run = await self._run_of(session)
+        ctx = (
+            self._contexts.for_session(session)
+            if run is None
+            else self._contexts.for_session(session, run_id=run.run_id, depth=run.depth)
+        )
+        return await registry.execute(tool, params, ctx)

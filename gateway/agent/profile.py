@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.constants import WORKSPACES_DIR
 from gateway.settings import HeraldSettings
+from gateway.state import RunRecord
 from gateway.tools import UnknownAgentError
 
 
@@ -52,3 +54,12 @@ def subagent_model_ref(settings: HeraldSettings, target: AgentProfile) -> str:
     ``agent.subagents.model`` when set, else the target agent's own model.
     """
     return settings.agent.subagents.model or target.model_ref
+
+
+def agents_above(ancestors: Sequence[RunRecord]) -> tuple[str, ...]:
+    """The agents of the sessions above a run's requester, the person's session's first:
+    the ``lineage`` of :func:`gateway.tools.tools_for_subagent`. ``ancestors`` are the runs
+    above the run (``RunsTable.lineage``), the depth-1 run first."""
+    if not ancestors:
+        return ()
+    return (ancestors[0].requester_agent_id, *(run.agent_id for run in ancestors[:-1]))

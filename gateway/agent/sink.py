@@ -10,7 +10,7 @@ from gateway.llm import ChatMessage, Usage
 from gateway.metrics import Metrics
 from gateway.sessions import SessionStore
 from gateway.settings import ModelCost
-from gateway.state import SessionRecord
+from gateway.state import DiskFullError, SessionRecord
 from gateway.usage import cost_usd
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class StoreSink:
             await self.store.add_usage(self.session.key, usage, cost)
             if self.run_id is not None:
                 await self.store.db.runs.add_usage(self.run_id, usage, cost)
+        except DiskFullError:  # logged once by the disk-full state; the transcript has it
+            logger.debug("usage not saved: disk full", extra={"session": self.session.key})
         except Exception:
             logger.exception("usage not saved", extra={"session": self.session.key})
 

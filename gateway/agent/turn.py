@@ -2,8 +2,10 @@
 
 Stages are small functions: build the request, call the model, persist, run the tools.
 Every message goes to the transcript (through a :class:`TranscriptSink`) as it happens, so a
-crash leaves a transcript a later run can resume from. Provider errors propagate to the
-caller, which knows whether the turn belongs to a chat or a sub-agent run.
+crash leaves a transcript a later run can resume from. Before each model call the
+conversation is fitted to the model's context window (:mod:`gateway.agent.compaction`); a
+call the provider refuses as too long is compacted and retried once. Other provider errors
+propagate to the caller, which knows whether the turn belongs to a chat or a sub-agent run.
 """
 
 from __future__ import annotations
@@ -12,29 +14,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gateway.agent.compaction import bound_tool_results, compact_after_refusal, cut_result, fit
+from gateway.agent.context_window import PromptMeter
+from gateway.agent.setup import TranscriptSink, TurnSetup, build_request
 from gateway.constants import MAX_SPAWNS_PER_TURN
-from gateway.llm import ChatMessage, ModelReply, ModelRequest, Provider, ToolCall, Usage
-from gateway.tools import ToolContext, ToolOutput, ToolRegistry
+from gateway.llm import ChatMessage, ModelReply, ToolCall, Usage
+from gateway.providers import ContextWindowExceededError
+from gateway.tools import ToolOutput, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
 EndedBy = Literal["reply", "submit_result", "submit_error", "max_iterations", "yield"]
 SPAWN_TOOL = "sessions_spawn"
-
-
-class TranscriptSink(Protocol):
-    """Where a turn records what happens, as it happens."""
-
-    async def message(
-        self,
-        message: ChatMessage,
-        *,
-        model: str | None = None,
-        usage: Usage | None = None,
-        meta: dict[str, Any] | None = None,
-    ) -> None: ...
-
-    async def event(self, name: str, data: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +43,6 @@ class Inbox(Protocol):
     async def take(self) -> list[Injected]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class TurnSetup:
-    """What a turn runs with: resolved once, when the run starts."""
-
-    provider: Provider
-    model_id: str
-    max_tokens: int
-    system: str
-    tools: frozenset[str]
-    max_iterations: int
-    tool_context: ToolContext
-
-
 @dataclass(slots=True)
 class TurnOutcome:
     text: str
@@ -73,19 +51,6 @@ class TurnOutcome:
     iterations: int = 0
     #: The data of ``submit_result``/``submit_error`` when the run ended through one.
     submitted: dict[str, Any] | None = None
-
-
-def build_request(
-    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage]
-) -> ModelRequest:
-    """The model request for the conversation so far."""
-    return ModelRequest(
-        model=setup.model_id,
-        system=setup.system,
-        messages=tuple(history),
-        tools=tuple(registry.specs(sorted(setup.tools))),
-        max_tokens=setup.max_tokens,
-    )
 
 
 async def run_tools(
@@ -98,7 +63,8 @@ async def run_tools(
     """Run a reply's tool calls in order; returns the output that ends the run, if any.
 
     Seed 000: spawns beyond :data:`MAX_SPAWNS_PER_TURN` in one model turn get an error
-    result instead of running.
+    result instead of running. A result longer than ``agent.tools.maxResultChars`` joins
+    ``history`` cut (with a marker saying so); the transcript gets it whole.
     """
     spawns = 0
     ending: ToolOutput | None = None
@@ -121,7 +87,7 @@ async def run_tools(
             tool_name=call.name,
             is_error=output.is_error,
         )
-        history.append(result)
+        history.append(cut_result(result, setup.context.max_result_chars))
         await sink.message(result)
         if output.ends_run and ending is None:
             ending = output
@@ -129,12 +95,25 @@ async def run_tools(
 
 
 async def call_model(
-    setup: TurnSetup, registry: ToolRegistry, history: list[ChatMessage], sink: TranscriptSink
+    setup: TurnSetup,
+    registry: ToolRegistry,
+    history: list[ChatMessage],
+    sink: TranscriptSink,
+    meter: PromptMeter | None = None,
 ) -> ModelReply:
-    """One model call; the assistant message is recorded before any tool runs."""
-    reply = await setup.provider.complete(build_request(setup, registry, history))
+    """One model call on ``history`` fitted to the context window; a refusal for length is
+    compacted and retried once. The assistant message is recorded before any tool runs."""
+    meter = meter if meter is not None else PromptMeter()
+    await fit(setup, registry, history, sink, meter)
+    try:
+        reply = await setup.provider.complete(build_request(setup, registry, history))
+    except ContextWindowExceededError as refused:
+        if await compact_after_refusal(setup, registry, history, sink, meter, refused) is None:
+            raise
+        reply = await setup.provider.complete(build_request(setup, registry, history))
     message = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
     history.append(message)
+    meter.observe(reply.usage, len(history))
     await sink.message(message, model=reply.model, usage=reply.usage)
     return reply
 
@@ -145,12 +124,18 @@ async def run_turn(
     history: list[ChatMessage],
     sink: TranscriptSink,
     inbox: Inbox | None = None,
+    meter: PromptMeter | None = None,
 ) -> TurnOutcome:
     """Loop model and tools on ``history`` (which ends with the new input) until done.
 
-    ``history`` is extended in place with every assistant and tool message, and with what
-    ``inbox`` gives before each model call.
+    ``history`` is changed in place: extended with every assistant and tool message and
+    with what ``inbox`` gives before each model call, its long tool results cut, and
+    compacted when it outgrows the context window. ``meter`` carries the last call's
+    reported prompt size over from the conversation's previous turn.
     """
+    meter = meter if meter is not None else PromptMeter()
+    if bound_tool_results(history, setup.context.max_result_chars):
+        meter.reset()
     outcome = TurnOutcome(text="", ended_by="max_iterations")
     last_text = ""
     for _ in range(setup.max_iterations):
@@ -158,7 +143,7 @@ async def run_turn(
             for item in await inbox.take():
                 history.append(item.message)
                 await sink.message(item.message, meta=item.meta)
-        reply = await call_model(setup, registry, history, sink)
+        reply = await call_model(setup, registry, history, sink, meter)
         outcome.iterations += 1
         outcome.usage = outcome.usage + reply.usage
         if reply.text.strip():

@@ -1,7 +1,9 @@
 """The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
 
 Liveness answers while the process serves; readiness needs every enabled channel
-connected and, on PostgreSQL, the database answering. Each reads what it needs from the
+connected and, on PostgreSQL, the database answering; it also reports whether the disk is
+full (without turning unready: the gateway still answers, with an apology for a chat it
+cannot record). Each reads what it needs from the
 app (:mod:`gateway.api.keys`).
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.keys import DATABASE, READINESS, SCRAPE
+from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.routing import reply
 from gateway.metrics import CONTENT_TYPE
 from gateway.shapes import Health, Readiness
@@ -24,11 +26,12 @@ async def readyz(request: web.Request, _: None) -> web.Response:
     reachable = await request.app[DATABASE]()
     ready = all(channels.values()) and reachable is not False
     status = "ready" if ready else "starting"
+    storage = "full" if request.app[DISK_FULL]() else "ok"
     if reachable is None:  # SQLite: a local file, nothing to report
-        body = Readiness(status=status, channels=channels)
+        body = Readiness(status=status, channels=channels, storage=storage)
     else:
         database = "ok" if reachable else "unavailable"
-        body = Readiness(status=status, channels=channels, database=database)
+        body = Readiness(status=status, channels=channels, storage=storage, database=database)
     return reply(body, status=200 if ready else 503)
 
 

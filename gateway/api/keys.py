@@ -36,6 +36,12 @@ class DatabaseProbe(Protocol):
     async def __call__(self) -> bool | None: ...
 
 
+class DiskProbe(Protocol):
+    """Whether the state directory's disk is full now."""
+
+    def __call__(self) -> bool: ...
+
+
 class ScrapeSource(Protocol):
     """What a ``/metrics`` scrape reads, once the gateway's resources have started."""
 
@@ -48,4 +54,5 @@ RUN_CONTROL = web.AppKey("run_control", RunControl)
 TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
 READINESS = web.AppKey("readiness", ReadinessProbe)
 DATABASE = web.AppKey("database", DatabaseProbe)
+DISK_FULL = web.AppKey("disk_full", DiskProbe)
 SCRAPE = web.AppKey("scrape", ScrapeSource)

@@ -20,11 +20,21 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionKey, SessionKeyError
+from gateway.sessions import (
+    DEFAULT_HISTORY_LIMIT,
+    MAX_HISTORY_LIMIT,
+    SessionKey,
+    SessionKeyError,
+    SessionRefError,
+    parse_ref,
+)
 from gateway.state import RUN_STATUSES, RunStatus
 
 MAX_RUNS_LIMIT: Final = 500
 DEFAULT_RUNS_LIMIT: Final = 50
+#: Transcript records per request: a page of a long session, not the whole of it.
+MAX_TRANSCRIPT_LIMIT: Final = 5000
+DEFAULT_TRANSCRIPT_LIMIT: Final = 500
 
 #: Documented shape of a path segment: anything but '/', which would end it. Only
 #: documented: the router has already cut the segment, and a percent-encoded '/' inside
@@ -42,6 +52,16 @@ def _session_key(value: object) -> SessionKey:
     except SessionKeyError as exc:
         # The error type is the API's error code (see gateway.api.routing).
         raise PydanticCustomError("invalid_session_key", exc.reason) from None
+
+
+def _session_ref(value: object) -> str:
+    if not isinstance(value, str):
+        raise PydanticCustomError("string_type", "Input should be a valid string")
+    try:
+        parse_ref(value)
+    except (SessionKeyError, SessionRefError) as exc:
+        raise PydanticCustomError("invalid_session_key", exc.reason) from None
+    return value
 
 
 def _flag(value: object) -> object:
@@ -79,6 +99,9 @@ def _statuses(value: object) -> object:
 
 #: A session key, parsed (a malformed one is an ``invalid_session_key`` error).
 SessionKeyField = Annotated[SessionKey, PlainValidator(_session_key, json_schema_input_type=str)]
+#: A session key, or another reference to a session: its id, a run's id, or a transcript's
+#: file name (:func:`gateway.sessions.parse_ref`); a malformed one is ``invalid_session_key``.
+SessionRefField = Annotated[str, PlainValidator(_session_ref, json_schema_input_type=str)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 QueryInt = Annotated[int, BeforeValidator(_integer)]
 
@@ -137,8 +160,9 @@ class SessionsQuery(Params):
 
 class HistoryParams(Params):
     # Declared first: a malformed key is reported before any query parameter.
-    session_key: SessionKeyField = Field(
-        description="e.g. agent:main:main (':' may be percent-encoded)",
+    session_key: SessionRefField = Field(
+        description="a session key, e.g. agent:main:main (':' may be percent-encoded); or "
+        "the session's id, a run's id, or a transcript's file name, archived or not",
         json_schema_extra=_SEGMENT,
     )
     limit: Annotated[int, _blank_is(DEFAULT_HISTORY_LIMIT)] = Field(
@@ -148,3 +172,21 @@ class HistoryParams(Params):
         description="at most this many messages",
     )
     include_tools: Flag = Field(default=False, description="include tool calls and results")
+
+
+class TranscriptParams(Params):
+    session_key: SessionKeyField = Field(
+        description="e.g. agent:main:main (':' may be percent-encoded)",
+        json_schema_extra=_SEGMENT,
+    )
+    limit: Annotated[int, _blank_is(DEFAULT_TRANSCRIPT_LIMIT)] = Field(
+        default=DEFAULT_TRANSCRIPT_LIMIT,
+        ge=1,
+        le=MAX_TRANSCRIPT_LIMIT,
+        description="at most this many records, the newest before `before`",
+    )
+    before: QueryInt | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=0,
+        description="end of the window (a record index, exclusive; default: the end)",
+    )

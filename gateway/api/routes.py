@@ -14,7 +14,14 @@ import orjson
 from aiohttp import web
 
 from gateway.api import health, openapi, runs, sessions
-from gateway.api.requests import HistoryParams, InvokeRequest, RunPath, RunsQuery, SessionsQuery
+from gateway.api.requests import (
+    HistoryParams,
+    InvokeRequest,
+    RunPath,
+    RunsQuery,
+    SessionsQuery,
+    TranscriptParams,
+)
 from gateway.api.routing import Reply, Route, aiohttp_routes, answer, error
 from gateway.metrics import METRICS_PATH
 from gateway.shapes import (
@@ -26,6 +33,7 @@ from gateway.shapes import (
     RunDetail,
     RunList,
     SessionList,
+    Transcript,
 )
 
 
@@ -150,6 +158,23 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
         params=HistoryParams,
         responses={
             200: answer(History, "The session's history"),
+            400: error("A malformed session key or query parameter"),
+            404: error("No such session (session_not_found)"),
+        },
+    ),
+    Route(
+        method="GET",
+        path="/v1/sessions/{sessionKey}/transcript",
+        operation_id="sessionTranscript",
+        summary="A session's transcript records as written: messages, tool calls and "
+        "results, usage, events",
+        description="The newest `limit` records before `before` (default: the end), oldest "
+        "first; `start` and `total` place the window, so a reader pages back with "
+        "`before=start`. Archived sessions answer too.",
+        handler=sessions.transcript,
+        params=TranscriptParams,
+        responses={
+            200: answer(Transcript, "A window of the session's transcript"),
             400: error("A malformed session key or query parameter"),
             404: error("No such session (session_not_found)"),
         },

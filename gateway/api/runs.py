@@ -7,11 +7,17 @@
   spawned, oldest first), ``POST /v1/runs/{runId}/abort`` (202, and the runs spawned under
   it stop too; 409 once the run has finished).
 
+A run's ``transcriptPath`` is where its transcript is now, and ``archivedAt`` says when its
+session was archived (:meth:`SessionStore.location`), so an answer never points at the
+name a transcript had before it was renamed.
+
 Requests arrive validated (:mod:`gateway.api.requests`); answers are
 :mod:`gateway.shapes` shapes.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -21,30 +27,34 @@ from gateway.api.errors import json_error
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.api.requests import InvokeRequest, RunPath, RunsQuery
 from gateway.api.routing import reply
-from gateway.sessions import SessionKey, SessionKeyError, SessionStore, current_transcript_path
+from gateway.sessions import SessionKey, SessionKeyError, SessionStore
 from gateway.shapes import InvokeResult, Run, RunDetail, RunList
 from gateway.state import RunRecord
 from gateway.subagents import RunFinishedError, RunNotFoundError, run_detail, run_view
 from gateway.tools import ToolArgumentsError, UnknownToolError
 
+V = TypeVar("V", bound=Run)
 
-async def _transcript(store: SessionStore, run: RunRecord) -> str | None:
-    """Where the run's transcript is now (it moves when archived)."""
+
+async def _located(store: SessionStore, run: RunRecord, view: V) -> V:
+    """``view`` with the transcript where it is now (archiving renames it) and when the
+    run's session was archived."""
     session = await store.get(run.child_session_key)
     if session is None:
-        return None
-    current = current_transcript_path(store.state_dir, session)
-    return str(current) if current else None
+        return view
+    where = store.location(session, run.run_id)
+    path = str(where.path) if where.path is not None else None
+    return view.model_copy(update={"transcript_path": path, "archived_at": where.archived_at})
 
 
 async def _view(store: SessionStore, run: RunRecord) -> Run:
-    return run_view(run, transcript_path=await _transcript(store, run))
+    return await _located(store, run, run_view(run))
 
 
 async def _detail(request: web.Request, run: RunRecord) -> RunDetail:
     store = request.app[SESSION_STORE]
     children = await request.app[RUN_RECORDS].list(parent_run_id=run.run_id, oldest_first=True)
-    return run_detail(run, children, transcript_path=await _transcript(store, run))
+    return await _located(store, run, run_detail(run, children))
 
 
 async def invoke(request: web.Request, body: InvokeRequest) -> web.Response:

@@ -1,10 +1,17 @@
-"""``GET /v1/sessions`` and ``GET /v1/sessions/{sessionKey}/history``.
+"""``GET /v1/sessions``, ``GET /v1/sessions/{sessionKey}/history`` and ``…/transcript``.
 
 ``GET /v1/sessions`` answers the sessions most recently updated first, each in
 :func:`gateway.sessions.session_view`'s shape. ``GET /v1/sessions/{sessionKey}/history``
 answers the last ``limit`` messages, oldest first (see :meth:`SessionStore.history`);
-archived sessions answer too. Session keys contain ``:``, which is legal in a path
+archived sessions answer too, with ``archivedAt`` and ``transcriptPath`` where the
+transcript is now. The segment may also be the session's id, a run's id or a transcript's
+file name, live or archived (:meth:`SessionStore.locate`): a stats line copied before the
+archive still finds the session. Session keys contain ``:``, which is legal in a path
 segment; a percent-encoded key (``agent%3Amain%3Amain``) is decoded by the router.
+``GET /v1/sessions/{sessionKey}/transcript`` answers the transcript's records as written
+(header, messages with their tool calls, results and usage, events), a window of at most
+``limit`` of them ending before ``before``. Archived sessions answer too; the file is the
+one the session's row names, never a path made from the request.
 
 Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 400
 ``invalid_parameter``, a malformed key 400 ``invalid_session_key``; an unknown key is 404
@@ -22,10 +29,10 @@ from pydantic import ValidationError
 
 from gateway.api.errors import json_error
 from gateway.api.keys import SESSION_STORE
-from gateway.api.requests import HistoryParams, SessionsQuery
+from gateway.api.requests import HistoryParams, SessionsQuery, TranscriptParams
 from gateway.api.routing import reply
-from gateway.sessions import session_view
-from gateway.shapes import History, Message, SessionList
+from gateway.sessions import SessionNotFoundError, SessionRefError, session_view
+from gateway.shapes import History, Message, SessionList, Transcript, TranscriptRecord
 
 logger = logging.getLogger(__name__)
 
@@ -40,19 +47,59 @@ async def list_sessions(request: web.Request, query: SessionsQuery) -> web.Respo
 
 async def history(request: web.Request, params: HistoryParams) -> web.Response:
     store = request.app[SESSION_STORE]
-    key = str(params.session_key)
-    record = await store.get(key)
-    if record is None:
-        return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
-    lines = await store.history(key, limit=params.limit, include_tools=params.include_tools)
+    ref = params.session_key
+    try:
+        where = await store.locate(ref)
+    except SessionNotFoundError:
+        return json_error(404, "session_not_found", f"no session {ref}", field="sessionKey")
+    except SessionRefError as exc:  # a path's folder outside the state directory
+        return json_error(400, "invalid_session_key", exc.reason, field="sessionKey")
+    record = where.session
+    lines = await store.history(record.key, limit=params.limit, include_tools=params.include_tools)
     return reply(
         History(
             session_key=record.key,
             session_id=record.session_id,
             archived=record.archived,
-            messages=list(_messages(key, lines)),
+            archived_at=where.archived_at,
+            transcript_path=str(where.path) if where.path is not None else None,
+            messages=list(_messages(record.key, lines)),
         )
     )
+
+
+async def transcript(request: web.Request, params: TranscriptParams) -> web.Response:
+    store = request.app[SESSION_STORE]
+    key = str(params.session_key)
+    record = await store.get(key)
+    if record is None:
+        return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
+    contents = await store.read(key)
+    total = len(contents.records)
+    end = total if params.before is None else min(params.before, total)
+    start = max(0, end - params.limit)
+    return reply(
+        Transcript(
+            session=session_view(record, store.current_path(record)),
+            records=list(_records(key, contents.records[start:end])),
+            start=start,
+            total=total,
+            torn_bytes=contents.torn_bytes,
+            bad_lines=list(contents.bad_lines),
+        )
+    )
+
+
+def _records(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[TranscriptRecord]:
+    # Gateway-written lines always fit; one edited by hand that does not (no "type", a
+    # number for an id) is passed on whole as an "unknown" record, so the window keeps its
+    # indices and the reader sees the line rather than a gap.
+    for line in lines:
+        try:
+            yield TranscriptRecord.model_validate(line)
+        except ValidationError:
+            logger.warning("transcript: a line of an unknown shape", extra={"session_key": key})
+            yield TranscriptRecord(type="unknown", line=line)
 
 
 def _messages(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[Message]:

@@ -1,11 +1,16 @@
-"""``herald runs list|show`` and ``herald spawn "<task>"`` (DESIGN §11).
+"""``herald runs list|show|abort`` and ``herald spawn "<task>"``.
 
-``runs`` reads the state database read-only (safe while the daemon runs); ``runs list``
-shows the runs a run spawned indented below it, with each run's ``sessions_yield`` batch.
-``spawn`` goes
-through the running gateway's HTTP API (``POST /v1/tools/invoke``), as DESIGN §11 says, so
-the run is owned by the daemon; ``--wait`` polls ``GET /v1/runs/{id}`` until it finishes and
-prints the announce.
+``runs list`` and ``runs show`` read the state database read-only (safe while the daemon
+runs); ``runs list`` shows the runs a run spawned indented below it, with each run's
+``sessions_yield`` batch. ``runs show`` gives the run's transcript where it is now (after
+its session was archived, the renamed file, and when).
+
+``spawn`` and ``runs abort`` go through the running gateway's HTTP API
+(``POST /v1/tools/invoke``, ``POST /v1/runs/{id}/abort``), so the run is owned by the
+daemon. ``spawn`` says where the run's result will go: the chat of the requester session
+(``--session``), or nowhere when that session has no chat — the default agent's main
+session, used without ``--session``, has none. ``--wait`` polls ``GET /v1/runs/{id}``
+until the run is final and prints its result.
 """
 
 from __future__ import annotations
@@ -14,119 +19,195 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
 
-from gateway.commands.sessions import _safe, _settings, _when, _with_db
-from gateway.state import FINISHED_STATUSES, RunRecord, StateDB, StateError, StateMissingError
+from gateway.commands.reading import (
+    CONFIG_HELP,
+    StateSource,
+    err,
+    origin_text,
+    safe,
+    state_source,
+    when,
+    with_db,
+)
+from gateway.commands.status import gateway_url
+from gateway.sessions import Location, is_uuid, location_of
+from gateway.shapes import Run
+from gateway.state import (
+    FINISHED_STATUSES,
+    RUN_STATUSES,
+    RunRecord,
+    StateDB,
+    StateError,
+    StateMissingError,
+)
 from gateway.subagents.presenter import (
     SHORT_ID,
     run_detail,
-    run_json,
     run_name,
     run_tree,
+    run_view,
     runtime_seconds,
     tree_name,
     usage_text,
 )
 from gateway.usage import format_cost, format_runtime
 
-_CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
 #: Seconds between polls of ``spawn --wait``: quick enough to feel live, light on the API.
 POLL_SECONDS = 1.0
+V = TypeVar("V", bound=Run)
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69
+_HEADER = f"{'RUN':<36}  {'STATUS':<11} {'CREATED (UTC)':<16}  NAME"
+#: Where a field's further lines start in ``runs show``.
+_INDENT = "\n" + " " * 11
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register ``runs`` (list, show) and ``spawn``."""
-    runs = subparsers.add_parser("runs", help="list and inspect sub-agent runs")
+    """Register ``runs`` (list, show, abort) and ``spawn``."""
+    runs = subparsers.add_parser("runs", help="list, inspect and abort sub-agent runs")
     sub = runs.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
     listing = sub.add_parser(
         "list", help="list sub-agent runs, newest first, the runs they spawned below them"
     )
-    listing.add_argument("--status", help="only these statuses (comma-separated)")
+    listing.add_argument(
+        "--status", help=f"only these statuses, comma-separated: {', '.join(RUN_STATUSES)}"
+    )
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument("--config", "-c", help=_CONFIG_HELP)
+    listing.add_argument("--config", "-c", help=CONFIG_HELP)
     listing.set_defaults(func=runs_list)
     show = sub.add_parser("show", help="show one run")
     show.add_argument("run_id", help="run id (or a unique prefix)")
     show.add_argument("--json", action="store_true", help="print JSON")
-    show.add_argument("--config", "-c", help=_CONFIG_HELP)
+    show.add_argument("--config", "-c", help=CONFIG_HELP)
     show.set_defaults(func=runs_show)
+    abort = sub.add_parser(
+        "abort", help="stop a run and every run it spawned (through the running gateway)"
+    )
+    abort.add_argument("run_id", help="run id (or a unique prefix)")
+    abort.add_argument("--url", help="gateway URL (default: from the config)")
+    abort.add_argument("--config", "-c", help=CONFIG_HELP)
+    abort.set_defaults(func=runs_abort)
 
-    spawn = subparsers.add_parser("spawn", help="start a sub-agent through the running gateway")
+    spawn = subparsers.add_parser(
+        "spawn",
+        help="start a sub-agent through the running gateway",
+        description="Start a sub-agent through the running gateway. Its result is announced "
+        "to the chat of the requester session (--session); without --session the requester "
+        "is the default agent's main session, which has no chat: the result is then kept on "
+        "the run (herald runs show) and printed by --wait.",
+    )
     spawn.add_argument("task", help="what the sub-agent should do")
     spawn.add_argument("--label")
     spawn.add_argument("--agent", dest="agent_id", help="target agent id")
     spawn.add_argument("--model", help="model override, <provider>/<model id>")
     spawn.add_argument("--timeout", type=float, dest="run_timeout_seconds")
     spawn.add_argument("--cleanup", choices=("keep", "delete"))
-    spawn.add_argument("--session", dest="session_key", help="requester session key")
-    spawn.add_argument("--wait", action="store_true", help="wait and print the announce")
+    spawn.add_argument(
+        "--session",
+        dest="session_key",
+        help="requester session key: the result is announced to its chat and thread "
+        "(e.g. agent:main:slack:channel:c0123); default: the main session, no chat",
+    )
+    spawn.add_argument("--wait", action="store_true", help="wait for the run; print its result")
     spawn.add_argument("--url", help="gateway URL (default: from the config)")
-    spawn.add_argument("--config", "-c", help=_CONFIG_HELP)
+    spawn.add_argument("--config", "-c", help=CONFIG_HELP)
     spawn.set_defaults(func=spawn_command)
 
 
-def runs_list(args: argparse.Namespace) -> int:
-    statuses = [s.strip() for s in args.status.split(",")] if args.status else None
+# -- reading ------------------------------------------------------------------------------------
 
-    async def query(db: StateDB) -> list[RunRecord]:
-        return await db.runs.list(statuses=statuses, limit=max(1, args.limit))
+
+def runs_list(args: argparse.Namespace) -> int:
+    """``herald runs list [--status S,…] [--limit N] [--json]``."""
+    statuses = [s.strip() for s in args.status.split(",")] if args.status else None
+    unknown = [s for s in statuses or () if s not in RUN_STATUSES]
+    if unknown:
+        err(f"--status: unknown status {unknown[0]!r}; valid: {', '.join(RUN_STATUSES)}")
+        return EXIT_USAGE
+    source = state_source(args)
+
+    async def query(db: StateDB) -> tuple[list[RunRecord], dict[str, Location]]:
+        runs = await db.runs.list(statuses=statuses, limit=max(1, args.limit))
+        return runs, await _locations(source, db, runs) if args.json else {}
 
     try:
-        runs = _with_db(_settings(args), query)
+        runs, located = with_db(source, query)
     except StateMissingError:
-        runs = []
+        runs, located = [], {}
     except StateError as exc:
-        print(f"herald: {exc}", file=sys.stderr)
+        err(str(exc))
         return 1
     if args.json:
-        sys.stdout.write(orjson.dumps([run_json(r) for r in runs]).decode() + "\n")
+        views = [_located(run_view(r), located.get(r.run_id)).wire() for r in runs]
+        sys.stdout.write(orjson.dumps(views).decode() + "\n")
         return 0
+    print(source.heading())
     if not runs:
-        print("no sub-agent runs")
+        print("No sub-agent runs.")
         return 0
+    print(_HEADER)
     ids = {run.run_id for run in runs}
     for level, run in run_tree(runs):
-        name = _safe(tree_name(run, level, shown=ids))
-        print(f"{run.run_id}  {run.status:<11} {_when(run.created_at)}  {name}")
+        name = safe(tree_name(run, level, shown=ids))
+        print(f"{run.run_id:<36}  {run.status:<11} {when(run.created_at):<16}  {name}")
     return 0
 
 
 def runs_show(args: argparse.Namespace) -> int:
-    async def query(db: StateDB) -> tuple[list[RunRecord], list[RunRecord]]:
-        found = [r for r in await db.runs.list() if r.run_id.startswith(args.run_id)]
+    """``herald runs show <run> [--json]``."""
+    source = state_source(args)
+
+    async def query(db: StateDB) -> tuple[list[RunRecord], list[RunRecord], Location | None]:
+        found = await _matching(db, args.run_id)
         if len(found) != 1:
-            return found, []
-        return found, await db.runs.list(parent_run_id=found[0].run_id, oldest_first=True)
+            return found, [], None
+        run = found[0]
+        children = await db.runs.list(parent_run_id=run.run_id, oldest_first=True)
+        return found, children, (await _locations(source, db, [run])).get(run.run_id)
 
     try:
-        matches, children = _with_db(_settings(args), query)
-    except (StateMissingError, StateError) as exc:
-        print(f"herald: {exc}", file=sys.stderr)
+        matches, children, location = with_db(source, query)
+    except StateMissingError:
+        err(f"no run matches {args.run_id!r}: no state database {source.where()}")
+        return 1
+    except StateError as exc:
+        err(str(exc))
         return 1
     if len(matches) != 1:
         what = "no run" if not matches else "more than one run"
-        print(f"herald: {what} matches {args.run_id!r}", file=sys.stderr)
+        err(f"{what} matches {args.run_id!r} {source.where()}")
         return 1
     run = matches[0]
     if args.json:
-        detail = run_detail(run, children).wire()  # as GET /v1/runs/{runId} answers
+        detail = _located(run_detail(run, children), location).wire()  # as the API answers
         sys.stdout.write(orjson.dumps(detail, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
+    print("\n".join(_show_lines(run, children, location)))
+    return 0
+
+
+def _show_lines(run: RunRecord, children: list[RunRecord], where: Location | None) -> list[str]:
     seconds = runtime_seconds(run)
     runtime = format_runtime(seconds) if seconds is not None else "n/a"
     cost = format_cost(run.cost_usd) if run.cost_usd is not None else "n/a"
+    transcript = (where.path if where is not None else run.transcript_path) or "(gone)"
+    origin = origin_text(run.origin) if run.origin else "none: the announce goes to no chat"
     lines = [
         f"run        {run.run_id}",
         f"status     {run.status}",
-        f"name       {_safe(run_name(run))}",
+        f"name       {safe(run_name(run))}",
+        f"task       {_block(run.task)}",
         f"agent      {run.agent_id} (requested by {run.requester_agent_id})",
+        f"requester  {run.parent_session_key or '-'}",
+        f"origin     {safe(origin)}",
         f"model      {run.model}{'' if run.model_applied else ' (override ignored)'}",
-        f"created    {_when(run.created_at)}",
+        f"created    {when(run.created_at)}",
         f"runtime    {runtime}",
         f"tokens     {usage_text(run)}",
         f"cost       {cost}",
@@ -134,28 +215,115 @@ def runs_show(args: argparse.Namespace) -> int:
         + (f" (spawned by run {run.parent_run_id})" if run.parent_run_id else ""),
         f"batch      {run.batch_id or '-'}",
         f"session    {run.child_session_key}",
-        f"transcript {run.transcript_path}",
-        f"announce   {run.announce_state or '-'}"
-        + (f" ({_safe(run.announce_error)})" if run.announce_error else ""),
+        f"transcript {safe(str(transcript))}",
     ]
+    if where is not None and where.archived_at is not None:
+        lines.append(f"archived   at {where.archived_at}")
+    lines.append(
+        f"announce   {run.announce_state or '-'}"
+        + (f" ({safe(run.announce_error)})" if run.announce_error else "")
+    )
+    lines.append(f"result     {_block(run.result_text) if run.result_text else '-'}")
     if run.error:
-        lines.append(f"error      {_safe(run.error)}")
+        lines.append(f"error      {_block(run.error)}")
     for n, child in enumerate(children):
         title = "children" if n == 0 else ""
-        brief = f"{child.run_id[:SHORT_ID]} {child.status:<11} {_safe(run_name(child))}"
+        brief = f"{child.run_id[:SHORT_ID]} {child.status:<11} {safe(run_name(child))}"
         lines.append(f"{title:<10} {brief}")
-    print("\n".join(lines))
-    return 0
+    return lines
 
 
-def spawn_command(args: argparse.Namespace) -> int:
+def _block(text: str) -> str:
+    """Text of several lines, its later lines indented under the first."""
+    return safe(text.rstrip("\n")).replace("\n", _INDENT)
+
+
+async def _matching(db: StateDB, prefix: str) -> list[RunRecord]:
+    """The run ``prefix`` names: the run with that id, else every run whose id starts so."""
+    if is_uuid(prefix):
+        run = await db.runs.get(prefix)
+        return [run] if run is not None else []
+    return [r for r in await db.runs.list() if r.run_id.startswith(prefix)]
+
+
+async def _locations(
+    source: StateSource, db: StateDB, runs: list[RunRecord]
+) -> dict[str, Location]:
+    """Where each run's transcript is now, by run id (runs without a session row left out)."""
+    sessions = await db.sessions.get_many([r.child_session_key for r in runs])
+    return {
+        r.run_id: location_of(source.state_dir, sessions[r.child_session_key], r.run_id)
+        for r in runs
+        if r.child_session_key in sessions
+    }
+
+
+def _located(view: V, where: Location | None) -> V:
+    """``view`` with the transcript where it is now and when its session was archived."""
+    if where is None:
+        return view
+    path = str(where.path) if where.path is not None else None
+    return view.model_copy(update={"transcript_path": path, "archived_at": where.archived_at})
+
+
+# -- through the gateway ------------------------------------------------------------------------
+
+
+def _api(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The gateway's base URL and auth headers, from ``--url`` and the configuration."""
     from gateway.config import load_settings
 
     settings = load_settings(args.config, environ=os.environ).settings
-    host = settings.gateway.host
-    url = args.url or f"http://{'[' + host + ']' if ':' in host else host}:{settings.gateway.port}"
+    url = (args.url or gateway_url(settings)).rstrip("/")
     token = settings.gateway.auth.token
-    headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+    return url, ({"Authorization": f"Bearer {token.get_secret_value()}"} if token else {})
+
+
+def runs_abort(args: argparse.Namespace) -> int:
+    """``herald runs abort <run>``: ``POST /v1/runs/{id}/abort`` on the running gateway."""
+    run_id: str = args.run_id
+    if not is_uuid(run_id):  # a prefix: the state database knows which run it names
+        source = state_source(args)
+        try:
+            matches = with_db(source, lambda db: _matching(db, run_id))
+        except StateError as exc:
+            err(f"cannot resolve run {run_id!r} {source.where()}: {exc}")
+            return 1
+        if len(matches) != 1:
+            what = "no run" if not matches else "more than one run"
+            err(f"{what} matches {run_id!r} {source.where()}")
+            return 1
+        run_id = matches[0].run_id
+    url, headers = _api(args)
+    try:
+        return asyncio.run(_abort(url, headers, run_id))
+    except aiohttp.ClientError as exc:
+        err(f"cannot reach the gateway at {url}: {exc}")
+        return EXIT_UNAVAILABLE
+
+
+async def _abort(url: str, headers: dict[str, str], run_id: str) -> int:
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.post(f"{url}/v1/runs/{run_id}/abort") as response,
+    ):
+        data = await response.json(content_type=None)
+    if response.status == 202:
+        print(f"aborted run {run_id} ({data['status']}); the runs it spawned are stopped too")
+        return 0
+    error = data.get("error", {}) if isinstance(data, dict) else {}
+    if response.status == 409:
+        err(f"run {run_id} has already finished: {error.get('message', '')}".rstrip(": "))
+    elif response.status == 404:
+        err(f"the gateway at {url} has no run {run_id}")
+    else:
+        err(f"abort failed ({response.status}): {error.get('message', '')}")
+    return 1
+
+
+def spawn_command(args: argparse.Namespace) -> int:
+    """``herald spawn "<task>" [--session KEY] [--wait] …``."""
+    url, headers = _api(args)
     spawn_args: dict[str, Any] = {"task": args.task}
     for name, key in (
         ("label", "label"),
@@ -170,10 +338,10 @@ def spawn_command(args: argparse.Namespace) -> int:
     if args.session_key:
         body["sessionKey"] = args.session_key
     try:
-        return asyncio.run(_spawn(url.rstrip("/"), headers, body, wait=args.wait))
+        return asyncio.run(_spawn(url, headers, body, wait=args.wait))
     except aiohttp.ClientError as exc:
-        print(f"herald: cannot reach the gateway at {url}: {exc}", file=sys.stderr)
-        return 69  # EX_UNAVAILABLE
+        err(f"cannot reach the gateway at {url}: {exc}")
+        return EXIT_UNAVAILABLE
 
 
 async def _spawn(url: str, headers: dict[str, str], body: dict[str, Any], *, wait: bool) -> int:
@@ -183,24 +351,50 @@ async def _spawn(url: str, headers: dict[str, str], body: dict[str, Any], *, wai
         if response.status != 200:
             error = data.get("error", {}) if isinstance(data, dict) else {}
             field = f" ({error['field']})" if error.get("field") else ""
-            print(f"herald: {error.get('message', response.status)}{field}", file=sys.stderr)
+            err(f"{error.get('message', response.status)}{field}")
             return 1
         result = data["result"]
         if result.get("status") != "accepted":
-            print(f"herald: spawn {result.get('status')}: {result.get('error')}", file=sys.stderr)
+            err(f"spawn {result.get('status')}: {result.get('error')}")
             return 1
-        print(f"accepted run {result['runId']} ({result['childSessionKey']})")
+        run_id = result["runId"]
+        print(f"accepted run {run_id} ({result['childSessionKey']})")
         if result.get("warning"):
             print(f"warning: {result['warning']}")
-        if not wait:
-            return 0
-        while True:
-            async with http.get(f"{url}/v1/runs/{result['runId']}") as response:
-                run = await response.json()
-            if run["status"] in FINISHED_STATUSES:
-                break
+        run = await _get_run(http, url, run_id)
+        print(_destination(run, wait=wait, session_given="sessionKey" in body))
+        while wait and run["status"] not in FINISHED_STATUSES:
             await asyncio.sleep(POLL_SECONDS)
-        print(f"status: {run['status']}")
-        if run["announce"]["text"]:
-            print(run["announce"]["text"])
-        return 0 if run["status"] == "done" else 1
+            run = await _get_run(http, url, run_id)
+    if not wait:
+        return 0
+    print(f"status: {run['status']}")
+    if run.get("result"):
+        print(safe(run["result"]))
+    if run.get("error"):
+        print(f"error: {safe(run['error'])}")
+    return 0 if run["status"] == "done" else 1
+
+
+async def _get_run(http: aiohttp.ClientSession, url: str, run_id: str) -> dict[str, Any]:
+    async with http.get(f"{url}/v1/runs/{run_id}") as response:
+        response.raise_for_status()
+        run: dict[str, Any] = await response.json()
+        return run
+
+
+def _destination(run: dict[str, Any], *, wait: bool, session_given: bool) -> str:
+    """Where the run's result goes, in one line."""
+    requester = run.get("parentSessionKey") or "-"
+    origin = run.get("origin")
+    if origin:
+        thread = f" thread {origin['threadId']}" if origin.get("threadId") else ""
+        where = f"{origin['channel']} chat {origin['chatId']}{thread}"
+        return safe(f"result: announced to {where} (session {requester})")
+    why = (
+        f"session {requester} has no chat"
+        if session_given
+        else f"no --session: the requester is {requester}, which has no chat"
+    )
+    later = "printed below when it ends" if wait else f"see `herald runs show {run['runId']}`"
+    return safe(f"result: posted to no chat ({why}); {later}")

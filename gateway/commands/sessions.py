@@ -1,39 +1,45 @@
-"""``herald sessions list|show`` and ``herald transcripts show`` (DESIGN §11).
+"""``herald sessions list|show`` and ``herald transcripts show``.
 
-They read ``<stateDir>/herald.db`` read-only (WAL: safe while the daemon runs) and the
-transcript files, and print readable text, or JSON with ``--json``. ``transcripts show``
-takes a session key (resolved through the database, archived sessions included) or a
-transcript file path (no configuration needed). Text from chats is printed with control
-characters escaped, so a transcript cannot drive the operator's terminal.
+They read the configured state database read-only (SQLite's ``<stateDir>/herald.db``, WAL:
+safe while the daemon runs; or PostgreSQL) and the transcript files, and print readable
+text, or JSON with ``--json``. ``sessions show`` and ``transcripts show`` take any reference
+to a session — its key, its id, a run's id or a transcript path, stale or not — and find it
+in the state directory, archived sessions included (:func:`gateway.sessions.locate`); an
+archived one is noted on stderr with when it was archived and where its transcript is now.
+A path is matched by the session id in its file name, never opened as given. Text from
+chats is printed with control characters escaped, so a transcript cannot drive the
+operator's terminal. With ``--follow`` ``transcripts show`` keeps printing the lines a live
+session writes (:mod:`gateway.commands.follow`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import datetime as dt
-import os
 import sys
-from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
+from gateway.commands.follow import follow
+from gateway.commands.reading import (
+    CONFIG_HELP,
+    StateSource,
+    err,
+    locate_ref,
+    origin_text,
+    safe,
+    state_source,
+    when,
+    with_db,
+)
 from gateway.sessions import (
-    SessionKey,
-    SessionKeyError,
+    REF_FORMS,
+    Location,
     current_transcript_path,
     describe_session,
     parse_transcript,
 )
-from gateway.settings import HeraldSettings
-from gateway.state import SessionRecord, StateDB, StateError, StateMissingError, open_state
-
-T = TypeVar("T")
-_CONFIG_HELP = "config file (.json5, .json or .toml); default $HERALD_CONFIG"
-#: Characters shown as escapes: C0 controls but newline and tab, DEL, and C1 controls.
-_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+from gateway.state import SessionRecord, StateDB, StateError, StateMissingError
 
 
 def add_commands(subparsers: Any) -> None:
@@ -44,22 +50,32 @@ def add_commands(subparsers: Any) -> None:
     listing.add_argument("--all", action="store_true", help="include sub-agent sessions")
     listing.add_argument("--archived", action="store_true", help="include archived sessions")
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument("--config", "-c", help=_CONFIG_HELP)
+    listing.add_argument("--config", "-c", help=CONFIG_HELP)
     listing.set_defaults(func=sessions_list)
     show = sub.add_parser("show", help="show one session")
-    show.add_argument("key", help="session key, e.g. agent:main:main")
+    show.add_argument("ref", metavar="SESSION", help=f"{REF_FORMS}, e.g. agent:main:main")
     show.add_argument("--json", action="store_true", help="print JSON")
-    show.add_argument("--config", "-c", help=_CONFIG_HELP)
+    show.add_argument("--config", "-c", help=CONFIG_HELP)
     show.set_defaults(func=sessions_show)
 
     transcripts = subparsers.add_parser("transcripts", help="read transcripts")
     tsub = transcripts.add_subparsers(
         dest="transcripts_command", metavar="SUBCOMMAND", required=True
     )
-    tshow = tsub.add_parser("show", help="print a transcript (by session key or file path)")
-    tshow.add_argument("target", help="session key or transcript file")
+    tshow = tsub.add_parser(
+        "show", help="print a session's transcript, found in the state directory"
+    )
+    tshow.add_argument(
+        "target", metavar="SESSION", help=f"{REF_FORMS} (archived or not: it is found)"
+    )
     tshow.add_argument("--json", action="store_true", help="print the raw JSON lines")
-    tshow.add_argument("--config", "-c", help=_CONFIG_HELP)
+    tshow.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print lines as they are written, until the session is archived or Ctrl-C",
+    )
+    tshow.add_argument("--config", "-c", help=CONFIG_HELP)
     tshow.set_defaults(func=transcripts_show)
 
 
@@ -68,23 +84,23 @@ def add_commands(subparsers: Any) -> None:
 
 def sessions_list(args: argparse.Namespace) -> int:
     """``herald sessions list [--all] [--archived] [--json]``."""
-    settings = _settings(args)
-    state_dir = settings.gateway.resolved_state_dir()
+    source = state_source(args)
 
     async def query(db: StateDB) -> list[SessionRecord]:
         return await db.sessions.list(include_subagents=args.all, include_archived=args.archived)
 
     try:
-        records = _with_db(settings, query)
+        records = with_db(source, query)
     except StateMissingError:
         records = []
     except StateError as exc:
-        _err(str(exc))
+        err(str(exc))
         return 1
     if args.json:
-        items = [describe_session(r, current_transcript_path(state_dir, r)) for r in records]
+        items = [describe_session(r, current_transcript_path(source.state_dir, r)) for r in records]
         _out(orjson.dumps({"sessions": items}, option=orjson.OPT_INDENT_2).decode())
         return 0
+    _out(source.heading())
     if not records:
         _out("No sessions.")
         return 0
@@ -92,32 +108,28 @@ def sessions_list(args: argparse.Namespace) -> int:
     if args.archived:
         rows[0].append("ARCHIVED")
     for r in records:
-        row = [r.key, r.kind, r.model or "-", _when(r.updated_at), _tokens(r.usage.total)]
+        row = [r.key, r.kind, r.model or "-", when(r.updated_at), _tokens(r.usage.total)]
         row.append(_cost(r.cost_usd))
         if args.archived:
-            row.append(_when(r.archived_at) if r.archived_at else "-")
+            row.append(when(r.archived_at) if r.archived_at else "-")
         rows.append(row)
-    widths = [max(len(_safe(row[i])) for row in rows) for i in range(len(rows[0]))]
+    widths = [max(len(safe(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        _out("  ".join(_safe(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        _out("  ".join(safe(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
 def sessions_show(args: argparse.Namespace) -> int:
-    """``herald sessions show <key> [--json]``."""
-    key = _parse_key(args.key)
-    if key is None:
+    """``herald sessions show <session> [--json]``."""
+    source = state_source(args)
+    found = locate_ref(source, args.ref)
+    if found is None:
         return 1
-    settings = _settings(args)
-    state_dir = settings.gateway.resolved_state_dir()
-    record = _find(settings, key)
-    if record is None:
-        return 1
-    info = describe_session(record, current_transcript_path(state_dir, record))
+    record = found.session
+    info = describe_session(record, found.path)
     if args.json:
         _out(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
         return 0
-    origin = record.origin
     usage = record.usage
     fields = [
         ("key", record.key),
@@ -127,13 +139,7 @@ def sessions_show(args: argparse.Namespace) -> int:
         ("parent", record.parent_key or "-"),
         ("label", record.label or "-"),
         ("model", record.model or "-"),
-        (
-            "origin",
-            f"{origin.channel} account={origin.account} chat={origin.chat_id} "
-            f"thread={origin.thread_id or '-'} ({origin.chat_type or '?'})"
-            if origin
-            else "-",
-        ),
+        ("origin", origin_text(record.origin)),
         ("created", info["createdAt"]),
         ("updated", info["updatedAt"]),
         (
@@ -143,23 +149,26 @@ def sessions_show(args: argparse.Namespace) -> int:
         ),
         ("cost", _cost(record.cost_usd)),
         ("archive due", info["archiveDueAt"] or "-"),
-        ("archived", info["archivedAt"] or "no"),
+        ("archived", f"at {found.archived_at}" if found.archived_at else "no"),
         ("transcript", info["transcriptPath"] or "(gone)"),
     ]
     for name, value in fields:
-        _out(f"{name:<12} {_safe(str(value))}")
+        _out(f"{name:<12} {safe(str(value))}")
     return 0
 
 
 def transcripts_show(args: argparse.Namespace) -> int:
-    """``herald transcripts show <key|path> [--json]``."""
-    path = _resolve_transcript(args)
-    if path is None:
+    """``herald transcripts show <session> [--json] [--follow]``."""
+    found = _transcript(state_source(args), args.target)
+    if found is None or found.path is None:
         return 1
+    path = found.path
+    if args.follow:
+        return follow(path, raw=_raw if args.json else None, show=_render, warn=err, flush=_flush)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        _err(f"cannot read {path}: {exc.strerror or exc}")
+        err(f"cannot read {path}: {exc.strerror or exc}")
         return 1
     contents = parse_transcript(data)
     if args.json:
@@ -171,78 +180,25 @@ def transcripts_show(args: argparse.Namespace) -> int:
         for record in contents.records:
             _render(record)
     if contents.bad_lines:
-        _err(f"warning: {path}: unreadable lines skipped: {list(contents.bad_lines)}")
+        err(f"warning: {path}: unreadable lines skipped: {list(contents.bad_lines)}")
     if contents.torn_bytes:
-        _err(f"warning: {path}: torn last line ({contents.torn_bytes} bytes) not shown")
+        err(f"warning: {path}: torn last line ({contents.torn_bytes} bytes) not shown")
     return 0
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _settings(args: argparse.Namespace) -> HeraldSettings:
-    from gateway.config import load_settings
-
-    return load_settings(args.config, environ=os.environ).settings
-
-
-def _with_db(settings: HeraldSettings, fn: Callable[[StateDB], Coroutine[Any, Any, T]]) -> T:
-    """``fn`` on the configured state database, opened read-only (SQLite or PostgreSQL)."""
-
-    async def run() -> T:
-        db = await open_state(settings, readonly=True)
-        try:
-            return await fn(db)
-        finally:
-            await db.close()
-
-    return asyncio.run(run())
-
-
-def _parse_key(raw: str) -> str | None:
-    try:
-        return str(SessionKey.parse(raw))
-    except SessionKeyError as exc:
-        _err(str(exc))
+def _transcript(source: StateSource, ref: str) -> Location | None:
+    """The located session of ``ref`` with a transcript to read; says on stderr when it was
+    archived (stdout stays the transcript alone) or why there is nothing to read."""
+    found = locate_ref(source, ref)
+    if found is None:
         return None
-
-
-def _find(settings: HeraldSettings, key: str) -> SessionRecord | None:
-    async def query(db: StateDB) -> SessionRecord | None:
-        return await db.sessions.get(key)
-
-    try:
-        record = _with_db(settings, query)
-    except StateMissingError:
-        record = None
-    except StateError as exc:
-        _err(str(exc))
-        return None
-    if record is None:
-        _err(f"no session {key}")
-    return record
-
-
-def _resolve_transcript(args: argparse.Namespace) -> Path | None:
-    target: str = args.target
-    candidate = Path(target).expanduser()
-    if target.startswith("agent:") and not candidate.exists():
-        key = _parse_key(target)
-        if key is None:
-            return None
-        settings = _settings(args)
-        state_dir = settings.gateway.resolved_state_dir()
-        record = _find(settings, key)
-        if record is None:
-            return None
-        path = current_transcript_path(state_dir, record)
-        if path is None:
-            _err(f"session {key} was archived but its transcript was already gone")
-        return path
-    if not candidate.is_file():
-        _err(f"no such transcript file: {target} (nor a session key)")
-        return None
-    return candidate
+    note = found.note()
+    if note is not None:
+        err(note)
+    return found
 
 
 def _render(record: dict[str, Any]) -> None:
@@ -285,15 +241,11 @@ def _render_message(stamp: str, body: dict[str, Any]) -> None:
     for call in body.get("toolCalls") or ():
         if isinstance(call, dict):
             args = orjson.dumps(call.get("arguments", {})).decode()
-            _out(f"{'':24}  → {call.get('name')}({call.get('id')}) {_safe(args)}")
+            _out(f"{'':24}  → {call.get('name')}({call.get('id')}) {safe(args)}")
 
 
 def _indented(text: str) -> str:
-    return _safe(text).replace("\n", "\n" + " " * 26)
-
-
-def _safe(text: str) -> str:
-    return text.translate(_UNSAFE)
+    return safe(text).replace("\n", "\n" + " " * 26)
 
 
 def _is_object(line: bytes) -> bool:
@@ -301,12 +253,6 @@ def _is_object(line: bytes) -> bool:
         return isinstance(orjson.loads(line), dict)
     except orjson.JSONDecodeError:
         return False
-
-
-def _when(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _tokens(count: int) -> str:
@@ -327,5 +273,9 @@ def _out(text: str) -> None:
     print(text)
 
 
-def _err(text: str) -> None:
-    print(f"herald: {_safe(text)}", file=sys.stderr)
+def _raw(line: bytes) -> None:
+    sys.stdout.buffer.write(line)
+
+
+def _flush() -> None:
+    sys.stdout.flush()

@@ -13,6 +13,9 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
   with the chat's message ids; not found → sent (with the same delivery id, which makes the
   send idempotent where the chat supports it); cannot tell → recorded as failed with the
   "uncertain" explanation rather than risk a second copy (**at most once**).
+- A full disk is waited out: the item stays ``pending`` until its ``sending`` mark can be
+  written, and how a send ended is recorded once space is back (an item left ``sending``
+  would be in doubt at the next start, though it reached the chat or never did).
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from channels import Channel, ChannelSendError, DeliveryLookup, OutboundMessage
 from gateway.backoff import backoff
-from gateway.state import OutboxRecord, StateDB
+from gateway.state import DiskFullError, OutboxRecord, StateDB
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +115,11 @@ class Outbox:
             for item in due:
                 if loop.time() >= deadline:
                     break
-                await self._deliver(item)
+                try:
+                    await self._deliver(item)
+                except DiskFullError:  # nothing more can be recorded: the rest waits
+                    logger.warning("outbox: flush at stop ended by a full disk")
+                    return handled
                 handled += 1
         if handled:
             logger.info("outbox flushed at stop", extra={"count": handled})
@@ -128,6 +135,7 @@ class Outbox:
                 await self._task
 
     async def _loop(self) -> None:
+        full = 0  # consecutive rounds the disk refused
         while not self._closed and not self._stopping:
             try:
                 due = await self._db.outbox.due(self._clock())
@@ -138,8 +146,12 @@ class Outbox:
                 if len(due) == 100:
                     continue  # a full batch: there may be more due at once
                 next_at = await self._db.outbox.next_due_at()
+                full = 0
             except asyncio.CancelledError:
                 raise
+            except DiskFullError:  # logged once by the disk-full state, which kicks us after
+                full += 1
+                next_at = self._clock() + backoff(full, base=self._base_delay, cap=MAX_DELAY)
             except Exception:  # the loop must outlive any one failure (a locked DB, say)
                 logger.exception("outbox: delivery loop error")
                 next_at = self._clock() + self._base_delay
@@ -232,12 +244,15 @@ class Outbox:
     ) -> None:
         """Back to ``pending`` (``in_doubt`` as it was), due after the backoff."""
         delay = exc.retry_after or backoff(attempts, base=self._base_delay, cap=MAX_DELAY)
-        await self._db.outbox.update(
-            _id_of(item),
-            state="pending",
-            attempts=attempts,
-            next_attempt_at=self._clock() + delay,
-            last_error=error,
+        item_id, retry_at = _id_of(item), self._clock() + delay
+        await self._record(
+            lambda: self._db.outbox.update(
+                item_id,
+                state="pending",
+                attempts=attempts,
+                next_attempt_at=retry_at,
+                last_error=error,
+            )
         )
         if self.on_retry is not None:
             self.on_retry()
@@ -249,16 +264,18 @@ class Outbox:
     async def _delivered(
         self, item: OutboxRecord, message_ids: tuple[str, ...], attempts: int
     ) -> None:
-        item = await self._db.outbox.settle(
-            _id_of(item),
-            {
-                "state": "delivered",
-                "delivered_at": self._clock(),
-                "message_ids": message_ids,
-                "last_error": None,
-                "in_doubt": False,
-            },
-            {"announce_state": "delivered", "announce_error": None},
+        item_id = _id_of(item)
+        delivered = {
+            "state": "delivered",
+            "delivered_at": self._clock(),
+            "message_ids": message_ids,
+            "last_error": None,
+            "in_doubt": False,
+        }
+        item = await self._record(
+            lambda: self._db.outbox.settle(
+                item_id, delivered, {"announce_state": "delivered", "announce_error": None}
+            )
         )
         logger.info(
             "announce delivered",
@@ -268,10 +285,13 @@ class Outbox:
 
     async def _uncertain(self, item: OutboxRecord, why: str) -> None:
         """A cut-off send whose chat cannot say whether it arrived: never sent again."""
-        item = await self._db.outbox.settle(
-            _id_of(item),
-            {"state": "failed", "last_error": UNCERTAIN, "in_doubt": False},
-            {"announce_state": "uncertain", "announce_error": UNCERTAIN},
+        item_id = _id_of(item)
+        item = await self._record(
+            lambda: self._db.outbox.settle(
+                item_id,
+                {"state": "failed", "last_error": UNCERTAIN, "in_doubt": False},
+                {"announce_state": "uncertain", "announce_error": UNCERTAIN},
+            )
         )
         logger.warning(
             "announce cut off by a restart and not sent again: its chat cannot tell",
@@ -280,16 +300,34 @@ class Outbox:
         self._notify(item)
 
     async def _fail(self, item: OutboxRecord, error: str) -> None:
-        item = await self._db.outbox.settle(
-            _id_of(item),
-            {"state": "failed", "last_error": error},
-            {"announce_state": "failed", "announce_error": error},
+        item_id = _id_of(item)
+        item = await self._record(
+            lambda: self._db.outbox.settle(
+                item_id,
+                {"state": "failed", "last_error": error},
+                {"announce_state": "failed", "announce_error": error},
+            )
         )
         logger.error(
             "announce delivery failed for good",
             extra={"run_id": item.run_id, "channel": item.channel, "error": error},
         )
         self._notify(item)
+
+    async def _record(self, write: Callable[[], Awaitable[OutboxRecord]]) -> OutboxRecord:
+        """Write how an attempt ended, waiting out a full disk: the attempt happened, and an
+        item left ``sending`` is never sent again. A stop does not wait (the item is then
+        settled as uncertain at the next start)."""
+        attempt = 0
+        while True:
+            try:
+                return await write()
+            except DiskFullError:
+                if self._stopping:
+                    raise
+                attempt += 1
+                delay = backoff(attempt, base=self._base_delay, cap=MAX_DELAY)
+                await self._db.space.wait_for_space(delay)
 
     def _notify(self, item: OutboxRecord) -> None:
         for listener in self._listeners:

@@ -19,6 +19,7 @@ from gateway.llm import Provider
 from gateway.providers._retry import RetryPolicy, parse_retry_after
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.errors import (
+    ContextWindowExceededError,
     ProviderConnectionError,
     ProviderError,
     ProviderResponseError,
@@ -32,6 +33,7 @@ from gateway.settings import ModelConfig, ProviderConfig
 
 __all__ = [
     "AnthropicProvider",
+    "ContextWindowExceededError",
     "OpenAIProvider",
     "ProviderConnectionError",
     "ProviderError",

@@ -8,6 +8,7 @@ with ``x-should-retry``, both list their models at ``GET …/models`` behind the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from gateway.providers._retry import (
     with_retries,
 )
 from gateway.providers.errors import (
+    ContextWindowExceededError,
     ProviderConnectionError,
     ProviderError,
     ProviderResponseError,
@@ -38,6 +40,18 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 BODY_EXCERPT_CHARS = 200
 #: OpenAI answers 429 for an exhausted quota too; waiting does not refill it.
 NON_RETRYABLE_ERROR_TYPES = frozenset({"insufficient_quota"})
+#: OpenAI's error code for a prompt over the model's context window.
+CONTEXT_EXCEEDED_CODE = "context_length_exceeded"
+#: How each vendor says "the prompt does not fit" in a 400's message, capturing the window:
+#: OpenAI (and compatible servers such as vLLM) "This model's maximum context length is
+#: 8192 tokens. …"; Anthropic "prompt is too long: 208310 tokens > 200000 maximum" and
+#: "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, …".
+CONTEXT_EXCEEDED_MESSAGES = (
+    re.compile(r"maximum context length is (\d+)"),
+    re.compile(r"prompt is too long: \d+ tokens > (\d+) maximum"),
+    re.compile(r"exceed context limit: \d+ \+ \d+ > (\d+)"),
+    re.compile(r"prompt is too long"),
+)
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -54,23 +68,37 @@ def _excerpt(raw: bytes) -> str:
     return text or "(empty body)"
 
 
-def _error_details(raw: bytes) -> tuple[str, str | None]:
-    """(message, error type) from an error body of either vendor, or an excerpt of it."""
+def _error_details(raw: bytes) -> tuple[str, str | None, str | None]:
+    """(message, error type, error code) from an error body of either vendor, or an
+    excerpt of it."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _excerpt(raw), None
+        return _excerpt(raw), None, None
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
         message = error.get("message")
         kind = error.get("type") or error.get("code")
+        code = error.get("code")
         return (
             str(message) if message else _excerpt(raw),
             str(kind) if kind else None,
+            str(code) if isinstance(code, str) else None,
         )
     if isinstance(error, str) and error:
-        return error, None
-    return _excerpt(raw), None
+        return error, None, None
+    return _excerpt(raw), None, None
+
+
+def context_exceeded(status: int, message: str, code: str | None) -> tuple[bool, int | None]:
+    """Whether an error answer says the prompt is over the context window, and the window
+    it states (None when it states none)."""
+    if status != 400 and code != CONTEXT_EXCEEDED_CODE:
+        return False, None
+    for pattern in CONTEXT_EXCEEDED_MESSAGES:
+        if found := pattern.search(message):
+            return True, int(found.group(1)) if found.groups() else None
+    return code == CONTEXT_EXCEEDED_CODE, None
 
 
 def _masked(raw: bytes, secret: str | None) -> bytes:
@@ -87,7 +115,12 @@ def http_error(
     secret: str | None,
 ) -> ProviderError:
     """The ProviderError for a non-2xx answer."""
-    message, kind = _error_details(_masked(raw, secret))
+    message, kind, code = _error_details(_masked(raw, secret))
+    exceeded, limit = context_exceeded(status, message, code)
+    if exceeded:
+        return ContextWindowExceededError(
+            provider, model, scrub(message, secret), status, error_type=kind, limit=limit
+        )
     retryable = status in RETRYABLE_STATUSES or status >= 500
     if kind in NON_RETRYABLE_ERROR_TYPES:
         retryable = False

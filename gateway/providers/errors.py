@@ -78,6 +78,26 @@ class ProviderResponseError(ProviderError):
     """
 
 
+class ContextWindowExceededError(ProviderError):
+    """The provider refused the request because the prompt does not fit the model's context
+    window (OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too long").
+    Not retryable as is: the conversation must shrink first. ``limit`` is the window the
+    provider stated, when its message says it."""
+
+    def __init__(
+        self,
+        provider: str,
+        model: str,
+        message: str,
+        status: int | None = None,
+        *,
+        error_type: str | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(provider, model, message, status, False, error_type=error_type)
+        self.limit = limit
+
+
 class UnknownModelError(ProviderError):
     """A model ref names no configured provider or model."""
 

@@ -1,5 +1,5 @@
 """Chat commands (DESIGN §10): ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
-``/stop`` and ``/help``.
+``/stop``, ``/compact``, ``/new`` and ``/help``.
 
 Parsing only; the gateway carries them out. Text that does not start with one of these
 commands is an ordinary message for the agent (so ``/shrug`` still reaches it).
@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-CommandName = Literal["spawn", "subagents", "stop", "help"]
+#: ``compact`` and ``new`` act on the conversation itself: the router queues them on the
+#: session's lane, in order with its turns (never in the middle of one).
+CommandName = Literal["spawn", "subagents", "stop", "help", "compact", "new"]
 SUBAGENT_ACTIONS = ("list", "info", "log", "stop")
 #: Accepted where a chat's own UI claims "/" (``!spawn`` in Slack's composer, say).
 PREFIXES = ("/", "!")
@@ -22,7 +24,9 @@ HELP_TEXT = (
     "/subagents info <run> - one run's status, usage and cost\n"
     "/subagents log <run> - the last lines of a run's transcript\n"
     "/subagents stop <run> - stop a run\n"
-    "/stop - stop the current reply and this conversation's sub-agents"
+    "/stop - stop the current reply and this conversation's sub-agents\n"
+    "/compact - summarise the older part of this conversation now, to make room\n"
+    "/new - start a fresh conversation here (the old one is archived)"
 )
 
 
@@ -56,6 +60,8 @@ def parse_command(text: str) -> ChatCommand | CommandUsageError | None:
         return ChatCommand("stop")
     if name == "help":
         return ChatCommand("help")
+    if name in ("compact", "new"):
+        return ChatCommand("compact" if name == "compact" else "new")
     if name == "subagents":
         action, _, argument = rest.partition(" ")
         action = action.lower() or "list"

@@ -8,14 +8,17 @@ Slack and Discord want fast acknowledgements.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from channels import InboundMessage
+from gateway.agent import DISK_FULL_REPLY
 from gateway.delivery import Replier
 from gateway.reload import SettingsHolder
 from gateway.runtime.chat_commands import ChatCommands
-from gateway.runtime.commands import parse_command
+from gateway.runtime.commands import ChatCommand, parse_command
 from gateway.runtime.turns import BUSY_REPLY, ChatTurns, origin_of
 from gateway.sessions import SessionError, SessionStore, key_for_inbound
+from gateway.state import DiskFullError, Origin, SessionRecord, is_out_of_space
 from lanes import LaneClosed, LaneFullError
 
 logger = logging.getLogger(__name__)
@@ -63,18 +66,46 @@ class Router:
             logger.warning("message dropped: no session key", extra={"error": str(exc)})
             return
         origin = origin_of(message)
-        session = await self._store.ensure(key, origin=origin)
-        if session.origin != origin:  # replies and announces follow the latest place
-            session = await self._store.set_origin(session.key, origin)
+        try:
+            session = await self._store.ensure(key, origin=origin)
+            if session.origin != origin:  # replies and announces follow the latest place
+                session = await self._store.set_origin(session.key, origin)
+            await self._dispatch(session, origin, message)
+        except (OSError, DiskFullError) as exc:
+            if not is_out_of_space(exc):
+                raise
+            # Logged once by the disk-full state; the person is told rather than ignored.
+            await self._replier.reply(origin, DISK_FULL_REPLY)
+
+    async def _dispatch(
+        self, session: SessionRecord, origin: Origin, message: InboundMessage
+    ) -> None:
+        """Run the message's chat command, or queue its turn."""
         command = parse_command(message.text)
+        if isinstance(command, ChatCommand) and command.name in ("compact", "new"):
+            # They act on the conversation itself: queued on its lane, in order with turns.
+            name = command.name
+            await self._queue(
+                session, origin, lambda: self._turns.submit_command(session, name, message)
+            )
+            return
         if command is not None:
             text = await self._commands.run(command, session)
             await self._replier.reply(origin, text, "notice")
             return
+        await self._queue(
+            session, origin, lambda: self._turns.submit_turn(session, message.text, message)
+        )
+
+    async def _queue(
+        self, session: SessionRecord, origin: Origin, submit: Callable[[], object]
+    ) -> None:
+        """Queue a turn (or a session command) on the session's lane; tell the chat when the
+        gateway cannot take it."""
         try:
-            self._turns.submit_turn(session, message.text, message)
+            submit()
         except LaneFullError:
-            logger.warning("turn refused: lanes full", extra={"session": key})
+            logger.warning("turn refused: lanes full", extra={"session": session.key})
             await self._replier.reply(origin, BUSY_REPLY, "notice")
         except LaneClosed:
             await self._replier.reply(origin, STOPPING_REPLY, "notice")

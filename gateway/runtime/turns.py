@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Literal
 
-from channels import Channel, InboundMessage
+from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
 from gateway.delivery import Replier
 from gateway.state import Origin, SessionRecord
@@ -23,6 +24,7 @@ from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 logger = logging.getLogger(__name__)
 
 BUSY_REPLY = "Sorry, I am busy with too many conversations right now; please try again shortly."
+#: The apology of a turn that could not be recorded: the gateway's disk is full (or failing).
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -68,11 +70,32 @@ class ChatTurns:
         Raises ``LaneFullError`` when too many turns wait and ``LaneClosed`` once the
         gateway is stopping: the caller tells the person.
         """
-        handle = self._session_lane.submit(
-            lambda: self._turn(session.key, text, inbound), key=session.key
-        )
+        key = session.key
+        origin = origin_of(inbound) if inbound is not None else None
+        return self._submit(key, lambda: self.run_turn(key, text, origin), inbound, "reply")
+
+    def submit_command(
+        self,
+        session: SessionRecord,
+        name: Literal["compact", "new"],
+        inbound: InboundMessage | None = None,
+    ) -> JobHandle[None]:
+        """Queue ``/compact`` or ``/new`` for ``session``: on its lane, after the turns
+        queued before it, answered like a turn. Raises as :meth:`submit_turn`."""
+        key = session.key
+        work = self._conversations.compact if name == "compact" else self._conversations.renew
+        return self._submit(key, lambda: work(key), inbound, "notice")
+
+    def _submit(
+        self,
+        key: str,
+        work: Callable[[], Awaitable[str | None]],
+        inbound: InboundMessage | None,
+        kind: OutboundKind,
+    ) -> JobHandle[None]:
+        handle = self._session_lane.submit(lambda: self._turn(key, work, inbound, kind), key=key)
         self._prune()
-        self._turns[session.key].add(handle)
+        self._turns[key].add(handle)
         return handle
 
     def _prune(self) -> None:
@@ -80,7 +103,13 @@ class ChatTurns:
         for key in [k for k, hs in self._turns.items() if all(h.done() for h in hs)]:
             del self._turns[key]
 
-    async def _turn(self, key: str, text: str, inbound: InboundMessage | None) -> None:
+    async def _turn(
+        self,
+        key: str,
+        work: Callable[[], Awaitable[str | None]],
+        inbound: InboundMessage | None,
+        kind: OutboundKind,
+    ) -> None:
         reply: str | None
         channel = self._channels.get(inbound.channel) if inbound else None
         try:
@@ -88,8 +117,7 @@ class ChatTurns:
                 working = channel.working(inbound) if channel and inbound else None
                 async with working or contextlib.nullcontext():
                     try:
-                        origin = origin_of(inbound) if inbound is not None else None
-                        reply = await self.run_turn(key, text, origin)
+                        reply = await work()
                     except asyncio.CancelledError:
                         if (origin := await self._reply_to(key, inbound)) is not None:
                             await asyncio.shield(self._replier.reply(origin, "Stopped.", "notice"))
@@ -97,7 +125,7 @@ class ChatTurns:
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY
         if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
-            await self._replier.reply(origin, reply)
+            await self._replier.reply(origin, reply, kind)
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
         """Where a turn's answer goes: the chat and thread of the message it answers (the

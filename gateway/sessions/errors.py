@@ -38,6 +38,17 @@ class SessionNotFoundError(SessionError, LookupError):
         super().__init__(f"no session {key!r}")
 
 
+class SessionRefError(SessionError, ValueError):
+    """A reference to a session is none of the accepted forms, or a transcript path lies
+    outside the state directory; ``reason`` says which."""
+
+    def __init__(self, ref: str, reason: str) -> None:
+        self.ref = ref
+        self.reason = reason
+        shown = repr(ref[:120]) + ("…" if len(ref) > 120 else "")
+        super().__init__(f"{shown}: {reason}")
+
+
 class SessionArchivedError(SessionError):
     """The session was archived; its transcript takes no more lines."""
 

@@ -38,6 +38,7 @@ from typing import Any, Final
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
+from gateway.sessions.locate import Location, locate, location_of
 from gateway.sessions.paths import rename_to_archived, transcript_path
 from gateway.sessions.transcript import (
     TranscriptContents,
@@ -45,6 +46,7 @@ from gateway.sessions.transcript import (
     chat_messages_from_records,
     event_record,
     header_record,
+    is_compaction_record,
     message_record,
 )
 from gateway.sessions.views import current_transcript_path, describe_session
@@ -78,18 +80,23 @@ class SessionStore:
     ) -> None:
         self.state_dir = Path(state_dir)
         self.db = db
-        self.writer = writer if writer is not None else TranscriptWriter()
+        self.writer = writer if writer is not None else TranscriptWriter(on_out_of_space=self._full)
         self._owns_writer = writer is None
         self._clock = clock
         self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
-        # Keys archived by this process, so a caller holding a record from before the rename
-        # cannot append (and recreate the file headless). Sub-agent sessions are archived only
-        # after their run ended, so recent ones are all that can be raced: the set is bounded.
+        # Session ids archived by this process (by an archive or a renewal), so a caller
+        # holding a record from before the rename cannot append (and recreate the file
+        # headless). Sessions are archived after their last turn, so recent ones are all that
+        # can be raced: the set is bounded.
         self._archived: OrderedDict[str, None] = OrderedDict()
         self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
+
+    def _full(self, error: OSError) -> None:
+        # Transcripts live beside the database: one disk-full state for both.
+        self.db.space.refused_threadsafe("transcript writer", error)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -250,6 +257,15 @@ class SessionStore:
         """Where the transcript is now: the archived file, the live one, or None if gone."""
         return current_transcript_path(self.state_dir, record)
 
+    async def locate(self, ref: str) -> Location:
+        """The session a key, session id, run id or transcript path names, and where its
+        transcript is now (see :func:`gateway.sessions.locate.locate`)."""
+        return await locate(self.state_dir, self.db, ref)
+
+    def location(self, record: SessionRecord, run_id: str | None = None) -> Location:
+        """The :class:`Location` of a session already in hand."""
+        return location_of(self.state_dir, record, run_id)
+
     async def append_message(
         self,
         session: SessionRecord,
@@ -283,7 +299,7 @@ class SessionStore:
         return str(record["id"])
 
     async def _append(self, session: SessionRecord, record: dict[str, Any], wait: bool) -> None:
-        if session.archived or session.key in self._archived:
+        if session.archived or session.session_id in self._archived:
             raise SessionArchivedError(session.key)
         await self.writer.append(self.transcript_path(session), record, wait=wait)
 
@@ -313,7 +329,8 @@ class SessionStore:
         """The last ``limit`` messages of a session, oldest first, as JSON objects.
 
         Each is ``{"id","timestamp","role","content",…}`` with the message's optional keys.
-        Without ``include_tools``, tool results are left out, tool calls are stripped from
+        A compaction's summary is no message anyone wrote, so it is left out. Without
+        ``include_tools``, tool results are left out, tool calls are stripped from
         assistant messages, and assistant messages that only called tools are dropped.
         """
         if not 1 <= limit <= MAX_HISTORY_LIMIT:
@@ -322,7 +339,7 @@ class SessionStore:
         out: builtins.list[dict[str, Any]] = []
         for line in contents.messages:
             body = line.get("message")
-            if not isinstance(body, dict):
+            if not isinstance(body, dict) or is_compaction_record(line):
                 continue
             item = {"id": line.get("id"), "timestamp": line.get("timestamp"), **body}
             if not include_tools:
@@ -386,10 +403,7 @@ class SessionStore:
             return {}, {}
         # From here on appends to these sessions fail, so no line can follow the rename.
         for record in records:
-            self._archived[record.key] = None
-            self._archived.move_to_end(record.key)
-        while len(self._archived) > _ARCHIVED_KEYS_KEPT:
-            self._archived.popitem(last=False)
+            self._retire(record)
         lives = [self.transcript_path(r) for r in records]
         await self.writer.release(lives)
         at = self._clock()
@@ -400,7 +414,7 @@ class SessionStore:
         for record, outcome in zip(records, outcomes, strict=True):
             if isinstance(outcome, OSError):
                 log.error("archive %s: %s", record.key, outcome)
-                self._archived.pop(record.key, None)
+                self._archived.pop(record.session_id, None)
                 errors[record.key] = outcome
                 continue
             results[record.key] = outcome
@@ -408,6 +422,51 @@ class SessionStore:
         await self.db.sessions.mark_archived(entries)
         log.info("archived %d session(s)", len(entries))
         return results, errors
+
+    def _retire(self, record: SessionRecord) -> None:
+        """Refuse appends to ``record``'s transcript from now on (it is being renamed)."""
+        self._archived[record.session_id] = None
+        self._archived.move_to_end(record.session_id)
+        while len(self._archived) > _ARCHIVED_KEYS_KEPT:
+            self._archived.popitem(last=False)
+
+    async def renew(self, key: str) -> Path | None:
+        """A fresh session for ``key`` (``/new``): a new session id and transcript, the old
+        transcript archived by rename. Returns the archived path (None if the old file was
+        gone or could not be renamed: it is logged and left in place).
+
+        The new header is written first and the row switched next, so a crash leaves the old
+        session whole, or the new one beside an old file not yet renamed: nothing is lost.
+        Lines already queued for the old session are written before the rename; appends
+        through a record from before the switch are refused once it happens. The row keeps
+        the chat's key, origin and usage totals. Raises :class:`SessionNotFoundError` and
+        :class:`SessionArchivedError`.
+        """
+        record = await self.require(key)
+        if record.archived:
+            raise SessionArchivedError(key)
+        session_id = new_session_id()
+        now = self._clock()
+        header = header_record(
+            session_id=session_id,
+            key=record.key,
+            agent_id=record.agent_id,
+            parent_key=record.parent_key,
+            at=now,
+        )
+        await self.writer.append(
+            transcript_path(self.state_dir, record.agent_id, session_id), header, wait=True
+        )
+        await self.db.sessions.renew(key, session_id, at=now)
+        self._retire(record)
+        live = self.transcript_path(record)
+        await self.writer.release([live])
+        (outcome,) = await asyncio.to_thread(rename_to_archived, [live], now)
+        if isinstance(outcome, OSError):
+            log.error("new session for %s: old transcript not archived: %s", key, outcome)
+            return None
+        log.info("session %s renewed (%s → %s)", key, record.session_id, session_id)
+        return outcome
 
     # -- views ------------------------------------------------------------------------------
 

@@ -17,8 +17,13 @@ clash with the line's own keys)::
     {"type":"event","id":…,"timestamp":…,"event":"spawned"|"announce"|"status"|…,"data":{…}}
 
 A tool call whose arguments were not a JSON object also carries ``rawArguments`` and
-``argumentsError``. Timestamps are UTC ISO-8601 with milliseconds and ``Z``; line ids are
-random 16-hex-digit strings, unique within a transcript.
+``argumentsError``. A message written by the gateway rather than a person or the model
+carries ``meta`` (``{"kind": "subagent_completion", …}``); a compaction's summary carries
+``{"kind": "compaction", "keep": N, …}``: from that line on, the conversation is the summary
+followed by the N messages before it (the ones it did not replace).
+
+Timestamps are UTC ISO-8601 with milliseconds and ``Z``; line ids are random 16-hex-digit
+strings, unique within a transcript.
 
 Readers tolerate a torn last line (a crash mid-write): it is reported, not raised. A
 complete line that does not parse (possible only after outside edits) is skipped and
@@ -47,6 +52,8 @@ log = logging.getLogger(__name__)
 TRANSCRIPT_VERSION: Final = 1
 #: The content of a tool result Herald makes up for a call whose result was never recorded.
 INTERRUPTED_TOOL_RESULT: Final = "error: no result was recorded for this call (interrupted)"
+#: ``meta.kind`` of a message that replaces the older part of the conversation.
+COMPACTION_KIND: Final = "compaction"
 _TAIL_CHUNK: Final = 64 * 1024
 _ts_cache: tuple[int, str] = (-1, "")
 
@@ -294,10 +301,12 @@ def chat_messages_from_records(
     """Rebuild the model conversation from transcript records.
 
     Message lines become :class:`ChatMessage` in order; headers and events are skipped. With
-    ``close_dangling`` (the default) the result is always valid to send to a provider: a tool
-    call whose result was never recorded (the gateway stopped mid-call) gets an error result
-    :data:`INTERRUPTED_TOOL_RESULT` right after its turn, and a tool result that answers no
-    open call is dropped.
+    ``close_dangling`` (the default) the result is the conversation a turn sends, always
+    valid for a provider: a tool call whose result was never recorded (the gateway stopped
+    mid-call) gets an error result :data:`INTERRUPTED_TOOL_RESULT` right after its turn, a
+    tool result that answers no open call is dropped, and a compaction's message replaces
+    everything before the messages it kept (:data:`COMPACTION_KIND`). Without it, every
+    message line is returned as written.
     """
     out: list[ChatMessage] = []
     pending: dict[str, str] = {}  # open tool call id -> tool name
@@ -330,11 +339,29 @@ def chat_messages_from_records(
                 out.append(message)
             continue
         close_pending()
+        keep = _compaction_keep(record)
+        if keep is not None:
+            out[:] = [message, *out[max(0, len(out) - keep) :]] if keep else [message]
+            continue
         out.append(message)
         pending.update((c.id, c.name) for c in message.tool_calls)
     if close_dangling:
         close_pending()
     return out
+
+
+def _compaction_keep(record: Mapping[str, Any]) -> int | None:
+    """How many earlier messages a compaction line keeps; None for any other line."""
+    meta = record.get("meta")
+    if not isinstance(meta, Mapping) or meta.get("kind") != COMPACTION_KIND:
+        return None
+    keep = meta.get("keep")
+    return keep if isinstance(keep, int) and keep >= 0 else 0
+
+
+def is_compaction_record(record: Mapping[str, Any]) -> bool:
+    """Whether a transcript line is a compaction's summary or note."""
+    return _compaction_keep(record) is not None
 
 
 def chat_message_from_json(body: Mapping[str, Any]) -> ChatMessage | None:

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gateway.sessions.paths import transcript_path
+from gateway.sessions.errors import InvalidIdError, UnsafePathError
+from gateway.sessions.paths import ARCHIVED_NAME_RE, sessions_dir, transcript_path
 from gateway.sessions.transcript import iso_timestamp, optional_iso
 from gateway.shapes import Origin, Session, Usage
 from gateway.state import SessionRecord
@@ -43,7 +44,22 @@ def describe_session(record: SessionRecord, path: Path | None) -> dict[str, Any]
 
 
 def current_transcript_path(state_dir: Path, record: SessionRecord) -> Path | None:
-    """Where ``record``'s transcript is now: archived file, live file, or None if gone."""
-    if record.archived:
-        return Path(record.archived_path) if record.archived_path else None
-    return transcript_path(state_dir, record.agent_id, record.session_id)
+    """Where ``record``'s transcript is now: archived file, live file, or None if gone.
+
+    Always a path in ``state_dir``: an archived file is found by the file name recorded
+    for it (which must be this session's), so a state directory moved or mounted
+    elsewhere still finds its archive. A row whose ids cannot form a path (edited by
+    hand) has no transcript to find.
+    """
+    try:
+        if not record.archived:
+            return transcript_path(state_dir, record.agent_id, record.session_id)
+        if not record.archived_path:
+            return None
+        name = os.path.basename(record.archived_path)
+        match = ARCHIVED_NAME_RE.match(name)
+        if match is None or match["session_id"] != record.session_id:
+            return None
+        return sessions_dir(state_dir, record.agent_id) / name
+    except (InvalidIdError, UnsafePathError):
+        return None

@@ -19,11 +19,13 @@ tolerated by every reader. When the writer first opens a file it cuts any torn t
 :func:`gateway.sessions.transcript.repair_transcript`) so a new line never lands glued to
 a fragment. Files are created ``0600`` in directories created ``0700``.
 
-A failed write is logged; a caller that waited (``wait=True``) gets the ``OSError``, and the
-next :meth:`flush` raises :class:`TranscriptWriteError` listing the failures since the last
-flush. The queue is bounded: past ``max_pending_bytes`` every append waits for its own
-write. Descriptors are cached (LRU, ``max_open_files``); :meth:`release` closes them before
-a transcript is renamed, after the lines queued for them so far are written.
+A failed write is logged (a full disk instead goes to ``on_out_of_space``, the disk-full
+state, which logs it once for all files); a caller that waited (``wait=True``) gets the
+``OSError``, and the next :meth:`flush` raises :class:`TranscriptWriteError` listing the
+failures since the last flush. The queue is bounded: past ``max_pending_bytes`` every append
+waits for its own write. Descriptors are cached (LRU, ``max_open_files``); :meth:`release`
+closes them before a transcript is renamed, after the lines queued for them so far are
+written.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from gateway.sessions.errors import TranscriptWriteError, TranscriptWriterClosedError
 from gateway.sessions.paths import FILE_MODE, ensure_dir
 from gateway.sessions.transcript import encode_line, repair_transcript
+from gateway.state import is_out_of_space
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +76,18 @@ class _Batch:
 
 
 class TranscriptWriter:
-    """Appends whole lines to transcript files from one writer thread (started lazily)."""
+    """Appends whole lines to transcript files from one writer thread (started lazily).
+
+    ``on_out_of_space(error)`` is called on the writer thread for each write the disk had
+    no room for; without it such a write is logged like any other failure.
+    """
 
     def __init__(
         self,
         *,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        on_out_of_space: Callable[[OSError], None] | None = None,
     ) -> None:
         if max_open_files < 1 or max_pending_bytes < 1:
             raise ValueError("max_open_files and max_pending_bytes must be at least 1")
@@ -90,6 +98,7 @@ class TranscriptWriter:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._max_open = max_open_files
+        self._on_out_of_space = on_out_of_space
         self._fds: OrderedDict[Path, int] = OrderedDict()  # owned by the writer thread
         self._failures: list[tuple[Path, OSError]] = []  # since the last flush
         # The latest write failure of each file not yet raised to a waiter on that file.
@@ -270,7 +279,11 @@ class TranscriptWriter:
                 written = os.write(fd, view)
                 view = view[written:]
         except OSError as exc:
-            log.error("transcript %s: write of %d lines failed: %s", path, len(chunks), exc)
+            if self._on_out_of_space is not None and is_out_of_space(exc):
+                self._on_out_of_space(exc)  # one line for the whole disk, not one per write
+                log.debug("transcript %s: %d lines refused: %s", path, len(chunks), exc)
+            else:
+                log.error("transcript %s: write of %d lines failed: %s", path, len(chunks), exc)
             self._failures.append((path, exc))
             self._unreported[path] = exc
             # A short write may have left a fragment; reopening repairs it first.

@@ -11,7 +11,10 @@ from gateway.state.backend import (
 )
 from gateway.state.batches import BatchesTable
 from gateway.state.db import StateDB
+from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
+    ChildLimitError,
+    DiskFullError,
     InvalidUpdateError,
     ReadOnlyStateError,
     RecordConflictError,
@@ -33,6 +36,7 @@ from gateway.state.rows import (
     Origin,
     OutboxRecord,
     OutboxState,
+    RunContext,
     RunRecord,
     RunStatus,
     SessionKind,
@@ -48,8 +52,10 @@ __all__ = [
     "BatchRecord",
     "BatchState",
     "BatchesTable",
+    "ChildLimitError",
     "Cleanup",
     "Completion",
+    "DiskFullError",
     "InvalidUpdateError",
     "Origin",
     "OutboxRecord",
@@ -58,6 +64,7 @@ __all__ = [
     "ReadOnlyStateError",
     "RecordConflictError",
     "RecordNotFoundError",
+    "RunContext",
     "RunRecord",
     "RunStatus",
     "RunsTable",
@@ -67,6 +74,7 @@ __all__ = [
     "SessionKind",
     "SessionRecord",
     "SessionsTable",
+    "SpaceMonitor",
     "StateClosedError",
     "StateDB",
     "StateError",
@@ -74,6 +82,7 @@ __all__ = [
     "StateUnavailableError",
     "backend_of",
     "database_reachable",
+    "is_out_of_space",
     "migrate_state",
     "open_state",
     "schema_status",

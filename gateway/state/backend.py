@@ -65,6 +65,7 @@ async def open_state(settings: HeraldSettings, *, readonly: bool = False) -> Sta
         url.get_secret_value(),
         readonly=readonly,
         replica_id=settings.cluster.resolved_replica_id(),
+        state_dir=settings.gateway.resolved_state_dir(),
     )
 
 

@@ -302,6 +302,67 @@ class BatchesTable:
 
         return await self._db.read(run)
 
+    async def routed_completions(self, session_key: str) -> builtins.list[RunRecord]:
+        """Pending completions whose nearest requester still live is ``session_key``: those of
+        the runs it spawned, and of the runs below them whose own requester run is final
+        (a result is never dropped because its requester ended). Outside any batch and any
+        wait; oldest end first."""
+        marks, statuses = in_clause(sorted(FINISHED_STATUSES))
+        sql = (
+            "WITH RECURSIVE routed(run_id, status) AS ("
+            " SELECT run_id, status FROM runs WHERE parent_session_key = ?"
+            " UNION SELECT r.run_id, r.status FROM runs r"
+            f" JOIN routed p ON r.parent_run_id = p.run_id WHERE p.status IN {marks})"
+            f" {_RUN_SELECT} WHERE run_id IN (SELECT run_id FROM routed)"
+            " AND completion = 'pending' AND batch_id IS NULL AND held = 0"
+            " ORDER BY ended_at, run_id"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, [session_key, *statuses])]
+
+        return await self._db.read(run)
+
+    async def open_for_run(self, run_id: str) -> BatchRecord | None:
+        """The batch sub-agent run ``run_id`` yielded to and whose follow-up it has not
+        finished, if any."""
+
+        def run(conn: sqlite3.Connection) -> BatchRecord | None:
+            row = conn.execute(
+                f"{_SELECT} WHERE run_id = ? AND state != 'done' ORDER BY created_at DESC",
+                (run_id,),
+            ).fetchone()
+            return batch_from_row(row) if row is not None else None
+
+        return await self._db.read(run)
+
+    async def dissolve(self, batch_id: str, ended_at: float) -> builtins.list[RunRecord]:
+        """Close a batch whose yielding run ended before its follow-up: its runs leave it,
+        so their results go up the chain as completions of their own. Returns the runs
+        that are final (their completions are due now); the others complete later."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            batch = _get(conn, batch_id)
+            if batch.state == "done":
+                return []
+            marks, ids = in_clause(batch.run_ids)
+            conn.execute(
+                f"UPDATE runs SET batch_id = NULL WHERE run_id IN {marks} AND batch_id = ?",
+                [*ids, batch_id],
+            )
+            conn.execute(
+                "UPDATE batches SET state = 'done', ended_at = ? WHERE batch_id = ?",
+                (ended_at, batch_id),
+            )
+            rows = conn.execute(
+                f"{_RUN_SELECT} WHERE run_id IN {marks} AND status IN {_FINAL_MARKS}"
+                " AND completion = 'pending'",
+                [*ids, *_FINISHED],
+            ).fetchall()
+            return [run_from_row(row) for row in rows]
+
+        return await self._db.write(run)
+
     async def runs_of(self, batch: BatchRecord) -> builtins.list[RunRecord]:
         """The batch's runs, in spawn order."""
         marks, ids = in_clause(batch.run_ids)

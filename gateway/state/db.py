@@ -13,9 +13,14 @@ Settings: ``journal_mode=WAL`` (readers never block the writer), ``synchronous=N
 instead of failing at once), ``foreign_keys=ON``. At open, migrations from
 :mod:`gateway.state.schema` are applied in order. The file is created ``0600``.
 
+A write the disk has no room for raises :class:`DiskFullError` at once and puts
+:attr:`StateDB.space` in its disk-full state (:mod:`gateway.state.diskfull`), which
+checkpoints the WAL and tells its listeners when space is back.
+
 Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs`,
-:attr:`StateDB.outbox` and :attr:`StateDB.seen`; anything else can use
-:meth:`StateDB.read`/:meth:`StateDB.write` with a function of a :class:`sqlite3.Connection`.
+:attr:`StateDB.outbox`, :attr:`StateDB.batches` and :attr:`StateDB.seen`; anything else can
+use :meth:`StateDB.read`/:meth:`StateDB.write` with a function of a
+:class:`sqlite3.Connection`.
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ from typing import Final, TypeVar
 from urllib.parse import quote
 
 from gateway.backoff import backoff
+from gateway.state import diskfull
 from gateway.state.batches import BatchesTable
+from gateway.state.diskfull import Headroom, SpaceMonitor, is_sqlite_full
 from gateway.state.errors import (
+    DiskFullError,
     ReadOnlyStateError,
     SchemaError,
     StateClosedError,
@@ -81,6 +89,8 @@ class StateDB:
         self.outbox = OutboxTable(self)
         self.batches = BatchesTable(self)
         self.seen = SeenTable(self)
+        #: The disk-full state of the state directory (transcripts report to it too).
+        self.space = SpaceMonitor(self._probe_space)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.readonly else "open")
@@ -101,6 +111,7 @@ class StateDB:
         try:
             if not readonly:
                 db._wconn = await db._run(db._writer, db._open_writer)
+                db.space.attach(asyncio.get_running_loop())
             db._rconn = await db._run(db._reader, db._open_reader)
         except BaseException:
             await db.close()
@@ -118,7 +129,8 @@ class StateDB:
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` on the writer thread inside one transaction.
 
-        Commits when ``fn`` returns, rolls back and re-raises when it raises.
+        Commits when ``fn`` returns, rolls back and re-raises when it raises. A write the
+        disk has no room for raises :class:`DiskFullError` (nothing of it was kept).
         """
         self._check_open()
         if self.readonly or self._wconn is None:
@@ -129,8 +141,13 @@ class StateDB:
         while True:
             attempt += 1
             try:
-                return await self._run(self._writer, lambda: _in_transaction(conn, fn))
+                result = await self._run(self._writer, lambda: _in_transaction(conn, fn))
             except sqlite3.OperationalError as exc:
+                if is_sqlite_full(exc):
+                    # Not retried here: a chat turn answers at once, a run's bookkeeping
+                    # waits for space (the disk-full state says when it is back).
+                    self.space.refused("state database", exc)
+                    raise DiskFullError(f"the disk of {self.path} is full: {exc}") from exc
                 # Another process holds the lock past busy_timeout (a long CLI read, a backup):
                 # keep trying for a while rather than fail a run that finished fine.
                 delay = backoff(
@@ -140,12 +157,16 @@ class StateDB:
                     raise
                 log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
                 await asyncio.sleep(delay)
+            else:
+                self.space.wrote()
+                return result
 
     async def close(self) -> None:
         """Finish queued operations, close both connections, stop the threads. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        await self.space.close()
         loop = asyncio.get_running_loop()
         for executor, attr in ((self._writer, "_wconn"), (self._reader, "_rconn")):
             if executor is None:
@@ -172,6 +193,15 @@ class StateDB:
             if self._closed and "shutdown" in str(exc):
                 raise StateClosedError(f"the state database {self.path} is closed") from None
             raise
+
+    async def _probe_space(self) -> Headroom | None:
+        """Checkpoint and measure on the writer's thread (:class:`SpaceMonitor`'s probe)."""
+        conn = self._wconn
+        if self._closed or conn is None:
+            return None
+        return await self._run(
+            self._writer, lambda: diskfull.checkpoint_and_measure(conn, self.path)
+        )
 
     def _open_writer(self) -> sqlite3.Connection:
         _ensure_parent(self.path)
@@ -237,10 +267,14 @@ def _in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection],
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn)
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may have rolled back already (it does on SQLITE_FULL, and a ROLLBACK then
+        # fails, hiding the real error); a COMMIT that failed may leave the transaction open,
+        # and every later BEGIN would fail with it.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return result
 
 

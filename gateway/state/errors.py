@@ -25,6 +25,12 @@ class ReadOnlyStateError(StateError):
     """A write was asked of a database opened read-only."""
 
 
+class DiskFullError(StateError):
+    """The disk refused a write for want of space (SQLite's ``SQLITE_FULL``); nothing of
+    the write was kept. The gateway is in its disk-full state (:mod:`gateway.state.diskfull`)
+    until space is back."""
+
+
 class RecordNotFoundError(StateError, LookupError):
     """No row has this key in ``table``."""
 
@@ -49,3 +55,12 @@ class InvalidUpdateError(StateError, ValueError):
 class StateUnavailableError(StateError):
     """The state database cannot be reached now (PostgreSQL down, the network cut); the
     operation did not happen, or (a write whose connection broke at its end) may have."""
+
+
+class ChildLimitError(StateError):
+    """The requester session already has ``limit`` runs that are not final."""
+
+    def __init__(self, parent_session_key: str, limit: int) -> None:
+        self.parent_session_key = parent_session_key
+        self.limit = limit
+        super().__init__(f"{parent_session_key} has {limit} runs that are not final")

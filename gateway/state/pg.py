@@ -18,6 +18,10 @@ blocks on the database). What differs:
   operation; nothing is retried behind the caller's back, since a write cut off at its
   commit may or may not have happened.
 - Migrations run at open, under an advisory lock (:mod:`gateway.state.pgschema`).
+- A write the server refuses for want of disk space (SQLSTATE ``53100``) raises
+  :class:`DiskFullError` and enters :attr:`space`'s disk-full state, as ``SQLITE_FULL``
+  does; its probe measures only the state directory (the transcripts' disk), the one disk
+  of the state that is this process's to measure.
 """
 
 from __future__ import annotations
@@ -35,14 +39,17 @@ import psycopg
 
 from channels.config_base import redact_url, url_password
 from gateway.backoff import backoff
+from gateway.state import diskfull
 from gateway.state.db import StateDB
+from gateway.state.diskfull import Headroom, is_sqlite_full
 from gateway.state.errors import (
+    DiskFullError,
     ReadOnlyStateError,
     SchemaError,
     StateClosedError,
     StateUnavailableError,
 )
-from gateway.state.pgconn import PgConnection, as_sqlite_error
+from gateway.state.pgconn import DISK_FULL_SQLSTATE, PgConnection, as_sqlite_error
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
 
@@ -68,9 +75,11 @@ class PgStateDB(StateDB):
     """The state database on PostgreSQL. Open with :meth:`connect`; close with
     :meth:`close` (idempotent)."""
 
-    def __init__(self, url: str, *, readonly: bool, replica_id: str) -> None:
+    def __init__(self, url: str, *, readonly: bool, replica_id: str, state_dir: Path) -> None:
         # The base's path names the database in its messages: here, the URL, password masked.
         super().__init__(Path(redact_url(url)), readonly=readonly)
+        #: Where the transcripts are written: the disk the disk-full probe measures.
+        self.state_dir = state_dir
         self.url = url
         self.location = redact_url(url)
         self.replica_id = replica_id
@@ -85,16 +94,21 @@ class PgStateDB(StateDB):
         return f"<PgStateDB {self.location} {state} version={self.schema_version}>"
 
     @classmethod
-    async def connect(cls, url: str, *, readonly: bool = False, replica_id: str) -> PgStateDB:
+    async def connect(
+        cls, url: str, *, readonly: bool = False, replica_id: str, state_dir: Path
+    ) -> PgStateDB:
         """Connect to ``url`` and, unless ``readonly``, migrate under the advisory lock.
 
-        Read-only opens raise :class:`SchemaError` when the schema is not the one this code
-        knows; an unreachable server raises :class:`StateUnavailableError`.
+        ``state_dir`` is the gateway's state directory (transcripts), whose disk the
+        disk-full state measures. Read-only opens raise :class:`SchemaError` when the schema
+        is not the one this code knows; an unreachable server raises
+        :class:`StateUnavailableError`.
         """
-        db = cls(url, readonly=readonly, replica_id=replica_id)
+        db = cls(url, readonly=readonly, replica_id=replica_id, state_dir=Path(state_dir))
         try:
             if not readonly:
                 await db._on("writer", db._open_writer_pg)
+                db.space.attach(asyncio.get_running_loop())
             await db._on("reader", db._open_reader_pg)
         except BaseException:
             await db.close()
@@ -110,7 +124,8 @@ class PgStateDB(StateDB):
         """Run ``fn(connection)`` on the writer thread in one serializable transaction.
 
         Commits when ``fn`` returns, rolls back and re-raises when it raises; a write that
-        conflicts with another replica's is run again whole.
+        conflicts with another replica's is run again whole. A write the server's disk has
+        no room for raises :class:`DiskFullError` (nothing of it was kept).
         """
         self._check_open()
         if self.readonly:
@@ -120,7 +135,13 @@ class PgStateDB(StateDB):
         while True:
             attempt += 1
             try:
-                return await self._on("writer", lambda: self._in_transaction(fn))
+                result = await self._on("writer", lambda: self._in_transaction(fn))
+            except sqlite3.OperationalError as exc:
+                if not is_sqlite_full(exc):
+                    raise
+                # As on SQLite: not retried here; the disk-full state says when space is back.
+                self.space.refused("state database", exc)
+                raise DiskFullError(f"the disk of {self.location} is full: {exc}") from exc
             except psycopg.Error as exc:
                 delay = backoff(
                     attempt,
@@ -135,6 +156,9 @@ class PgStateDB(StateDB):
                     raise StateUnavailableError(self._message(exc)) from exc
                 log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
                 await asyncio.sleep(delay)
+            else:
+                self.space.wrote()
+                return result
 
     async def ping(self) -> bool:
         """Whether the database answers within :data:`PING_SECONDS` (``SELECT 1`` on the
@@ -178,9 +202,18 @@ class PgStateDB(StateDB):
         except psycopg.OperationalError as exc:
             if exc.sqlstate in RETRY_SQLSTATES:
                 raise  # a conflict: write() retries it
+            if exc.sqlstate == DISK_FULL_SQLSTATE:  # at COMMIT: the server is there, but full
+                raise as_sqlite_error(exc) from exc
             raise StateUnavailableError(self._message(exc)) from exc
         except psycopg.InterfaceError as exc:  # the connection was closed under it
             raise StateUnavailableError(self._message(exc)) from exc
+
+    async def _probe_space(self) -> Headroom | None:
+        """The state directory's headroom (:class:`SpaceMonitor`'s probe): no SQLite file to
+        checkpoint here, and the server's disk is not this process's to measure."""
+        if self.closed or self._closing:
+            return None
+        return await asyncio.to_thread(diskfull.measure_directory, self.state_dir)
 
     def _connection(self, role: Role) -> PgConnection:
         """The role's connection, opened again if it was lost."""

@@ -2,8 +2,9 @@
 
 The tables run ``fn(conn)`` with SQLite's SQL and SQLite's habits: ``conn.execute(sql,
 params)`` and ``executemany``, rows read by index and by column name, ``cursor.rowcount``,
-``cursor.lastrowid``, and :class:`sqlite3.IntegrityError` for a broken constraint (its text
-saying ``UNIQUE constraint failed`` for a duplicate key). :class:`PgConnection` offers
+``cursor.lastrowid``, :class:`sqlite3.IntegrityError` for a broken constraint (its text
+saying ``UNIQUE constraint failed`` for a duplicate key), and SQLite's ``SQLITE_FULL`` for
+a server whose disk is full (SQLSTATE ``53100``). :class:`PgConnection` offers
 exactly that over psycopg 3: each statement is rewritten by :mod:`gateway.state.pgsql`,
 parameters are bound on the client (``ClientCursor``: a NULL parameter needs no type, as in
 SQLite), integers summed by PostgreSQL come back as ``int`` (not ``Decimal``), and
@@ -29,6 +30,8 @@ from gateway.state.pgsql import translate
 #: SQLSTATE classes left to the caller: 08 connection exceptions, 40 transaction rollbacks
 #: (serialization failure, deadlock), 57 operator intervention (a server shutting down).
 PASS_THROUGH: Final = ("08", "40", "57")
+#: The server could not write for want of disk space (``disk_full``).
+DISK_FULL_SQLSTATE: Final = "53100"
 
 
 class Row(Sequence[Any]):
@@ -203,4 +206,10 @@ def as_sqlite_error(exc: psycopg.Error) -> Exception:
         return sqlite3.IntegrityError("FOREIGN KEY constraint failed")
     if isinstance(exc, psycopg.IntegrityError):
         return sqlite3.IntegrityError(diag.message_primary or str(exc))
-    return sqlite3.OperationalError(diag.message_primary or str(exc))
+    error = sqlite3.OperationalError(diag.message_primary or str(exc))
+    if sqlstate == DISK_FULL_SQLSTATE:
+        # As SQLite reports a full disk, so the state database's disk-full handling (and
+        # anything that tells SQLITE_FULL apart) takes it as one.
+        error.sqlite_errorcode = sqlite3.SQLITE_FULL
+        error.sqlite_errorname = "SQLITE_FULL"
+    return error

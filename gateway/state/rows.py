@@ -27,6 +27,8 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
 )
 Cleanup = Literal["delete", "keep"]
 Completion = Literal["pending", "delivered", "consumed"]
+#: How a run's conversation began: the task only, or a copy of the requester's first.
+RunContext = Literal["isolated", "fork"]
 BatchState = Literal["waiting", "following", "done"]
 #: ``sending`` is written before a send and left behind only by a crash mid-send; such an
 #: item goes back to ``pending`` with ``in_doubt`` set, and is sent again only once its
@@ -244,6 +246,8 @@ class RunRecord:
     completion: Completion | None = None
     #: A ``subagents wait`` is waiting for this run: its announce is held for the waiter.
     held: bool = False
+    #: ``fork``: the child's transcript starts with a copy of the requester's conversation.
+    context: RunContext = "isolated"
 
     @property
     def usage(self) -> Usage:

@@ -21,7 +21,7 @@ from gateway.state._sql import (
     integrity_error,
     update_assignments,
 )
-from gateway.state.errors import RecordNotFoundError
+from gateway.state.errors import ChildLimitError, RecordNotFoundError
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_COLUMNS,
@@ -29,9 +29,13 @@ from gateway.state.rows import (
     run_from_row,
     to_column_value,
 )
+from gateway.state.schema import LIVE_STATUS_SQL
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+#: Bound of a walk up the parent links: far past the deepest configurable tree, so a
+#: corrupted link cycle ends instead of looping.
+_MAX_CHAIN = 64
 
 
 class RunsTable:
@@ -40,13 +44,18 @@ class RunsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def insert(self, run: RunRecord) -> RunRecord:
+    async def insert(self, run: RunRecord, *, max_live_siblings: int | None = None) -> RunRecord:
         """Insert a new run; a duplicate ``run_id`` raises :class:`RecordConflictError`, an
-        unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`."""
+        unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`. With
+        ``max_live_siblings``, a requester session that already has that many runs not yet
+        final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
         sql = insert_sql("runs", RUN_COLUMNS)
         values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
+        parent = run.parent_session_key
 
         def run_insert(conn: sqlite3.Connection) -> RunRecord:
+            if max_live_siblings is not None and parent is not None:
+                _require_room(conn, parent, max_live_siblings)
             try:
                 conn.execute(sql, values)
             except sqlite3.IntegrityError as exc:
@@ -137,11 +146,6 @@ class RunsTable:
 
         return await self._db.read(run)
 
-    async def descendants(self, run_id: str) -> builtins.list[RunRecord]:
-        """Every run spawned under ``run_id`` down its ``parent_run_id`` chain (children,
-        their children, …), shallowest first."""
-        return await self._tree("parent_run_id = ?", run_id)
-
     async def session_tree(self, session_key: str) -> builtins.list[RunRecord]:
         """Every run ``session_key`` spawned and every run spawned under those, shallowest
         first."""
@@ -182,6 +186,44 @@ class RunsTable:
 
         return await self._db.read(run)
 
+    async def live_children(self, parent_session_key: str) -> int:
+        """How many runs ``parent_session_key`` spawned that are not final."""
+        return await self._db.read(lambda conn: _live_children(conn, parent_session_key))
+
+    async def lineage(self, run_id: str) -> builtins.list[RunRecord]:
+        """The runs above ``run_id`` (its requester's run, and so on up), the one a
+        person's session spawned first; empty for a run of depth 1."""
+        sql = (
+            "WITH RECURSIVE up(run_id, parent_run_id, n) AS ("
+            " SELECT run_id, parent_run_id, 0 FROM runs WHERE run_id = ?"
+            " UNION ALL SELECT r.run_id, r.parent_run_id, up.n + 1 FROM runs r"
+            f" JOIN up ON r.run_id = up.parent_run_id WHERE up.n < {_MAX_CHAIN})"
+            f" SELECT {column_list(RUN_COLUMNS, prefix='r.')} FROM up"
+            " JOIN runs r ON r.run_id = up.run_id WHERE up.n > 0 ORDER BY up.n DESC"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, (run_id,))]
+
+        return await self._db.read(run)
+
+    async def live_descendants(self, run_id: str) -> builtins.list[RunRecord]:
+        """Every run below ``run_id`` (its children, theirs, …) that is not final, the
+        shallowest first."""
+        marks, statuses = in_clause(sorted(FINISHED_STATUSES))
+        sql = (
+            "WITH RECURSIVE down(run_id) AS ("
+            " SELECT run_id FROM runs WHERE parent_run_id = ?"
+            " UNION SELECT r.run_id FROM runs r JOIN down ON r.parent_run_id = down.run_id)"
+            f" {_SELECT} WHERE run_id IN (SELECT run_id FROM down)"
+            f" AND status NOT IN {marks} ORDER BY depth, created_at, run_id"
+        )
+
+        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+            return [run_from_row(row) for row in conn.execute(sql, [run_id, *statuses])]
+
+        return await self._db.read(run)
+
     async def unarchived_finished(self) -> builtins.list[RunRecord]:
         """Finished runs whose child session was neither archived nor scheduled for it (a
         crash between a run's final status and its archive step), oldest first."""
@@ -197,6 +239,19 @@ class RunsTable:
             return [run_from_row(row) for row in conn.execute(sql, statuses)]
 
         return await self._db.read(run)
+
+
+def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
+    # Literal statuses, exactly as the partial index ``runs_live`` names them.
+    sql = (
+        f"SELECT COUNT(*) FROM runs WHERE parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
+    )
+    return int(conn.execute(sql, (parent_session_key,)).fetchone()[0])
+
+
+def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:
+    if _live_children(conn, parent_session_key) >= limit:
+        raise ChildLimitError(parent_session_key, limit)
 
 
 def _get(conn: sqlite3.Connection, run_id: str) -> RunRecord:

@@ -21,6 +21,11 @@ Version 3 adds ``seen_keys``: the chat events already handled.
 Version 4: ``outbox.first_attempt_at`` (when the first send began: the start of the window
 in which a cut-off send is looked for in the chat) and ``outbox.in_doubt`` (1 while an item
 a crash left mid-send waits for its channel to say whether that send reached the chat).
+
+Version 5 records how a run's conversation began (``context``): ``isolated`` (the task
+only) or ``fork`` (a copy of the requester's conversation in the child's transcript, then
+the task), so a starting run reads its transcript only when there is something to read,
+and indexes the runs not yet final by requester (``maxChildrenPerSession``).
 """
 
 from __future__ import annotations
@@ -185,5 +190,19 @@ _V4: Final = (
     "ALTER TABLE outbox ADD COLUMN in_doubt INTEGER NOT NULL DEFAULT 0",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4)
+
+#: The statuses of a run not yet final, as the partial index below and its queries say it.
+LIVE_STATUS_SQL: Final = "'queued', 'running', 'announcing'"
+
+_V5: Final = (
+    """
+    ALTER TABLE runs ADD COLUMN context TEXT NOT NULL DEFAULT 'isolated'
+        CHECK (context IN ('isolated', 'fork'))
+    """,
+    # Counting a session's live runs (maxChildrenPerSession) on every spawn must not scan
+    # every run the session ever had.
+    f"CREATE INDEX runs_live ON runs (parent_session_key) WHERE status IN ({LIVE_STATUS_SQL})",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -171,6 +171,16 @@ class SessionsTable:
         now = time.time() if at is None else at
         return await self._update_returning(key, sql, (*columns.values(), now, key))
 
+    async def renew(self, key: str, session_id: str, *, at: float) -> SessionRecord:
+        """Give the live session ``key`` a new ``session_id``, created ``at`` (a chat's
+        ``/new``); its key, origin and usage totals stay. Raises :class:`RecordNotFoundError`
+        for an unknown or archived key."""
+        sql = (
+            "UPDATE sessions SET session_id = ?, created_at = ?, updated_at = MAX(updated_at, ?),"
+            " archive_due_at = NULL WHERE key = ? AND archived_at IS NULL"
+        )
+        return await self._update_returning(key, sql, (session_id, at, at, key))
+
     async def set_model(self, key: str, model: str | None) -> SessionRecord:
         """Record the model the session uses."""
         return await self._update_returning(

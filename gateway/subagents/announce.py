@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
+from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
 from gateway.constants import ANNOUNCE_SKIP
 from gateway.delivery import Outbox
@@ -184,11 +185,15 @@ class Announcer:
 
     async def _finish(self, run: RunRecord, status: RunStatus, text: str) -> RunRecord:
         """Apply the final status and queue the announce for the origin, in one write
-        (unless a batch or a wait takes the run's result instead)."""
+        (unless a batch or a wait takes the run's result instead). Only a run a person's
+        session spawned posts to the chat: a nested run's announce reaches its requester
+        inside its completion."""
         origin = run.origin
         changes: dict[str, object] = {"status": status, "announce_text": text}
         item: OutboxRecord | None = None
-        if origin is None:
+        if run.depth > 1:
+            changes["announce_state"] = "nested"
+        elif origin is None:
             changes["announce_state"] = "no_origin"
         else:
             item = OutboxRecord(
@@ -226,6 +231,7 @@ class Announcer:
         try:
             setup, sink = self._children.setup(run, child)
             history = await self._store.chat_messages(child.key)
+            bound_tool_results(history, setup.context.max_result_chars)  # as the run sent them
             prompt = ChatMessage(
                 role="user", content=announce_prompt(status, run.result_text, run.error)
             )

@@ -3,12 +3,20 @@
 A yield forms a batch of the requester's runs that are not final (in one transaction, see
 :meth:`gateway.state.BatchesTable.form`). When the last of them is final, or the batch's
 timeout passes (the runs still live leave the batch and complete on their own later), the
-requester agent runs one follow-up turn on its session's lane whose user message holds every
-completion in spawn order. Its reply, ending with the batch's stats line, is queued in the
-outbox for the chat and thread of the turn that yielded, in the same transaction that closes
-the batch and consumes its completions. A stop at any point is resumed at the next start:
-a ``waiting`` batch is re-armed, a ``following`` one finishes the follow-up the transcript
-began (its user message is never written twice), and its reply is posted exactly once.
+requester goes on with one user message holding every completion in spawn order:
+
+- a person's session runs one follow-up turn on its lane. Its reply, ending with the
+  batch's stats line, is queued in the outbox for the chat and thread of the turn that
+  yielded, in the same transaction that closes the batch and consumes its completions;
+- a sub-agent run (an orchestrator below the depth cap) ended its lane job when it yielded,
+  so it never holds a slot its children need; it stays ``running`` and is queued again
+  (``resume_run``), and its runner continues the same run with the follow-up message
+  (:meth:`BatchCoordinator.continue_run`); the run's result is the follow-up's answer. If
+  the run ends before its batch does, the batch dissolves and its results go on up the chain.
+
+A stop at any point is resumed at the next start: a ``waiting`` batch is re-armed, a
+``following`` one finishes the follow-up the transcript began (its user message is never
+written twice), and a person's follow-up reply is posted exactly once.
 """
 
 from __future__ import annotations
@@ -17,12 +25,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from gateway.agent import Conversations, TurnResult
 from gateway.delivery import Outbox
+from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
-from gateway.state import BatchRecord, Origin, OutboxRecord, RunRecord, StateDB
+from gateway.state import BatchRecord, Origin, OutboxRecord, RunRecord, SessionRecord, StateDB
 from gateway.subagents.completions import FOLLOWUP_KIND, Completions, followup_text
 from gateway.usage import format_batch_stats_line, sum_usage
 from lanes import Lane, LaneClosed
@@ -79,6 +88,10 @@ class BatchCoordinator:
         #: Batches found mid-follow-up at start: only their turn may have begun already.
         self._resumed: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Queues a yielded sub-agent run again (the run manager's ``submit``).
+        self.resume_run: Callable[[str], None] = _no_runner
+        #: Ends a yielded run whose own timeout passed (the run manager's ``expire``).
+        self.expire_run: Callable[[str], Awaitable[None]] = _no_expiry
 
     def __repr__(self) -> str:
         return f"<BatchCoordinator waiting={len(self._timers)} started={len(self._started)}>"
@@ -98,13 +111,19 @@ class BatchCoordinator:
             session = await self._store.get(session_key)
             origin = session.origin if session is not None else None
         now = self._clock()
+        deadline = now + timeout_seconds
+        run = await self._db.runs.get(run_id) if run_id is not None else None
+        ends = run_deadline(run) if run is not None else None
+        if ends is not None:
+            # A yielded run's own timeout cannot fire while it waits: the batch's does.
+            deadline = min(deadline, ends)
         batch = BatchRecord(
             batch_id=str(uuid.uuid4()),
             session_key=session_key,
             run_ids=(),
             first_spawn_at=now,
             created_at=now,
-            deadline_at=now + timeout_seconds,
+            deadline_at=deadline,
             run_id=run_id,
             message=message,
             origin_channel=origin.channel if origin else None,
@@ -133,11 +152,20 @@ class BatchCoordinator:
 
     async def hand_on(self, run: RunRecord) -> None:
         """Where a final run's result goes: its batch, its waiter (woken by the run feed),
-        or its requester's history."""
+        or its nearest live requester. Then what waited for the run goes on up the chain:
+        the batch it yielded to, if it ended first, and completions routed to it."""
         if run.batch_id is not None:
             await self.run_final(run.batch_id)
         elif not run.held:
-            self._completions.deliver(run)
+            await self._completions.deliver(run)
+        stranded = await self._db.batches.open_for_run(run.run_id)
+        if stranded is not None:
+            timer = self._timers.pop(stranded.batch_id, None)
+            if timer is not None:
+                timer.cancel()
+            await self._db.batches.dissolve(stranded.batch_id, self._clock())
+            logger.info("batch dissolved", extra={"batch": stranded.batch_id})
+        await self._completions.forward(run)
 
     async def run_final(self, batch_id: str) -> None:
         """A run of the batch is final: start the follow-up once all of them are."""
@@ -171,6 +199,9 @@ class BatchCoordinator:
                 batch = await self._db.batches.update(
                     batch_id, state="following", followup_started_at=self._clock()
                 )
+            if batch.run_id is not None:
+                await self._resume(batch, timed_out)
+                return
             self._session_lane.submit(lambda: self._followup(batch_id), key=batch.session_key)
         except LaneClosed:
             self._started.discard(batch_id)  # the next start resumes it
@@ -191,7 +222,7 @@ class BatchCoordinator:
             # the session's age, and a follow-up begun in this process is never repeated).
             resumed = batch_id in self._resumed
             records = (await self._store.read(key)).records if resumed else []
-            if _followup_begun(records, batch_id):
+            if followup_begun(records, batch_id):
                 result = await self._conversations.resume(key, origin=batch.origin)
             else:
                 meta = {"kind": FOLLOWUP_KIND, "batchId": batch_id}
@@ -222,6 +253,43 @@ class BatchCoordinator:
             self._outbox.kick()
         logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
 
+    async def _resume(self, batch: BatchRecord, timed_out: bool) -> None:
+        """The yielded run goes on with the follow-up (its runner, on the lane) — or, when
+        the batch timed out at the run's own deadline, it ends ``timeout`` at once."""
+        run = await self._db.runs.get(batch.run_id or "")
+        if run is None or run.status != "running":
+            return  # stopped while waiting: its end dissolves the batch
+        deadline = run_deadline(run)
+        if timed_out and deadline is not None and deadline <= batch.deadline_at:
+            await self.expire_run(run.run_id)
+        else:
+            self.resume_run(run.run_id)
+
+    async def waiting_for(self, run_id: str) -> BatchRecord | None:
+        """The batch sub-agent run ``run_id`` yielded to, until its follow-up is done."""
+        return await self._db.batches.open_for_run(run_id)
+
+    async def continue_run(
+        self, batch: BatchRecord, child: SessionRecord, history: list[ChatMessage]
+    ) -> None:
+        """Give a yielded run resumed after its batch the follow-up message: appended to
+        ``history`` and written to its transcript, unless the transcript has it already."""
+        records = (await self._store.read(child.key)).records
+        if followup_begun(records, batch.batch_id):
+            return
+        runs = await self._db.batches.runs_of(batch)
+        message = ChatMessage(role="user", content=followup_text(batch, runs))
+        meta = {"kind": FOLLOWUP_KIND, "batchId": batch.batch_id}
+        await self._store.append_message(child, message, meta=meta)
+        history.append(message)
+
+    async def run_answered(self, batch: BatchRecord, text: str) -> None:
+        """The resumed run's follow-up turn ended: close its batch (its completions are
+        consumed: the run's model had them)."""
+        await self._db.batches.finish(batch.batch_id, text, self._clock(), None)
+        self._started.discard(batch.batch_id)
+        logger.info("batch follow-up answered", extra={"batch": batch.batch_id})
+
     async def recover(self) -> int:
         """Start-up: re-arm waiting batches and resume follow-ups; returns how many."""
         batches = await self._db.batches.open_batches()
@@ -241,7 +309,23 @@ class BatchCoordinator:
         self._timers.clear()
 
 
-def _followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:
+def run_deadline(run: RunRecord) -> float | None:
+    """When ``run``'s ``runTimeoutSeconds`` ends it (None: no timeout, or not started)."""
+    if not run.run_timeout_seconds or run.started_at is None:
+        return None
+    return run.started_at + run.run_timeout_seconds
+
+
+def _no_runner(run_id: str) -> None:
+    logger.error("no runner to resume a yielded run", extra={"run_id": run_id})
+
+
+async def _no_expiry(run_id: str) -> None:
+    _no_runner(run_id)
+
+
+def followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:
+    """Whether a transcript holds ``batch_id``'s follow-up message already."""
     for record in records:
         meta = record.get("meta")
         if isinstance(meta, dict) and meta.get("batchId") == batch_id:

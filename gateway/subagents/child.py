@@ -2,7 +2,8 @@
 
 Shared by the run itself (:mod:`gateway.subagents.runner`) and its announce turn
 (:mod:`gateway.subagents.announce`): both run in the child session with the target agent's
-system prompt plus the sub-agent suffix, the run's model and the sub-agent tool set.
+system prompt plus the sub-agent suffix, the run's model, its depth and the sub-agent tool
+set (intersected down the chain of sessions above it, see :meth:`ChildSessions.lineage`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from gateway.agent import StoreSink, TurnFactory, TurnSetup, resolve_agent
+from gateway.agent import StoreSink, TurnFactory, TurnSetup, agents_above, resolve_agent
 from gateway.llm import ChatMessage
 from gateway.sessions import chat_messages_from_records
 from gateway.state import RunRecord, SessionRecord
@@ -34,8 +35,11 @@ class ChildSessions:
         """The tool registry in force (rebuilt on reload)."""
         return self._turns.tools
 
-    def setup(self, run: RunRecord, child: SessionRecord) -> tuple[TurnSetup, StoreSink]:
-        """The turn setup and transcript sink of a turn in ``run``'s child session."""
+    def setup(
+        self, run: RunRecord, child: SessionRecord, *, lineage: tuple[str, ...] = ()
+    ) -> tuple[TurnSetup, StoreSink]:
+        """The turn setup and transcript sink of a turn in ``run``'s child session;
+        ``lineage`` is :meth:`lineage` (needed for the tools of a run below depth 1)."""
         settings = self._turns.settings
         target = resolve_agent(settings, run.agent_id)
         return self._turns.prepare(
@@ -43,17 +47,25 @@ class ChildSessions:
             model_ref=run.model or target.model_ref,
             system=target.system_prompt.rstrip() + "\n" + _subagent_suffix(),
             tools=tools_for_subagent(
-                settings, run.requester_agent_id, run.agent_id, self._turns.tools
+                settings, run.requester_agent_id, run.agent_id, self._turns.tools, lineage=lineage
             ),
             max_iterations=target.max_iterations,
             run_id=run.run_id,
+            depth=run.depth,
         )
+
+    async def lineage(self, run: RunRecord) -> tuple[str, ...]:
+        """The agents of the sessions above ``run``'s requester (none at depth 1)."""
+        if run.depth <= 1:
+            return ()
+        return agents_above(await self._store.db.runs.lineage(run.run_id))
 
     async def history(
         self, child: SessionRecord, run: RunRecord, *, resume: bool
     ) -> list[ChatMessage]:
-        """The child's conversation: just the task, or (resuming) its transcript with every
-        tool call that lost its result answered as interrupted, in the file too."""
+        """The child's conversation: the task (after the requester's conversation, copied
+        into the transcript at spawn, for ``context: "fork"``), or (resuming) its transcript
+        with every tool call that lost its result answered as interrupted, in the file too."""
         if resume:
             records = (await self._store.read(child.key)).records
             raw_results = {
@@ -68,6 +80,7 @@ class ChildSessions:
             if history:
                 await self._store.append_event(child, "resumed", {"runId": run.run_id})
                 return history
+        forked = await self._store.chat_messages(child.key) if run.context == "fork" else []
         task = ChatMessage(role="user", content=run.task)
         await self._store.append_message(child, task)
-        return [task]
+        return [*forked, task]

@@ -3,24 +3,33 @@
 When a run is final its completion is ``pending`` (set in the same write as its final
 status). Exactly one of three ways then takes it: a ``sessions_yield`` batch's follow-up
 turn (the run is in the batch), a ``subagents wait`` (the waiter consumed it), or — for every
-other run — a user-role message written into the requester session between its turns, on
-that session's lane, so it never lands between a tool call and its result. The message
-begins :data:`COMPLETION_PREFIX` and its transcript line carries
+other run — a user-role message in the conversation of its nearest requester still live:
+
+- the requester is a person's session: the message is written in between its turns, on
+  that session's lane, so it never lands between a tool call and its result;
+- the requester is a sub-agent run still live (an orchestrator): its running turn takes the
+  message before its next model call (:class:`RunCompletions`, the turn's inbox);
+- the requester run is final: the completion goes on up the chain, to the requester's own
+  requester, and so on (a result is never dropped because its requester ended). A run that
+  becomes final hands on the completions waiting for it the same way (:meth:`forward`).
+
+The message begins :data:`COMPLETION_PREFIX` and its transcript line carries
 ``"meta": {"kind": "subagent_completion", "runId": …}``; the write is then recorded as
-``delivered``. A stop between the two is healed at start-up: the transcript is searched for
-the run's line before anything is written again.
+``delivered``. A stop between the two is healed at start-up (or when a run resumes): the
+transcript is searched for the run's line before anything is written again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from gateway.agent import Conversations
+from gateway.agent import Conversations, Inbox, Injected
+from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
-from gateway.state import BatchRecord, RunRecord, StateDB
+from gateway.state import BatchRecord, RunRecord, SessionRecord, StateDB
 from gateway.subagents.presenter import run_name
 from lanes import Lane, LaneClosed, LaneFullError
 
@@ -57,10 +66,16 @@ def followup_text(batch: BatchRecord, runs: Sequence[RunRecord]) -> str:
     """The user message of a batch's follow-up turn: every completion in spawn order."""
     final = [run for run in runs if run.finished]
     live = [run for run in runs if not run.finished]
+    # A sub-agent that yielded answers with its result; a person's session, the person.
+    answer = (
+        "Finish your task now: give your result, combining them"
+        if batch.run_id is not None
+        else "Answer the person now in one reply, combining them"
+    )
     head = (
         f"{COMPLETION_PREFIX} The sub-agents you waited for (sessions_yield, batch "
         f"{batch.batch_id}) have ended: {len(final)} result(s) follow in spawn order. "
-        "Answer the person now in one reply, combining them; do not repeat the stats."
+        f"{answer}; do not repeat the stats."
     )
     parts = [head]
     if batch.message:
@@ -70,6 +85,12 @@ def followup_text(batch: BatchRecord, runs: Sequence[RunRecord]) -> str:
         parts.append(f"Still running when the wait timed out (their results come later): {names}")
     parts.extend(completion_text(run) for run in final)
     return "\n\n".join(parts)
+
+
+def completion_message(run: RunRecord) -> Injected:
+    """``run``'s completion as a message given to a running turn, with its line's meta."""
+    message = ChatMessage(role="user", content=completion_text(run))
+    return Injected(message, {"kind": COMPLETION_KIND, "runId": run.run_id})
 
 
 def has_completion_line(records: Iterable[dict[str, object]], run_id: str) -> bool:
@@ -86,7 +107,7 @@ def has_completion_line(records: Iterable[dict[str, object]], run_id: str) -> bo
 
 
 class Completions:
-    """Writes pending completions into requesters' conversations (module docstring)."""
+    """Routes pending completions to their requesters (module docstring)."""
 
     def __init__(
         self,
@@ -101,17 +122,46 @@ class Completions:
         self._conversations = conversations
         self._lane = session_lane
         self._retries: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Live runs that have completions waiting for them: their turn looks before its
+        #: next model call (a run not in here has nothing new, so it skips the query).
+        self._due: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"<Completions retrying={len(self._retries)}>"
+        return f"<Completions retrying={len(self._retries)} due={len(self._due)}>"
 
-    def deliver(self, run: RunRecord) -> None:
-        """Queue ``run``'s completion on its requester's lane (a final run outside any
-        batch and not held by a wait). A stopping gateway leaves it pending for the next
-        start; a full lane is tried again shortly."""
-        key = run.parent_session_key
-        if key is None:
-            return
+    async def deliver(self, run: RunRecord) -> None:
+        """Hand ``run``'s completion to its nearest live requester (a final run outside any
+        batch and not held by a wait): a live requester run takes it before its next model
+        call, a person's session gets it on its lane. A stopping gateway leaves it pending
+        for the next start; a full lane is tried again shortly."""
+        target = await self._target(run)
+        if isinstance(target, RunRecord):
+            self._due.add(target.run_id)
+        elif target is not None:
+            self._queue(target, run)
+
+    async def forward(self, run: RunRecord) -> None:
+        """``run`` is final: the completions still waiting for it go on up the chain."""
+        self._due.discard(run.run_id)
+        for waiting in await self._db.batches.routed_completions(run.child_session_key):
+            await self.deliver(waiting)
+
+    async def _target(self, run: RunRecord) -> RunRecord | str | None:
+        """The nearest requester of ``run`` still live: a sub-agent run, or the key of the
+        person's session at the top of the chain (None when there is none)."""
+        current = run
+        while current.parent_run_id is not None:
+            requester = await self._db.runs.get(current.parent_run_id)
+            if requester is None:
+                logger.warning("requester run missing", extra={"run_id": current.run_id})
+                return None
+            if not requester.finished:
+                return requester
+            current = requester
+        return current.parent_session_key
+
+    def _queue(self, key: str, run: RunRecord) -> None:
         try:
             self._lane.submit(lambda: self._write(key, run.run_id), key=key)
         except LaneFullError:
@@ -123,7 +173,9 @@ class Completions:
 
     def _retry(self, run: RunRecord) -> None:
         self._retries.pop(run.run_id, None)
-        self.deliver(run)
+        task = asyncio.ensure_future(self.deliver(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _write(self, key: str, run_id: str) -> None:
         run = await self._db.runs.get(run_id)
@@ -135,20 +187,41 @@ class Completions:
         else:
             logger.info("requester session gone; completion not written", extra={"run_id": run_id})
 
+    def inbox(
+        self, run: RunRecord, child: SessionRecord, *, resume: bool, steers: Inbox | None = None
+    ) -> RunCompletions:
+        """The inbox of ``run``'s turn: the completions routed to it (and ``steers``)."""
+        return RunCompletions(
+            self._db, self._store, self.take_due, run, child, resume=resume, steers=steers
+        )
+
+    def take_due(self, run_id: str) -> bool:
+        """Whether completions arrived for ``run_id`` since it last looked (and clear it)."""
+        if run_id in self._due:
+            self._due.discard(run_id)
+            return True
+        return False
+
     async def recover(self) -> int:
-        """Start-up: write the completions a stop left pending, unless the transcript shows
-        one was written just before the stop; returns how many were queued."""
+        """Start-up: hand on the completions a stop left pending, unless the transcript
+        shows one was written just before the stop; returns how many were handed on."""
         queued = 0
         for run in await self._db.batches.pending_completions():
-            key = run.parent_session_key
-            session = await self._store.get(key) if key else None
-            if session is None or session.archived or session.is_subagent:
+            if run.held:
+                continue
+            target = await self._target(run)
+            if isinstance(target, RunRecord):
+                self._due.add(target.run_id)  # its turn checks its transcript first
+                queued += 1
+                continue
+            session = await self._store.get(target) if target else None
+            if session is None or session.archived:
                 continue
             records = (await self._store.read(session.key)).records
             if has_completion_line(records, run.run_id):
                 await self._db.batches.mark_delivered(run.run_id)
                 continue
-            self.deliver(run)
+            self._queue(session.key, run)
             queued += 1
         return queued
 
@@ -156,3 +229,66 @@ class Completions:
         for handle in self._retries.values():
             handle.cancel()
         self._retries.clear()
+        for task in self._tasks:
+            task.cancel()
+
+
+class RunCompletions:
+    """The :class:`gateway.agent.Inbox` of a live run's turn: before each model call, the
+    completions routed to the run (its children's, and those its final children handed
+    on), after what ``steers`` gives. Each is marked delivered once its transcript line is
+    written (at the next take, or :meth:`settle` when the turn ends); a resumed run first
+    marks those its transcript already holds, so none is given twice."""
+
+    def __init__(
+        self,
+        db: StateDB,
+        store: SessionStore,
+        due: Callable[[str], bool],
+        run: RunRecord,
+        child: SessionRecord,
+        *,
+        resume: bool,
+        steers: Inbox | None,
+    ) -> None:
+        self._db = db
+        self._store = store
+        self._due = due
+        self._run_id = run.run_id
+        self._child = child
+        self._steers = steers
+        #: A resumed run may have completions from before the stop: look once at start.
+        self._look = resume
+        self._dedupe = resume
+        self._given: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"<RunCompletions {self._run_id} given={len(self._given)}>"
+
+    async def take(self) -> list[Injected]:
+        await self.settle()
+        items = list(await self._steers.take()) if self._steers is not None else []
+        if not (self._due(self._run_id) or self._look):
+            return items
+        self._look = False
+        pending = await self._db.batches.routed_completions(self._child.key)
+        if pending and self._dedupe:
+            records = (await self._store.read(self._child.key)).records
+            written = [run for run in pending if has_completion_line(records, run.run_id)]
+            for run in written:
+                await self._db.batches.mark_delivered(run.run_id)
+            pending = [run for run in pending if run not in written]
+        self._dedupe = False
+        for run in pending:
+            items.append(completion_message(run))
+            self._given.append(run.run_id)
+        return items
+
+    async def settle(self) -> None:
+        """Mark the completions given so far as delivered, once their lines are on disk."""
+        if not self._given:
+            return
+        await self._store.sync(self._child)
+        given, self._given = self._given, []
+        for run_id in given:
+            await self._db.batches.mark_delivered(run_id)

@@ -192,7 +192,9 @@ class SubagentControl:
         """Queue the announce of ``run`` as its announce step would have (or record why
         there is nothing to post)."""
         origin = run.origin
-        if not run.announce_text:  # the announce turn answered ANNOUNCE_SKIP
+        if run.depth > 1:  # a nested run never posts to a chat: its requester has its result
+            await self._db.runs.update(run.run_id, announce_state="nested", held=False)
+        elif not run.announce_text:  # the announce turn answered ANNOUNCE_SKIP
             await self._db.runs.update(run.run_id, announce_state="skipped")
         elif origin is None:
             await self._db.runs.update(run.run_id, announce_state="no_origin")

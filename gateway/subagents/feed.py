@@ -55,6 +55,10 @@ class RunFeed:
             batch_id=run.batch_id,
             session_key=run.child_session_key,
             created_at=run.created_at,
+            task=run.task,
+            model=run.model,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
         )
 
         async def send() -> None:

@@ -7,6 +7,8 @@ later one — from the API, ``/stop`` or a cascade — is told the run is alread
 nothing cancels the run's status update or announce after it was absorbed.
 :meth:`RunManager.abort_tree` stops a run and every run spawned under it (its descendants
 down the ``parent_run_id`` chain): the API's abort, ``/stop`` and ``subagents cancel``.
+A run whose bookkeeping failed is retried with backoff, or at once through
+:meth:`RunManager.resume_waiting` when the disk that refused it has room again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.backoff import backoff
-from gateway.state import RunRecord, StateDB
+from gateway.state import DiskFullError, RunRecord, StateDB
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.runner import RunRunner
@@ -67,6 +69,8 @@ class RunManager:
         self._handles: dict[str, JobHandle[None]] = {}
         self._prune_at = PRUNE_AT
         self._stopping: set[str] = set()
+        #: Runs whose bookkeeping failed, waiting for their retry.
+        self._retries: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
 
     def __repr__(self) -> str:
@@ -95,18 +99,40 @@ class RunManager:
             await self._runner.execute(run_id)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             delay = backoff(attempt, base=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
-            logger.exception(
-                "sub-agent run failed to record; retrying", extra={"run_id": run_id, "in": delay}
-            )
+            if isinstance(exc, DiskFullError):  # logged once, by the disk-full state
+                logger.debug("sub-agent run waits for disk space", extra={"run_id": run_id})
+            else:
+                logger.exception(
+                    "sub-agent run failed to record; retrying",
+                    extra={"run_id": run_id, "in": delay},
+                )
             if not self._closing:
-                asyncio.get_running_loop().call_later(delay, self._retry, run_id, attempt + 1)
+                self._retries[run_id] = asyncio.get_running_loop().call_later(
+                    delay, self._retry, run_id, attempt + 1
+                )
 
     def _retry(self, run_id: str, attempt: int) -> None:
+        self._retries.pop(run_id, None)
         if self._closing:
             return
         self._handles[run_id] = self._lane.submit(lambda: self._guarded(run_id, attempt))
+
+    def resume_waiting(self) -> int:
+        """Queue now every run waiting for its retry after its bookkeeping failed (space is
+        back after the disk filled: no run should sit out its backoff); returns how many."""
+        if self._closing:
+            return 0
+        waiting, self._retries = self._retries, {}
+        for run_id, retry in waiting.items():
+            retry.cancel()
+            self.submit(run_id)
+        if waiting:
+            logger.info(
+                "sub-agent runs resumed after the disk filled", extra={"count": len(waiting)}
+            )
+        return len(waiting)
 
     async def wait(self, run_id: str) -> RunRecord:
         """Wait until ``run_id`` has its final status (tests, ``herald spawn --wait``)."""
@@ -144,15 +170,8 @@ class RunManager:
         """Stop ``run_id`` as :meth:`abort` does (raising as it does, and then stopping
         nothing else), then every unfinished run spawned under it."""
         run = await self.abort(run_id)
-        stopped: list[str] = []
         # Read after the run is stopped: it spawns nothing more, so none is missed.
-        for child in await self._db.runs.descendants(run_id):
-            if child.finished:
-                continue
-            with contextlib.suppress(RunNotFoundError, RunFinishedError):
-                await self.abort(child.run_id)
-                stopped.append(child.run_id)
-        return StoppedTree(run, tuple(stopped))
+        return StoppedTree(run, tuple(await self._abort_below(run_id)))
 
     async def stop_session(self, session_key: str) -> int:
         """``/stop``: :meth:`stop_all` of the session; returns how many runs it stopped."""
@@ -170,9 +189,40 @@ class RunManager:
                 stopped.append(run.run_id)
         return stopped
 
+    async def expire(self, run_id: str) -> None:
+        """A yielded run's own timeout passed while it waited for its batch: it ends
+        ``timeout`` now (announced, its descendants stopped) without waiting for a lane
+        slot, which its own children may hold."""
+        run = await self._db.runs.get(run_id)
+        if run is None or run.status != "running" or self._runner.executing(run_id):
+            return  # ended meanwhile, or executing: it times out on its own
+        if run_id in self._stopping:
+            return
+        self._stopping.add(run_id)
+        await self._db.runs.update(
+            run_id, status="announcing", outcome="timeout", ended_at=self._clock()
+        )
+        self._feed.spawn(self._guarded(run_id))
+
+    async def abort_descendants(self, run_id: str) -> int:
+        """Stop every live run below ``run_id`` (its run ended ``timeout`` or
+        ``cancelled``); returns how many this call stopped."""
+        return len(await self._abort_below(run_id))
+
+    async def _abort_below(self, run_id: str) -> list[str]:
+        stopped: list[str] = []
+        for run in await self._db.runs.live_descendants(run_id):
+            with contextlib.suppress(RunNotFoundError, RunFinishedError):
+                await self.abort(run.run_id)
+                stopped.append(run.run_id)
+        return stopped
+
     async def close(self, drain_seconds: float) -> None:
         """Refuse new runs; let running runs finish for ``drain_seconds``, then cancel them
         (they stay ``running`` and resume on the next start); queued ones stay queued."""
         self._closing = True
+        for retry in self._retries.values():
+            retry.cancel()
+        self._retries.clear()
         await self._lane.shutdown(drain_seconds)
         await self._feed.close()

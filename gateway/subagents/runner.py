@@ -10,25 +10,37 @@ transaction that queues the announce. A run found ``running`` resumes from its t
 one found ``announcing`` goes straight to its announce. While a run is in its child phase
 its box in the :class:`RunInbox` is open: what is put there (a steer) joins its conversation
 before its next model call.
+
+Nesting: a run's turn takes the completions of its own sub-agents before each model call
+(its inbox, :meth:`gateway.subagents.Completions.inbox`). A run that yields
+(``sessions_yield``) ends its lane job but stays ``running``; queued again when its batch
+ends, it goes on with the follow-up message. A run that ends ``timeout`` or ``cancelled``
+stops its live descendants (``stop_descendants``); one that ends otherwise leaves them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from gateway.agent import TurnOutcome, run_turn
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
-from gateway.state import RunRecord, RunStatus, StateDB
+from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
 from gateway.subagents.announce import Announcer
+from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions
+from gateway.subagents.completions import Completions
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunBox, RunInbox
 
 logger = logging.getLogger(__name__)
+
+#: Final statuses that stop a run's live descendants with it.
+CASCADING: frozenset[RunStatus] = frozenset({"timeout", "cancelled"})
 
 
 class RunRunner:
@@ -46,6 +58,8 @@ class RunRunner:
         announcer: Announcer,
         feed: RunFeed,
         inbox: RunInbox,
+        completions: Completions | None = None,
+        batches: BatchCoordinator | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
@@ -54,11 +68,17 @@ class RunRunner:
         self._announcer = announcer
         self._feed = feed
         self._inbox = inbox
+        self._completions = completions
+        self._batches = batches
         self._clock = clock
         self._aborting: set[str] = set()
         #: Runs this runner is executing: the task, and whether it is in its child phase.
         self._tasks: dict[str, asyncio.Task[object] | None] = {}
         self._in_child: set[str] = set()
+        #: Runs queued again while still executing (a batch ended as its run yielded).
+        self._again: set[str] = set()
+        #: Stops the live runs below a run (the run manager's ``abort_descendants``).
+        self.stop_descendants: Callable[[str], Awaitable[object]] | None = None
 
     def __repr__(self) -> str:
         return f"<RunRunner executing={len(self._tasks)} in_child={len(self._in_child)}>"
@@ -83,13 +103,22 @@ class RunRunner:
 
     async def execute(self, run_id: str) -> None:
         """Run ``run_id`` from wherever its record says it is, through its announce."""
+        if run_id in self._tasks:
+            # Never two executions of one run: this one goes on when the other ends.
+            self._again.add(run_id)
+            return
         self._tasks[run_id] = asyncio.current_task()
         try:
             await self._execute(run_id)
+            while run_id in self._again:
+                self._again.discard(run_id)
+                self._tasks[run_id] = asyncio.current_task()
+                await self._execute(run_id)
         finally:
             self._tasks.pop(run_id, None)
             self._in_child.discard(run_id)
             self._aborting.discard(run_id)
+            self._again.discard(run_id)
 
     async def _execute(self, run_id: str) -> None:
         run = await self._db.runs.get(run_id)
@@ -97,13 +126,18 @@ class RunRunner:
             return
         if run.status == "announcing":
             self._tasks[run_id] = None
+            await self._stop_below(run_id, run.outcome)
             await self._announcer.announce(run_id)
             return
         resume = run.status == "running"
+        batch = await self._waited_batch(run_id) if resume else None
+        if batch is not None and batch.state == "waiting":
+            return  # yielded: the batch's end queues it again
         started = run.started_at if resume and run.started_at else self._clock()
         status: RunStatus = "done"
         result: str | None = None
         error: str | None = None
+        yielded = False
         self._in_child.add(run_id)
         box = self._inbox.open(run_id)
         try:
@@ -111,8 +145,9 @@ class RunRunner:
                 raise asyncio.CancelledError  # aborted while starting
             run = await self._db.runs.update(run_id, status="running", started_at=started)
             self._feed.publish(run)
-            outcome = await self._run_child(run, resume=resume, inbox=box)
+            outcome = await self._run_child(run, resume=resume, batch=batch, box=box)
             result = outcome.text
+            yielded = outcome.ended_by == "yield"
             if outcome.ended_by == "submit_error":
                 status, error = "error", outcome.text
             elif outcome.ended_by == "max_iterations":
@@ -143,6 +178,10 @@ class RunRunner:
                     "run ended before reading messages",
                     extra={"run_id": run_id, "unread": len(unread)},
                 )
+        if batch is not None and self._batches is not None:
+            await self._batches.run_answered(batch, result or "")
+        if yielded and status == "done":
+            return  # stays `running`; the batch's end queues it again
         run = await self._db.runs.update(
             run_id,
             status="announcing",
@@ -152,21 +191,49 @@ class RunRunner:
             error=error,
         )
         self._feed.publish(run)
+        await self._stop_below(run_id, status)
         await self._announcer.announce(run_id)
 
-    async def _run_child(self, run: RunRecord, *, resume: bool, inbox: RunBox) -> TurnOutcome:
+    async def _waited_batch(self, run_id: str) -> BatchRecord | None:
+        """The batch a resumed run yielded to (None: it yielded to none)."""
+        return await self._batches.waiting_for(run_id) if self._batches is not None else None
+
+    async def _stop_below(self, run_id: str, status: RunStatus | None) -> None:
+        """A run ending ``timeout`` or ``cancelled`` stops its live descendants with it."""
+        if status not in CASCADING or self.stop_descendants is None:
+            return
+        try:
+            await self.stop_descendants(run_id)
+        except Exception:
+            logger.exception("descendants not stopped", extra={"run_id": run_id})
+
+    async def _run_child(
+        self, run: RunRecord, *, resume: bool, batch: BatchRecord | None, box: RunBox
+    ) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
-        setup, sink = self._children.setup(run, child)
+        setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
         history = await self._children.history(child, run, resume=resume)
+        if batch is not None and self._batches is not None:
+            await self._batches.continue_run(batch, child, history)
         if resume and history and history[-1].role == "assistant" and not history[-1].tool_calls:
             return TurnOutcome(text=history[-1].content, ended_by="reply")
         timeout = run.run_timeout_seconds or None
         if resume and timeout and run.started_at:
             timeout = max(0.0, run.started_at + timeout - self._clock())
+        inbox = (
+            self._completions.inbox(run, child, resume=resume, steers=box)
+            if self._completions is not None
+            else None
+        )
         try:
             async with asyncio.timeout(timeout):
-                outcome = await run_turn(setup, self._children.tools, history, sink, inbox)
+                outcome = await run_turn(
+                    setup, self._children.tools, history, sink, inbox if inbox is not None else box
+                )
             await sink.sync()  # a line the disk refused ends the run as an error
             return outcome
         finally:
+            if inbox is not None:
+                with contextlib.suppress(Exception):  # unsettled ones stay pending
+                    await asyncio.shield(inbox.settle())
             await asyncio.shield(sink.save_usage())

@@ -1,10 +1,13 @@
 """``sessions_spawn``'s core: decide whether a spawn may go ahead, record it, queue it.
 
-:class:`Spawner` checks the request against the policy (no spawning from a sub-agent
-session; another agent only if ``subagents.allowAgents`` names it; a model override that
-names an unknown model is ignored with a warning), records the child session and the run
-with the requester's origin captured now, and queues the run. It never waits for the run.
-The answer is a typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
+:class:`Spawner` checks the request against the policy (a sub-agent session spawns only
+below ``agent.subagents.maxSpawnDepth``; a session has at most
+``agent.subagents.maxChildrenPerSession`` runs not yet final; another agent only if
+``subagents.allowAgents`` names it; a model override that names an unknown model is ignored
+with a warning), records the child session and the run — with the requester's origin
+captured now, its depth, its parent run and, for ``context: "fork"``, a copy of the
+requester's conversation — and queues the run. It never waits for the run. The answer is a
+typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gateway.agent import resolve_agent, subagent_model_ref
+from gateway.agent.context_window import cap_messages
+from gateway.llm import ChatMessage
 from gateway.reload import SettingsHolder
-from gateway.sessions import SessionError, SessionKey, SessionStore
+from gateway.sessions import INTERRUPTED_TOOL_RESULT, SessionError, SessionKey, SessionStore
 from gateway.settings import HeraldSettings
-from gateway.state import RunRecord, StateDB, StateError
+from gateway.state import ChildLimitError, RunContext, RunRecord, StateDB, StateError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
 from gateway.tools import ToolContext
@@ -30,6 +35,44 @@ logger = logging.getLogger(__name__)
 
 SPAWN_FORBIDDEN_NESTED = "sessions_spawn is not allowed from sub-agent sessions"
 SHUTTING_DOWN = "the gateway is shutting down; spawn refused"
+FORK_EMPTY = (
+    "context 'fork' starts the sub-agent with this session's conversation, but it has no "
+    "messages yet; use context 'isolated'"
+)
+#: The result a forked child sees for the calls its requester's turn had open (its own
+#: ``sessions_spawn`` among them).
+FORK_OPEN_CALL = "(still running in the conversation this copy was forked from)"
+
+SpawnContext = RunContext
+
+
+def nested_forbidden(depth: int, cap: int) -> str:
+    """Why a sub-agent session at ``depth`` may not spawn under a depth cap of ``cap``."""
+    if depth <= 1:
+        return SPAWN_FORBIDDEN_NESTED
+    return f"sessions_spawn is not allowed at depth {depth}: agent.subagents.maxSpawnDepth is {cap}"
+
+
+def too_many_children(limit: int) -> str:
+    return (
+        f"this session already has {limit} sub-agent runs that have not finished "
+        "(agent.subagents.maxChildrenPerSession); wait for some to end before spawning more"
+    )
+
+
+def forked_conversation(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """What a forked child starts with: the requester's recent conversation, the calls its
+    turn still has open answered with :data:`FORK_OPEN_CALL` instead of "interrupted"."""
+    out = messages[cap_messages(messages) :]
+    index = len(out)
+    while index > 0 and out[index - 1].role == "tool":
+        index -= 1
+    return out[:index] + [
+        replace(m, content=FORK_OPEN_CALL, is_error=False)
+        if m.content == INTERRUPTED_TOOL_RESULT
+        else m
+        for m in out[index:]
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +83,8 @@ class SpawnRequest:
     model: str | None = None
     run_timeout_seconds: float | None = None
     cleanup: Literal["delete", "keep"] = "keep"
+    #: ``fork``: the child starts with the requester's conversation, then the task.
+    context: SpawnContext = "isolated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +177,19 @@ class Spawner:
             return SpawnRefused("error", SHUTTING_DOWN)
 
     def _decide(
-        self, settings: HeraldSettings, requester: ToolContext, request: SpawnRequest
+        self,
+        settings: HeraldSettings,
+        requester: ToolContext,
+        requester_run: RunRecord | None,
+        request: SpawnRequest,
     ) -> SpawnRefused | tuple[str, str, bool | None, str | None]:
         """The policy: a refusal, or (target agent, model ref, model applied, warning)."""
         if requester.is_subagent:
-            return SpawnRefused("forbidden", SPAWN_FORBIDDEN_NESTED)
+            cap = settings.agent.subagents.max_spawn_depth
+            # A sub-agent session without a run cannot be placed in a tree: it spawns nothing.
+            depth = requester_run.depth if requester_run is not None else cap
+            if depth >= cap:
+                return SpawnRefused("forbidden", nested_forbidden(depth, cap))
         if self._manager.closing:
             return SpawnRefused("error", SHUTTING_DOWN)
         target_id = request.agent_id or requester.agent_id
@@ -160,9 +213,19 @@ class Spawner:
         warning = f"model {request.model!r} ignored ({problem}); using {model_ref}"
         return target_id, model_ref, False, warning
 
+    async def _requester_run(self, requester: ToolContext) -> RunRecord | None:
+        """The run whose session asks (None for a person's session)."""
+        if not requester.is_subagent:
+            return None
+        if requester.run_id is not None:
+            return await self._db.runs.get(requester.run_id)
+        runs = await self._db.runs.list(child_session_key=requester.session_key, limit=1)
+        return runs[0] if runs else None
+
     async def _spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult:
         settings = self._holder.current
-        decision = self._decide(settings, requester, request)
+        requester_run = await self._requester_run(requester)
+        decision = self._decide(settings, requester, requester_run, request)
         if isinstance(decision, SpawnRefused):
             return decision
         target_id, model_ref, model_applied, warning = decision
@@ -172,6 +235,14 @@ class Spawner:
             else settings.agent.subagents.run_timeout_seconds
         )
         parent = await self._store.require(requester.session_key)
+        limit = settings.agent.subagents.max_children_per_session
+        if await self._db.runs.live_children(parent.key) >= limit:
+            return SpawnRefused("error", too_many_children(limit))
+        forked: list[ChatMessage] = []
+        if request.context == "fork":
+            forked = forked_conversation(await self._store.chat_messages(parent.key))
+            if not forked:
+                return SpawnRefused("error", FORK_EMPTY)
         origin = parent.origin  # captured now, never re-read
         run_id = str(uuid.uuid4())
         child = await self._store.ensure(
@@ -182,6 +253,13 @@ class Spawner:
             origin=origin,
             fresh=True,
         )
+        if forked:
+            await self._store.append_event(
+                child, "forked", {"sessionKey": parent.key, "messages": len(forked)}
+            )
+            for message in forked:
+                await self._store.append_message(child, message)
+            await self._store.sync(child)  # a copy the disk refused must not start the run
         run = RunRecord(
             run_id=run_id,
             child_session_key=child.key,
@@ -202,14 +280,22 @@ class Spawner:
             origin_thread_id=origin.thread_id if origin else None,
             origin_chat_type=origin.chat_type if origin else None,
             transcript_path=str(self._store.transcript_path(child)),
+            parent_run_id=requester_run.run_id if requester_run is not None else None,
+            depth=requester_run.depth + 1 if requester_run is not None else 1,
+            context=request.context,
         )
-        await self._db.runs.insert(run)
+        try:
+            await self._db.runs.insert(run, max_live_siblings=limit)
+        except ChildLimitError:  # another spawn of this session took the last place
+            await self._store.archive(child.key)
+            return SpawnRefused("error", too_many_children(limit))
         self._feed.publish(run)
         spawned = {"runId": run_id, "childSessionKey": child.key, "label": request.label}
         await self._store.append_event(parent, "spawned", spawned)
         await self._store.append_event(child, "spawned", {**spawned, "task": request.task})
         self._manager.submit(run_id)
         logger.info(
-            "sub-agent spawned", extra={"run_id": run_id, "agent": target_id, "model": model_ref}
+            "sub-agent spawned",
+            extra={"run_id": run_id, "agent": target_id, "model": model_ref, "depth": run.depth},
         )
         return SpawnAccepted(run_id, child.key, model_applied, warning)

@@ -1,6 +1,7 @@
 """The session tools: ``sessions_spawn``, ``agents_list``, ``sessions_list``,
-``sessions_history`` and ``sessions_send``. The policy keeps them from sub-agents by default;
-``sessions_spawn`` also refuses in a sub-agent session itself (no nested fan-out). The
+``sessions_history`` and ``sessions_send``. The policy keeps them from sub-agents (below
+``agent.subagents.maxSpawnDepth`` a sub-agent keeps ``sessions_spawn`` and ``agents_list``);
+``sessions_spawn`` also refuses in a sub-agent session at the depth cap itself. The
 sessions these tools see are those of ``agent.sessionTools.visibility``
 (:mod:`gateway.subagents.visibility`); any other key answers as unknown.
 
@@ -15,9 +16,15 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
-from gateway.sessions import DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, SessionError, SessionStore
+from gateway.sessions import (
+    DEFAULT_HISTORY_LIMIT,
+    MAX_HISTORY_LIMIT,
+    SessionError,
+    SessionNotFoundError,
+    SessionStore,
+)
 from gateway.state import SessionRecord
-from gateway.subagents.spawn import SPAWN_FORBIDDEN_NESTED, SpawnRequest, SpawnResult
+from gateway.subagents.spawn import SpawnContext, SpawnRequest, SpawnResult, nested_forbidden
 from gateway.subagents.visibility import SessionScope
 from gateway.tools import (
     ServiceKey,
@@ -75,6 +82,13 @@ class SpawnParams(ToolParams):
     cleanup: Literal["delete", "keep"] = Field(
         default="keep", description="'delete' archives the sub-agent session after its announce"
     )
+    context: SpawnContext = Field(
+        default="isolated",
+        description=(
+            "'isolated': the sub-agent sees only the task; 'fork': it starts with this "
+            "conversation so far, then the task"
+        ),
+    )
 
 
 class SessionsSpawnTool(Tool[SpawnParams]):
@@ -83,15 +97,16 @@ class SessionsSpawnTool(Tool[SpawnParams]):
     params = SpawnParams
     description = (
         "Start a background sub-agent on a task. Returns at once with status 'accepted'; "
-        "when the sub-agent finishes, its result is posted to this chat automatically. "
-        "Use it for long or slow work."
+        "when the sub-agent finishes, its result comes back to you as a '[sub-agent "
+        "completion]' message (from a chat, it is also posted there). Use it for long or "
+        "slow work."
     )
 
     async def run(self, params: SpawnParams, ctx: ToolContext) -> ToolOutput:
-        if ctx.is_subagent:
-            return ToolOutput.json(
-                {"status": "forbidden", "error": SPAWN_FORBIDDEN_NESTED}, is_error=True
-            )
+        cap = ctx.settings.agent.subagents.max_spawn_depth
+        if ctx.is_subagent and max(ctx.depth, 1) >= cap:
+            error = nested_forbidden(max(ctx.depth, 1), cap)
+            return ToolOutput.json({"status": "forbidden", "error": error}, is_error=True)
         request = SpawnRequest(
             task=params.task,
             label=params.label,
@@ -99,6 +114,7 @@ class SessionsSpawnTool(Tool[SpawnParams]):
             model=params.model,
             run_timeout_seconds=params.run_timeout_seconds,
             cleanup=params.cleanup,
+            context=params.context,
         )
         result = await ctx.service(SPAWNER).spawn(ctx, request)
         return ToolOutput.json(result.to_json(), is_error=result.status != "accepted")
@@ -145,7 +161,12 @@ class SessionsListTool(Tool[SessionsListParams]):
 
 
 class SessionsHistoryParams(ToolParams):
-    session_key: str = Field(min_length=1, max_length=512)
+    session_key: str = Field(
+        min_length=1,
+        max_length=512,
+        description="The session key; or its sessionId, a runId, or a transcript path "
+        "from a stats line (found even after the transcript was archived)",
+    )
     limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT)
     include_tools: bool = False
 
@@ -159,13 +180,19 @@ class SessionsHistoryTool(Tool[SessionsHistoryParams]):
     async def run(self, params: SessionsHistoryParams, ctx: ToolContext) -> ToolOutput:
         store = ctx.service(SESSIONS)
         try:
-            await SessionScope(store, ctx).require(params.session_key)
+            where = await store.locate(params.session_key)
+            if not await SessionScope(store, ctx).sees(where.session):
+                raise SessionNotFoundError(params.session_key)  # exactly as an unknown one
+            key = where.session.key
             messages = await store.history(
-                params.session_key, limit=params.limit, include_tools=params.include_tools
+                key, limit=params.limit, include_tools=params.include_tools
             )
         except SessionError as exc:
             raise ToolError(str(exc)) from exc
-        return ToolOutput.json({"sessionKey": params.session_key, "messages": messages})
+        found: dict[str, object] = {"sessionKey": key, "messages": messages}
+        if where.archived:
+            found |= {"archivedAt": where.archived_at, "note": where.note()}
+        return ToolOutput.json(found)
 
 
 class SessionsSendParams(ToolParams):

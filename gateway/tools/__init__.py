@@ -14,6 +14,7 @@ from gateway.tools.errors import (
 )
 from gateway.tools.policy import (
     DEFAULT_GROUPS,
+    NESTING_TOOLS,
     SESSION_TOOLS,
     SUBAGENT_ONLY_TOOLS,
     effective_tools,
@@ -26,6 +27,7 @@ from gateway.tools.registry import ToolRegistry
 
 __all__ = [
     "DEFAULT_GROUPS",
+    "NESTING_TOOLS",
     "SESSION_TOOLS",
     "SUBAGENT_ONLY_TOOLS",
     "DuplicateToolError",

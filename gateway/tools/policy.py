@@ -10,11 +10,13 @@ Patterns are a tool name, ``*`` (every name) or ``group:<name>`` (``sessions``, 
 The layers are intersected:
 
 * an agent's session: registry ∩ ``agent.tools`` ∩ ``routing.agents.<id>.tools``;
-* a sub-agent session: its target agent's set ∩ ``agent.subagents.tools`` ∩ the parent
-  agent's set, minus the session tools (``sessions_spawn``, ``sessions_yield``,
+* a sub-agent session: its target agent's set ∩ ``agent.subagents.tools`` ∩ its parent
+  session's set, minus the session tools (``sessions_spawn``, ``sessions_yield``,
   ``subagents``, ``sessions_list``, ``sessions_history``, ``sessions_send``,
-  ``agents_list``), so a sub-agent never gets a
-  tool its parent lacks (seed 001).
+  ``agents_list``), so a sub-agent never gets a tool its parent lacks (seed 001). Below
+  ``agent.subagents.maxSpawnDepth`` it keeps the orchestration tools (:data:`NESTING_TOOLS`)
+  its parent has. The parent's set is itself computed this way, so the intersection runs
+  down the whole chain, from the person's session to the deepest run.
 
 ``exec`` is off unless allowed: it is in an agent's set only when ``agent.tools.allow`` or
 the agent's own ``tools.allow`` names it, as ``exec`` or through a group holding it
@@ -32,7 +34,7 @@ with a "did you mean", for the start-up checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from difflib import get_close_matches
 from typing import Final
 
@@ -55,6 +57,8 @@ SESSION_TOOLS: Final = frozenset(
         "agents_list",
     }
 )
+#: What a sub-agent below the depth cap keeps of the session tools: it may orchestrate.
+NESTING_TOOLS: Final = frozenset({"sessions_spawn", "sessions_yield", "subagents", "agents_list"})
 SUBAGENT_ONLY_TOOLS: Final = frozenset({"submit_result", "submit_error"})
 #: Tools that a layer's allow list must name (directly or by group) to be available at all.
 OPT_IN_TOOLS: Final = frozenset({"exec"})
@@ -111,13 +115,14 @@ def effective_tools(
     agent_policy: ToolPolicyConfig,
     *,
     subagent_policy: ToolPolicyConfig | None = None,
+    keep: frozenset[str] = frozenset(),
     groups: Mapping[str, Iterable[str]] = DEFAULT_GROUPS,
 ) -> frozenset[str]:
     """The tool names a session may use (see the module doc for the rules).
 
     Without ``subagent_policy``: an agent's own session. With it: a sub-agent session of
-    that agent (session tools removed, submit tools added). A sub-agent spawned under
-    another agent also needs the parent's set: use :func:`tools_for_subagent`.
+    that agent (session tools removed but those in ``keep``, submit tools added). A
+    sub-agent also needs its parent's set: use :func:`tools_for_subagent`.
     """
     names = frozenset(registry_names)
     capability = names - SUBAGENT_ONLY_TOOLS
@@ -132,7 +137,7 @@ def effective_tools(
     )
     if subagent_policy is None:
         return result
-    result = (result & apply_layer(capability, subagent_policy, groups)) - SESSION_TOOLS
+    result = (result & apply_layer(capability, subagent_policy, groups)) - (SESSION_TOOLS - keep)
     submit = names & SUBAGENT_ONLY_TOOLS
     for layer in (*layers, subagent_policy):
         submit -= expand(layer.deny, names, groups)
@@ -170,27 +175,46 @@ def tools_for_agent(
 
 
 def tools_for_subagent(
-    settings: HeraldSettings, parent_agent_id: str, target_agent_id: str, registry: ToolRegistry
+    settings: HeraldSettings,
+    parent_agent_id: str,
+    target_agent_id: str,
+    registry: ToolRegistry,
+    *,
+    lineage: Sequence[str] = (),
 ) -> frozenset[str]:
     """The tools of a sub-agent run of ``target_agent_id`` spawned by ``parent_agent_id``.
 
-    registry ∩ global ∩ parent's own ∩ target's own ∩ ``agent.subagents.tools``, minus the
-    session tools, plus the submit tools: always a subset of the parent's set plus
+    ``lineage`` holds the agents of the sessions above the parent, the person's session's
+    first (empty when the parent is a person's session), so the run's depth is
+    ``len(lineage) + 1`` and the cap ``agent.subagents.maxSpawnDepth``. At each level down:
+    registry ∩ global ∩ the level's own agent set ∩ ``agent.subagents.tools``, minus the
+    session tools (but :data:`NESTING_TOOLS` below the cap), plus the submit tools — and ∩
+    the level above's set. So a run's set is always a subset of its parent's plus
     ``submit_result``/``submit_error``. Raises :class:`UnknownAgentError`.
     """
     groups = policy_groups(registry)
-    parent_policy = _agent_policy(settings, parent_agent_id)
-    parent = effective_tools(registry.names(), settings.agent.tools, parent_policy, groups=groups)
-    target = effective_tools(
-        registry.names(),
-        settings.agent.tools,
-        _agent_policy(settings, target_agent_id),
-        subagent_policy=settings.agent.subagents.tools,
-        groups=groups,
+    names = registry.names()
+    cap = settings.agent.subagents.max_spawn_depth
+    chain = [*lineage, parent_agent_id, target_agent_id]
+    above = effective_tools(
+        names, settings.agent.tools, _agent_policy(settings, chain[0]), groups=groups
     )
-    # The parent's deny list reaches the submit tools too: deny wins in every layer.
-    parent_denied = expand(parent_policy.deny, registry.names(), groups)
-    return target & (parent | (SUBAGENT_ONLY_TOOLS - parent_denied))
+    for depth in range(1, len(chain)):
+        own = effective_tools(
+            names,
+            settings.agent.tools,
+            _agent_policy(settings, chain[depth]),
+            subagent_policy=settings.agent.subagents.tools,
+            keep=NESTING_TOOLS if depth < cap else frozenset(),
+            groups=groups,
+        )
+        if depth == 1:
+            # A person's session has no submit tools to pass on, yet its deny list reaches
+            # them too: deny wins in every layer. Below, the parent run's set has them.
+            denied = expand(_agent_policy(settings, chain[0]).deny, names, groups)
+            above |= SUBAGENT_ONLY_TOOLS - denied
+        above = own & above
+    return above
 
 
 def unknown_policy_names(

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gateway.llm import ToolCall, ToolSpec
+from gateway.state import is_out_of_space
 from gateway.tools._schema import parameters_schema
 from gateway.tools.base import Tool, ToolContext, ToolOutput
 from gateway.tools.errors import (
@@ -110,7 +111,8 @@ class ToolRegistry:
         """Run a tool with already-validated ``params``; failures become error outputs.
 
         A :class:`ToolError` is reported as its message; any other exception as
-        ``tool <name> failed: <error>``, logged with its traceback. Raises only
+        ``tool <name> failed: <error>``, logged with its traceback (a full disk is not: its
+        state logs it once). Raises only
         :class:`UnknownToolError` (and cancellation).
         """
         tool = self._tools.get(name)
@@ -121,6 +123,8 @@ class ToolRegistry:
         except ToolError as exc:
             return ToolOutput.error(f"{name}: {exc}")
         except Exception as exc:
+            if is_out_of_space(exc):  # logged once, by the disk-full state
+                return ToolOutput.error(f"tool {name} failed: the gateway's disk is full")
             # Arguments are not logged: they may hold secrets the model was given.
             logger.exception("tool %s failed in session %s", name, ctx.session_key)
             return ToolOutput.error(f"tool {name} failed: {type(exc).__name__}: {exc}")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, fanin, spawn, turns
+from bench import batches, fanin, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -65,6 +65,13 @@ def test_batches_rows() -> None:
     assert "(20 batches of 5, width 8)" in rows[1]["figure"]
 
 
+def test_sessions_rows() -> None:
+    rows = sessions.run(**sessions.QUICK)
+    check_rows(rows, 2)
+    assert "CPU ms per turn at 50 turns vs 10" in rows[0]["figure"]
+    assert "mode off" in rows[1]["figure"]
+
+
 def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "latest.md"
     assert collector.main(["--quick", "--only", "turns", "--output", str(output)]) == 0
@@ -81,6 +88,6 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn", "fanin", "batches"} <= set(names)
+    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions"} <= set(names)
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names

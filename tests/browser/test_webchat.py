@@ -7,89 +7,27 @@ DOM read back until the reply, the sub-agent run and its announce show up.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from playwright.async_api import Locator, Page, ViewportSize, expect
+from playwright.async_api import Locator, expect
 
 from gateway.state import Origin
-from tests.browser.chromium import Tab, chromium, launch
-from tests.gateway.daemon_process import Daemon, free_port, herald, write_config
+from tests.browser.support import (
+    COMPARE_REQUEST,
+    NARROW,
+    PNG_SIGNATURE,
+    SPAWN_REQUEST,
+    TOKEN,
+    Session,
+    no_sideways_scroll,
+    send,
+    wait_online,
+)
 from tests.gateway.nested import record_nested_run, record_run
 from tests.gateway.sessions.support import opened_store
 
 pytestmark = pytest.mark.slow
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TOKEN = "s3cret-token-123"
-SPAWN_REQUEST = "research the history of tea in the background"
-#: Guard against a hung page; never an assertion about speed. Playwright's 5 s default is
-#: too tight for a sub-agent run announced on a busy 2-core CI machine.
-HANG_GUARD_MS = 30_000
-
-Session = Callable[..., AbstractAsyncContextManager[tuple[Daemon, Tab]]]
-
-expect.set_options(timeout=HANG_GUARD_MS)
-
-
-def demo_config(tmp_path: Path, port: int, token: str | None = None) -> Path:
-    """Web chat on, the packaged demo script as the model (``script`` left out)."""
-    gateway: dict[str, Any] = {
-        "port": port,
-        "stateDir": str(tmp_path / "state"),
-        "shutdownDrainSeconds": 1,
-    }
-    if token is not None:
-        gateway["auth"] = {"token": token}
-    return write_config(
-        tmp_path / "herald.json",
-        {
-            "gateway": gateway,
-            "agent": {"model": "demo/scripted"},
-            "models": {
-                "providers": {
-                    "demo": {
-                        "api": "scripted",
-                        "models": [{"id": "scripted", "cost": {"input": 0.15, "output": 0.6}}],
-                    }
-                }
-            },
-            "channels": {"webchat": {"enabled": True}},
-        },
-    )
-
-
-@pytest.fixture
-def session(tmp_path: Path) -> Session:
-    """A factory: a healthy gateway plus a browser; both are closed when the block ends."""
-    executable = chromium()
-
-    @asynccontextmanager
-    async def start(token: str | None = None) -> AsyncIterator[tuple[Daemon, Tab]]:
-        port = free_port()
-        config = demo_config(tmp_path, port, token)
-        async with herald("run", "--config", str(config), port=port) as daemon:
-            await daemon.wait_healthy()
-            async with launch(executable, tmp_path) as tab:
-                yield daemon, tab
-        assert all("Traceback" not in line for line in daemon.raw), "\n".join(daemon.raw)
-
-    return start
-
-
-async def send(page: Page, text: str) -> None:
-    await page.locator("#input").fill(text)
-    await page.locator("#send").click()
-    # The box empties only when the page actually sent the message over its socket.
-    await expect(page.locator("#input")).to_have_value("")
-
-
-async def wait_online(page: Page) -> None:
-    await expect(page.locator("#status")).to_have_attribute("data-state", "online")
-    await expect(page.locator("#send")).to_be_enabled()
 
 
 async def test_chat_spawn_and_announce_with_stats(session: Session, tmp_path: Path) -> None:
@@ -176,21 +114,9 @@ async def test_token_from_the_fragment_unlocks_the_chat(session: Session, tmp_pa
     assert all(TOKEN not in line for line in daemon.raw)
 
 
-COMPARE_REQUEST = "compare the history of tea and coffee"
-NARROW = ViewportSize(width=375, height=740)
-
-
 def runs_in(parent: Locator) -> Locator:
     """The runs listed directly in ``parent`` (a run's children or a batch's runs)."""
     return parent.locator(":scope > ul > li.run")
-
-
-async def no_sideways_scroll(page: Page) -> bool:
-    return bool(
-        await page.evaluate(
-            "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
-        )
-    )
 
 
 async def test_compare_shows_the_batch_as_a_tree_and_opens_a_transcript_in_place(
@@ -247,8 +173,12 @@ async def test_compare_shows_the_batch_as_a_tree_and_opens_a_transcript_in_place
         await page.screenshot(path=shot)
         print(f"screenshot: {shot}")
 
-        # At phone width the panel and an open transcript fit without sideways scrolling.
+        # At phone width the panel is a sheet opened from the header's badge; it and an open
+        # transcript fit without sideways scrolling.
         await page.set_viewport_size(NARROW)
+        await expect(page.locator("#runs-panel")).to_be_hidden()
+        await page.locator("#runs-toggle").click()
+        await expect(page.locator("#runs-panel")).to_be_visible()
         await opener.click()
         await expect(entries.last).to_contain_text("tea in brief")
         assert await no_sideways_scroll(page)
@@ -256,11 +186,14 @@ async def test_compare_shows_the_batch_as_a_tree_and_opens_a_transcript_in_place
         assert box is not None
         assert box["x"] >= 0
         assert box["x"] + box["width"] <= NARROW["width"]
-        await expect(page.locator("#input")).to_be_visible()
-        await expect(page.locator("#send")).to_be_visible()
         narrow = tmp_path / "webchat-compare-375.png"
         await page.screenshot(path=narrow)
         print(f"screenshot: {narrow}")
+        # Closed, the sheet gives the conversation and the composer back.
+        await page.locator("#runs-close").click()
+        await expect(page.locator("#runs-panel")).to_be_hidden()
+        await expect(page.locator("#input")).to_be_visible()
+        await expect(page.locator("#send")).to_be_visible()
         assert tab.errors == []
     assert shot.read_bytes().startswith(PNG_SIGNATURE)
 
@@ -311,6 +244,8 @@ async def test_runs_spawned_by_a_run_show_below_it_and_their_transcript_opens(
         await page.set_viewport_size(NARROW)
         await page.goto(f"{daemon.url}/")
         await wait_online(page)
+        await expect(page.locator("#runs-count")).to_have_text("3")
+        await page.locator("#runs-toggle").click()
         top = page.locator(f'#runs > li.run[data-run-id="{lead}"]')
         child = runs_in(top)
         await expect(child).to_have_attribute("data-run-id", helper)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.provider_server import ProviderFake, Step
+from tests.fakes.provider_server import ProviderFake, Responder, Step, prompt_tokens
 
 #: (id, name, input): a dict is the tool_use input; anything else is sent as given.
 FakeToolUse = tuple[str, str, Any]
@@ -103,6 +103,8 @@ class FakeAnthropic(ProviderFake):
         super().__init__(api_key=api_key, model=model)
         #: What ``GET /v1/models`` lists (after any scripted step, which it plays first).
         self.models: list[str] = [model]
+        #: When set, answers every request the queue has no step for, by its content.
+        self.responder: Responder | None = None
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -224,9 +226,31 @@ class FakeAnthropic(ProviderFake):
         problem = _shape_problem(body)
         if problem:
             return anthropic_error(400, "invalid_request_error", problem)
-        return None
+        return self._window_check(body)
+
+    def _window_check(self, body: dict[str, Any]) -> Step | None:
+        """Anthropic's answers to a prompt over the context window (400
+        ``invalid_request_error``): "prompt is too long" when the prompt alone does not fit,
+        the ``max_tokens`` message when the prompt and the requested reply do not."""
+        window = self.context_window
+        if window is None:
+            return None
+        prompt = prompt_tokens(body)
+        reply = int(body.get("max_tokens") or 0)
+        if prompt > window:
+            message = f"prompt is too long: {prompt} tokens > {window} maximum"
+        elif prompt + reply > window:
+            message = (
+                f"input length and `max_tokens` exceed context limit: {prompt} + {reply} > "
+                f"{window}, decrease input length or `max_tokens` and try again"
+            )
+        else:
+            return None
+        return anthropic_error(400, "invalid_request_error", message)
 
     def _next_step(self, body: Any) -> Step:
+        if not self._steps and self.responder is not None:
+            return self.responder(body)
         if not self._steps:
             return anthropic_error(500, "api_error", "fake anthropic: script exhausted")
         return self._steps.popleft()

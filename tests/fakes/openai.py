@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.provider_server import ProviderFake, Responder, Step
+from tests.fakes.provider_server import ProviderFake, Responder, Step, prompt_tokens
 
 __all__ = [
     "FakeOpenAI",
@@ -43,7 +43,8 @@ FakeToolCall = tuple[str, str, dict[str, Any] | str]
 
 
 def openai_error(status: int, message: str, kind: str, code: str | None = None) -> Step:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    param = "messages" if code == "context_length_exceeded" else None
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return Step(status=status, body=orjson.dumps(body))
 
 
@@ -281,7 +282,31 @@ class FakeOpenAI(ProviderFake):
         problem = _shape_problem(body)
         if problem:
             return openai_error(400, problem, "invalid_request_error")
-        return None
+        return self._window_check(body)
+
+    def _window_check(self, body: dict[str, Any]) -> Step | None:
+        """OpenAI's answer to a prompt over the context window (400 with the code
+        ``context_length_exceeded``; the message names the window)."""
+        window = self.context_window
+        if window is None:
+            return None
+        prompt = prompt_tokens(body)
+        completion = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        if prompt > window:
+            message = (
+                f"This model's maximum context length is {window} tokens. However, your "
+                f"messages resulted in {prompt} tokens. Please reduce the length of the messages."
+            )
+        elif prompt + completion > window:
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you "
+                f"requested {prompt + completion} tokens ({prompt} in the messages, "
+                f"{completion} in the completion). Please reduce the length of the messages "
+                "or completion."
+            )
+        else:
+            return None
+        return openai_error(400, message, "invalid_request_error", "context_length_exceeded")
 
     def _next_step(self, body: Any) -> Step:
         if not self._steps and self.responder is not None:

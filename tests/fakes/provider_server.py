@@ -4,12 +4,18 @@ request (secret headers masked) and answers from a queue of scripted :class:`Ste
 A vendor fake subclasses :class:`ProviderFake` and supplies the parts that differ: how a
 request is authorised, what a well-formed request is (``_check``, answering the vendor's
 own error shapes), what to answer when the queue is empty, and its URL prefix.
+
+With :attr:`ProviderFake.context_window` set, a fake refuses a prompt that does not fit, as
+its vendor does (each fake answers its vendor's real error body). Its "tokenizer" is
+:func:`prompt_tokens`: a quarter of the characters of the request's JSON (system, messages
+and tools), a little more than the gateway's own estimate, as a real tokenizer often is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -51,6 +57,14 @@ class Step:
 Responder = Callable[[Any], Step]
 
 
+def prompt_tokens(body: Any) -> int:
+    """The fake's token count of a request's prompt (see the module docstring)."""
+    if not isinstance(body, dict):
+        return 0
+    parts = {key: body.get(key) for key in ("system", "messages", "tools")}
+    return math.ceil(len(orjson.dumps(parts)) / 4)
+
+
 def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Headers with secret values replaced: ``Bearer ***``, ``***``."""
     shown: dict[str, str] = {}
@@ -78,6 +92,8 @@ class ProviderFake:
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
         self.base_url = ""
+        #: Tokens a prompt and its requested reply may take; None: no limit.
+        self.context_window: int | None = None
 
     @property
     def pending(self) -> int:

@@ -108,7 +108,11 @@ def write_config(tmp_path: Path, port: int, rng: random.Random) -> Path:
     script_path.write_text(json.dumps(script(rng)), encoding="utf-8")
     config = {
         "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
-        "agent": {"model": "t/m", "subagents": {"maxConcurrent": 4}},
+        # Every run comes from one chat session, faster than they finish.
+        "agent": {
+            "model": "t/m",
+            "subagents": {"maxConcurrent": 4, "maxChildrenPerSession": 1000},
+        },
         "models": {
             "providers": {
                 "t": {"api": "scripted", "script": str(script_path), "models": [{"id": "m"}]}

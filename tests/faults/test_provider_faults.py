@@ -75,7 +75,11 @@ async def test_runs_survive_providers_failing_at_a_set_rate(tmp_path: Path) -> N
         model = FaultyModel(fake, seed, FAULT_RATE)
         fake.responder = model
         config = {
-            "agent": {"model": "fake/m", "subagents": {"maxConcurrent": 4}},
+            # Every run comes from one chat session, faster than they finish.
+            "agent": {
+                "model": "fake/m",
+                "subagents": {"maxConcurrent": 4, "maxChildrenPerSession": RUNS},
+            },
             "models": {
                 "providers": {
                     "fake": {

@@ -33,8 +33,10 @@ import pytest
 
 import gateway.sessions.writer as transcript_writer
 import gateway.state.db as state_db
+import gateway.state.diskfull as disk_state
 from channels import OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
+from gateway.agent import DISK_FULL_REPLY
 from gateway.constants import STATE_DB_NAME
 from gateway.state import FINISHED_STATUSES, Origin, OutboxRecord, OutboxTable, RunRecord
 from gateway.subagents import SpawnRequest
@@ -136,7 +138,8 @@ async def test_disk_full_during_transcript_writes_loses_no_run(
     rng = random.Random(seed)
     disk = DiskFullOS(lambda _: rng.random() < 0.2, rng)
     state = tmp_path / "state"
-    config = {"agent": {"subagents": {"maxConcurrent": 4}}}
+    # Every run comes from one chat session, faster than they finish.
+    config = {"agent": {"subagents": {"maxConcurrent": 4, "maxChildrenPerSession": 1000}}}
     script = script_with_jobs(0.01)
     run_ids: list[str] = []
     refused: list[str] = []
@@ -444,3 +447,34 @@ async def test_a_delivery_recorded_under_a_locked_database_is_not_left_sending(
     assert item.state == "delivered", item
     assert run is not None
     assert run.announce_state == "delivered", run
+
+
+async def test_chats_get_the_apology_while_transcripts_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    disk = DiskFullOS(lambda _: True, random.Random(fault_seed(13)))
+    async with running_gateway(tmp_path) as gw:
+        await gw.say("hello", chat_id="regular")
+        first = await gw.reply("regular")
+        # The fake disk fails files it sees opened: let the writer open this one again.
+        regular = await gw.store.require("agent:main:memory:channel:regular")
+        await gw.store.writer.release([gw.store.transcript_path(regular)])
+        monkeypatch.setattr(transcript_writer, "os", disk)
+        await gw.say("hello", chat_id="regular")  # its turn's lines are refused
+        refused_turn = await gw.reply("regular", count=2)
+        await gw.say("hello", chat_id="newcomer")  # its session's header is refused
+        refused_session = await gw.reply("newcomer")
+        monkeypatch.undo()
+        await gw.say("hello", chat_id="newcomer")
+        later = await gw.reply("newcomer", count=2)
+
+    assert disk.counts["enospc"] > 0
+    assert first.text == later.text == "hi there"
+    assert refused_turn.text == refused_session.text == DISK_FULL_REPLY
+    # The full disk is logged by the disk-full state; no line per refused write or turn.
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert errors == []
+    states = [r for r in caplog.records if r.name == disk_state.__name__]
+    assert states[0].levelname == "WARNING"
+    assert "the transcript writer refused a write" in states[0].getMessage()

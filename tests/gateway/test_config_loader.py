@@ -479,3 +479,65 @@ def test_without_config_the_lookup_order_is_env_then_cwd_then_user_then_system(
     loaded = load_settings(None, environ=env)
     assert loaded.path == cwd / "herald.json5"
     assert loaded.settings.agent.max_concurrent == 7
+
+
+# --- context windows and compaction ---------------------------------------------------------
+
+
+def test_compaction_and_context_window_settings_load(write: WriteFile) -> None:
+    path = write(
+        "herald.toml",
+        '[agent.compaction]\nmode = "truncate"\nreserveTokens = 1000\nkeepRecentTurns = 2\n'
+        "[agent.tools]\nmaxResultChars = 5000\n"
+        '[models.providers.demo]\napi = "scripted"\n'
+        '[[models.providers.demo.models]]\nid = "scripted"\ncontextWindow = 8000\n',
+    )
+    settings = load_settings(path, environ={}).settings
+    compaction = settings.agent.compaction
+    assert (compaction.mode, compaction.reserve_tokens, compaction.keep_recent_turns) == (
+        "truncate",
+        1000,
+        2,
+    )
+    assert settings.agent.tools.max_result_chars == 5000
+    assert settings.models.providers["demo"].models[0].context_window == 8000
+    defaults = HeraldSettings().agent
+    assert (defaults.compaction.mode, defaults.compaction.reserve_tokens) == ("summary", 4000)
+    assert (defaults.compaction.keep_recent_turns, defaults.tools.max_result_chars) == (4, 20_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ("{agent: {compaction: {mode: 'squash'}}}", "agent.compaction.mode", "'summary'"),
+        ("{agent: {compaction: {reserveTokens: -1}}}", "agent.compaction.reserveTokens", ">= 0"),
+        ("{agent: {compaction: {keepRecentTurns: 0}}}", "agent.compaction.keepRecentTurns", "1"),
+        ("{agent: {tools: {maxResultChars: 10}}}", "agent.tools.maxResultChars", "500"),
+        (
+            "{models: {providers: {demo: {api: 'scripted', models: [{id: 'scripted', "
+            "contextWindow: 100}]}}}}",
+            "models.providers.demo.models[0].contextWindow",
+            "256",
+        ),
+    ],
+)
+def test_bad_compaction_values_name_their_key(
+    write: WriteFile, text: str, key: str, message: str
+) -> None:
+    issue = one_issue(write("herald.json5", text))
+    assert issue.key == key
+    assert message.strip(">= ") in issue.message
+
+
+def test_a_context_window_must_leave_room_beyond_the_reserve(write: WriteFile) -> None:
+    path = write(
+        "herald.json5",
+        "{\n  agent: {compaction: {reserveTokens: 8000}},\n"
+        "  models: {providers: {demo: {api: 'scripted', models: [\n"
+        "    {id: 'scripted', contextWindow: 8000},\n  ]}}},\n}\n",
+    )
+    issue = one_issue(path)
+    assert (issue.line, issue.key) == (2, "agent.compaction.reserveTokens")
+    assert issue.message == (
+        "8000 leaves no room for a prompt: contextWindow of demo/scripted has 8000"
+    )

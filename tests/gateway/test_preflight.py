@@ -107,3 +107,18 @@ def test_a_clean_config_passes_the_check(tmp_path: Path) -> None:
     done = herald("config", "check", "--config", str(config(tmp_path, tmp_path / "state")))
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_bad_compaction_settings_exit_78_naming_the_key(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    path = config(
+        tmp_path,
+        state,
+        agent={"compaction": {"mode": "squash"}, "tools": {"maxResultChars": 0}},
+    )
+    refused_by_both(
+        path,
+        "agent.compaction.mode: Input should be 'summary', 'truncate' or 'off'",
+        "agent.tools.maxResultChars: Input should be greater than or equal to 500 (got 0)",
+    )
+    assert not state.exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from gateway.config import load_settings
 from gateway.errors import ConfigError
 from gateway.sessions import SessionKey, read_transcript
 from tests.gateway.harness import Harness, api_app, base_config, running_gateway
+from tests.gateway.sessions.support import opened_store
 from tests.security.support import TRANSCRIPT_RE, raw_request, tree, unexpected_state_files
 
 #: Every hostile name carries this, so a file made from one can be found anywhere.
@@ -186,6 +188,7 @@ async def http_paths_with_encoded_traversal(port: int) -> None:
     targets: list[str] = []
     for key in hostile_keys():
         targets.append(f"/v1/sessions/{quote(key, safe='')}/history")
+        targets.append(f"/v1/sessions/{quote(key, safe='')}/transcript")
         targets.append(f"/v1/runs/{quote(key, safe='')}")
     targets += [
         "/v1/sessions/..%2F..%2Fetc%2Fpasswd/history",
@@ -194,6 +197,8 @@ async def http_paths_with_encoded_traversal(port: int) -> None:
         "/v1/sessions/agent:main:main%00/history",
         "/v1/sessions/agent:main:webchat:%2e%2e/history",
         "/v1/sessions/..%5C..%5Cwin/history",
+        "/v1/sessions/..%2F..%2Fetc%2Fpasswd/transcript",
+        "/v1/sessions/agent:main:webchat:%2e%2e/transcript?before=0",
         "/v1/runs/..%2F..%2Fherald.db",
         "/v1/runs/%2e%2e",
         f"/v1/runs?sessionKey=..%2F..%2F{MARK}",
@@ -234,7 +239,9 @@ async def test_hostile_ids_never_leave_the_state_dir(tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "keep.txt").write_text("untouched", encoding="utf-8")
     neighbours = sorted(p.name for p in tmp_path.parent.iterdir())
-    async with running_gateway(tmp_path) as gw:
+    # Every hostile label is its own run, all from one session: room for all of them.
+    room = {"agent": {"subagents": {"maxChildrenPerSession": 4 * len(HOSTILE_IDS)}}}
+    async with running_gateway(tmp_path, config=room) as gw:
         before = {k: v for k, v in tree(tmp_path).items() if not k.startswith("state")}
         async with api_server(gw) as server:
             port = server.port
@@ -291,8 +298,8 @@ def test_transcripts_show_never_reads_beyond_what_it_is_given(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``herald transcripts show`` resolves keys inside the state directory only, prints
-    chat text with its control characters escaped, and shows nothing of a file that is not
-    a transcript (the operator may name any file: that is their right, not a chat's)."""
+    chat text with its control characters escaped, and opens no path as given: a path is
+    matched by the session id in its file name against the state directory's sessions."""
 
     async def make_state() -> str:
         async with running_gateway(tmp_path) as gw:
@@ -314,14 +321,23 @@ def test_transcripts_show_never_reads_beyond_what_it_is_given(
         assert cli.main(["transcripts", "show", bad, "--config", str(config)]) == 1
         shown = capsys.readouterr()
         assert "root:" not in shown.out + shown.err
-    # A file that is not a transcript: its lines are skipped, not printed.
+    # A file that is not a transcript, named as one or not, inside the state directory or
+    # not: nothing of it is read.
     other = tmp_path / "notes.txt"
     other.write_text(f"root:x:0:0:{MARK}-secret-line\n\x1b[2Jplain text\n", encoding="utf-8")
-    link = tmp_path / "link.jsonl"
-    link.symlink_to(other)
-    for target in (other, link):
-        assert cli.main(["transcripts", "show", str(target)]) == 0
+    session_id = asyncio.run(_session_id(tmp_path / "state", key))
+    disguised = tmp_path / f"{session_id}.jsonl"
+    disguised.symlink_to(other)
+    planted = tmp_path / "state" / f"{uuid.uuid4()}.jsonl"
+    planted.symlink_to(other)
+    for target in (other, tmp_path / "link.jsonl", disguised, planted):
+        assert cli.main(["transcripts", "show", str(target), "--config", str(config)]) == 1
         shown = capsys.readouterr()
-        assert f"{MARK}-secret-line" not in shown.out + shown.err
-        assert "\x1b" not in shown.out + shown.err
-        assert "unreadable lines skipped" in shown.err
+        assert shown.out == ""
+        assert f"{MARK}-secret-line" not in shown.err
+        assert "\x1b" not in shown.err
+
+
+async def _session_id(state: Path, key: str) -> str:
+    async with opened_store(state) as store:
+        return (await store.require(key)).session_id

@@ -252,6 +252,7 @@ async def test_no_secret_leaves_the_gateway(tmp_path: Path) -> None:
                 await col.request(
                     "GET", f"/v1/sessions/{session['key']}/history?includeTools=true&limit=1000"
                 )
+                await col.request("GET", f"/v1/sessions/{session['key']}/transcript")
             for path in ("/openapi.json", "/metrics", "/v1/runs/nope", "/v1/sessions/bad/history"):
                 await col.request("GET", path)
             for token in (None, "wrong", GATEWAY_TOKEN[:-1] + "x"):

@@ -1,6 +1,7 @@
 // Herald web chat: vanilla JS, no build step. The protocol is documented in
-// channels/webchat/protocol.py; the runs panel is runs.js, loaded before this file. Text from people and agents is only ever put into the page
-// as text nodes, never parsed as HTML.
+// channels/webchat/protocol.py; the runs panel is runs.js and the Sessions view (a read-only
+// transcript browser) is sessions.js, both loaded before this file. Text from people and
+// agents is only ever put into the page as text nodes, never parsed as HTML.
 (() => {
   "use strict";
 
@@ -14,7 +15,10 @@
   const $ = (id) => document.getElementById(id);
   const els = {
     status: $("status"),
+    statusText: $("status-text"),
+    intro: $("intro"),
     messages: $("messages"),
+    toNewest: $("to-newest"),
     typing: $("typing"),
     error: $("error"),
     composer: $("composer"),
@@ -22,6 +26,14 @@
     send: $("send"),
     runs: $("runs"),
     runsEmpty: $("runs-empty"),
+    runsPanel: $("runs-panel"),
+    runsToggle: $("runs-toggle"),
+    runsCount: $("runs-count"),
+    runsClose: $("runs-close"),
+    chatView: $("chat-view"),
+    sessionsView: $("sessions-view"),
+    navChat: $("nav-chat"),
+    navSessions: $("nav-sessions"),
     auth: $("auth"),
     tokenForm: $("token-form"),
     token: $("token"),
@@ -149,14 +161,43 @@
 
   const WHO = { user: "You", reply: "Agent", announce: "Sub-agent result", notice: "Herald" };
 
+  // -- keeping the newest message in view ----------------------------------------------------
+  //
+  // The conversation follows new messages while it is scrolled to the bottom ("pinned"), also
+  // when its box shrinks (the composer grows, the typing line or an error shows, a phone's
+  // keyboard opens): a ResizeObserver puts it back at the bottom. Scrolled up, it stays put
+  // and a button offers the newest message.
+
+  let pinned = true;
+
   function nearBottom() {
     const m = els.messages;
     return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
   }
 
+  function toBottom() {
+    els.messages.scrollTop = els.messages.scrollHeight;
+    pinned = true;
+    els.toNewest.hidden = true;
+  }
+
+  els.messages.addEventListener(
+    "scroll",
+    () => {
+      if (!els.messages.clientHeight) return; // hidden (another view): nothing to learn
+      pinned = nearBottom();
+      if (pinned) els.toNewest.hidden = true;
+    },
+    { passive: true },
+  );
+  new ResizeObserver(() => {
+    if (pinned && els.messages.clientHeight) toBottom();
+  }).observe(els.messages);
+  els.toNewest.addEventListener("click", toBottom);
+
   function renderMessage(frame) {
     const kind = WHO[frame.kind] ? frame.kind : "notice";
-    const stick = nearBottom();
+    const stick = pinned;
     const msg = document.createElement("article");
     msg.className = `msg ${kind}`;
     msg.dataset.id = String(frame.id);
@@ -188,8 +229,11 @@
     }
     msg.append(head, body);
     els.messages.append(msg);
+    // The suggestions are for an empty conversation only.
+    els.intro.hidden = true;
     if (kind === "announce" && typeof frame.runId === "string") runsPanel.markAnnounced(frame.runId);
-    if (stick || kind === "user") msg.scrollIntoView({ block: "end" });
+    if (stick || kind === "user") toBottom();
+    else els.toNewest.hidden = false;
   }
 
   // -- runs panel (runs.js) ----------------------------------------------------------------
@@ -201,7 +245,68 @@
     renderText,
     timeOf,
     token: () => load(TOKEN_KEY),
+    onCount: showRunCount,
+    onShowResult: () => setRunsOpen(false),
   });
+
+  // On a narrow screen the panel is a sheet over the conversation, opened from a badge in
+  // the header, so runs never take the conversation's room (CSS decides what is narrow).
+  function setRunsOpen(open) {
+    document.body.classList.toggle("runs-open", open);
+    els.runsToggle.setAttribute("aria-expanded", String(open));
+  }
+
+  function showRunCount({ total, active }) {
+    els.runsCount.textContent = String(total);
+    els.runsToggle.dataset.active = String(active);
+    els.runsToggle.setAttribute(
+      "aria-label",
+      `Sub-agent runs: ${total}${active ? `, ${active} not finished` : ""}`,
+    );
+  }
+
+  els.runsToggle.addEventListener("click", () => {
+    setRunsOpen(!document.body.classList.contains("runs-open"));
+  });
+  els.runsClose.addEventListener("click", () => {
+    setRunsOpen(false);
+    els.runsToggle.focus();
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && document.body.classList.contains("runs-open")) {
+      setRunsOpen(false);
+      els.runsToggle.focus();
+    }
+  });
+  showRunCount({ total: 0, active: 0 });
+
+  // -- views: the chat, or the Sessions view (#sessions, #sessions/<session key>) ------------
+
+  const sessions = window.HeraldSessions.createBrowser({
+    renderText,
+    token: () => load(TOKEN_KEY),
+  });
+
+  function route() {
+    const hash = window.location.hash;
+    const inSessions = hash === "#sessions" || hash.startsWith("#sessions/");
+    document.body.dataset.view = inSessions ? "sessions" : "chat";
+    els.chatView.hidden = inSessions;
+    els.sessionsView.hidden = !inSessions;
+    els.navChat.toggleAttribute("aria-current", !inSessions);
+    els.navSessions.toggleAttribute("aria-current", inSessions);
+    if (inSessions) {
+      setRunsOpen(false);
+      const key = hash.startsWith("#sessions/") ? hash.slice("#sessions/".length) : "";
+      let decoded = null;
+      try {
+        decoded = key ? decodeURIComponent(key) : null;
+      } catch {
+        decoded = null;
+      }
+      sessions.show(decoded);
+    }
+  }
 
   // -- connection -------------------------------------------------------------------------
 
@@ -215,7 +320,8 @@
 
   function setStatus(state, text) {
     els.status.dataset.state = state;
-    els.status.textContent = text;
+    els.statusText.textContent = text;
+    els.status.title = text;
   }
 
   function setReady(value) {
@@ -228,13 +334,18 @@
     els.typing.hidden = !on;
   }
 
-  function showError(text) {
+  // An error about the connection stays until the page is connected again; others fade.
+  function showError(text, { untilReady = false } = {}) {
     els.error.textContent = text;
     els.error.hidden = false;
     clearTimeout(errorTimer);
-    errorTimer = setTimeout(() => {
-      els.error.hidden = true;
-    }, 8000);
+    if (!untilReady) errorTimer = setTimeout(clearError, 8000);
+  }
+
+  function clearError() {
+    clearTimeout(errorTimer);
+    els.error.hidden = true;
+    els.error.textContent = "";
   }
 
   function socketUrl() {
@@ -323,6 +434,7 @@
         els.auth.hidden = true;
         setReady(true);
         setStatus("online", "Connected");
+        clearError(); // whatever went wrong before the reconnect is over
         break;
       case "message":
         // The replay after a reconnect repeats messages, and an announce resent after a
@@ -359,7 +471,7 @@
     const text = els.input.value;
     if (!text.trim()) return;
     if (!ready || !ws) {
-      showError("Not connected yet — your message is still in the box.");
+      showError("Not connected yet — your message is still in the box.", { untilReady: true });
       return;
     }
     if (new TextEncoder().encode(text).length > MAX_TEXT_BYTES) {
@@ -407,7 +519,12 @@
   // A #token=… link opened on a page that is already loaded changes only the fragment: no
   // reload, so take the token here and connect with it if the page is waiting for one.
   window.addEventListener("hashchange", () => {
-    if (!tokenFromFragment() || ws) return;
+    if (!tokenFromFragment()) {
+      route();
+      return;
+    }
+    route();
+    if (ws) return;
     els.auth.hidden = true;
     backoff = BACKOFF_FIRST;
     connect();
@@ -417,6 +534,7 @@
   });
 
   tokenFromFragment();
+  route();
   grow();
   connect();
 })();

@@ -31,11 +31,13 @@
   // Top-level entries are newest first; a run's children and a batch's runs oldest first.
   //
   // options: list (the top <ul>), empty (the "no runs yet" note), messages (the conversation,
-  // to find a run's announce), renderText(text, parent), timeOf(ts) and token() (the gateway
-  // token, or null), all from app.js.
+  // to find a run's announce), renderText(text, parent), timeOf(ts), token() (the gateway
+  // token, or null), onCount({total, active}) (after every change) and onShowResult()
+  // (before the conversation scrolls to a run's announce), all from app.js.
   function createPanel(options) {
     const runEls = new Map();
     const batchEls = new Map();
+    let ticker = null;
 
     function createdOf(el) {
       const value = Number(el.dataset.created);
@@ -65,8 +67,18 @@
       name.className = "run-name";
       const badge = document.createElement("span");
       badge.className = "badge";
+      const task = document.createElement("p");
+      task.className = "run-task";
+      task.hidden = true;
+      const meta = document.createElement("span");
+      meta.className = "run-meta";
+      const model = document.createElement("span");
+      model.className = "run-model";
+      const runtime = document.createElement("span");
+      runtime.className = "run-runtime";
       const when = document.createElement("span");
       when.className = "run-time";
+      meta.append(model, runtime, when);
       const actions = document.createElement("span");
       actions.className = "run-actions";
       const open = document.createElement("button");
@@ -88,7 +100,11 @@
       show.hidden = true;
       show.addEventListener("click", () => showAnnounce(li.dataset.runId));
       actions.append(open, show);
-      row.append(name, badge, when, actions);
+      // Meta and actions share a line when they fit; else the actions wrap below.
+      const foot = document.createElement("div");
+      foot.className = "run-foot";
+      foot.append(meta, actions);
+      row.append(name, badge, task, foot);
       const children = document.createElement("ul");
       children.className = "run-children";
       li.append(row, transcript, children);
@@ -175,7 +191,17 @@
       li.querySelector(".run-name").textContent = name;
       li.querySelector(".run-name").title = name;
       li.querySelector(".badge").textContent = STATUS_LABELS[status] || status;
-      li.querySelector(".run-time").replaceChildren(options.timeOf(frame.ts));
+      // The task, unless the name already is (a run without a label is named by its task).
+      const task = typeof frame.task === "string" ? frame.task.trim() : "";
+      const taskEl = li.querySelector(".run-task");
+      taskEl.textContent = task;
+      taskEl.title = task;
+      taskEl.hidden = !task || sameStart(name, task);
+      li.querySelector(".run-model").textContent = typeof frame.model === "string" ? frame.model : "";
+      li.dataset.started = typeof frame.startedAt === "number" ? String(frame.startedAt) : "";
+      li.dataset.ended = typeof frame.endedAt === "number" ? String(frame.endedAt) : "";
+      showRuntime(li);
+      li.querySelector(".run-time").replaceChildren(options.timeOf(frame.createdAt ?? frame.ts));
       li.querySelector(".run-open").hidden = !li.dataset.sessionKey;
       li.setAttribute("aria-label", `${name}: ${STATUS_LABELS[status] || status}`);
       placeRun(li);
@@ -190,6 +216,51 @@
         if (m.dataset.runId === frame.runId) markAnnounced(frame.runId);
       }
       if (changed && li.classList.contains("open")) loadTranscript(li);
+      tick();
+    }
+
+    function sameStart(name, task) {
+      const flat = task.replace(/\s+/g, " ");
+      return flat === name || (name.endsWith("…") && flat.startsWith(name.slice(0, -1)));
+    }
+
+    // Runtime as the stats line writes it: 42s, 5m12s, 1h05m.
+    function duration(seconds) {
+      const s = Math.max(0, Math.floor(seconds));
+      if (s >= 3600) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+      if (s >= 60) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+      return `${s}s`;
+    }
+
+    function showRuntime(li) {
+      const started = Number(li.dataset.started);
+      const el = li.querySelector(".run-runtime");
+      if (!li.dataset.started || !Number.isFinite(started)) {
+        el.textContent = "";
+        return;
+      }
+      const ended = li.dataset.ended ? Number(li.dataset.ended) : Date.now() / 1000;
+      el.textContent = duration(ended - started);
+      el.title = li.dataset.ended ? "runtime" : "running for";
+    }
+
+    // Runs still going show their runtime growing, once a second; the timer stops with them.
+    function live(li) {
+      return Boolean(li.dataset.started) && !li.dataset.ended && !FINAL.has(li.dataset.status);
+    }
+
+    function tick() {
+      const running = [...runEls.values()].filter(live);
+      for (const li of running) showRuntime(li);
+      if (running.length && ticker === null) ticker = setInterval(tick, 1000);
+      if (!running.length && ticker !== null) {
+        clearInterval(ticker);
+        ticker = null;
+      }
+      if (options.onCount) {
+        const active = [...runEls.values()].filter((li) => !FINAL.has(li.dataset.status)).length;
+        options.onCount({ total: runEls.size, active });
+      }
     }
 
     function markAnnounced(runId) {
@@ -202,6 +273,7 @@
         (m) => m.dataset.runId === runId,
       );
       if (!found) return;
+      if (options.onShowResult) options.onShowResult();
       found.scrollIntoView({ block: "center", behavior: "smooth" });
       found.classList.remove("flash");
       void found.offsetWidth; // restart the animation

@@ -63,8 +63,12 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
         "data:,",
         "/static/webchat/style.css",
         "/static/webchat/runs.js",
+        "/static/webchat/sessions.js",
         "/static/webchat/app.js",
         "#input",
+        "#",
+        "#sessions",
+        "#sessions",
     ]
 
 
@@ -73,6 +77,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     [
         ("/static/webchat/app.js", "text/javascript", "/webchat/ws"),
         ("/static/webchat/runs.js", "text/javascript", "/history"),
+        ("/static/webchat/sessions.js", "text/javascript", "/transcript"),
         ("/static/webchat/style.css", "text/css", '.run[data-status="running"]'),
     ],
 )

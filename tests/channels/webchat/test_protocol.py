@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from channels import RunUpdate
 from channels.webchat.protocol import (
     MAX_TEXT_BYTES,
+    RUN_TASK_CHARS,
     FrameError,
     Hello,
     UserText,
@@ -81,6 +82,9 @@ def test_server_frames_have_the_documented_keys() -> None:
         batch_id="b",
         session_key="agent:main:subagent:x",
         created_at=1.0,
+        task="Write a short history of tea",
+        model="demo/scripted",
+        started_at=1.25,
     )
     assert json.loads(run_frame(update, 2.0)) == {
         "type": "run",
@@ -93,13 +97,25 @@ def test_server_frames_have_the_documented_keys() -> None:
         "batchId": "b",
         "sessionKey": "agent:main:subagent:x",
         "createdAt": 1.0,
+        "task": "Write a short history of tea",
+        "model": "demo/scripted",
+        "startedAt": 1.25,
+        "endedAt": None,
     }
     top = RunUpdate(run_id="r", name="tea", status="queued", chat_id="c")
     assert json.loads(run_frame(top, 2.0))["parentRunId"] is None
     assert json.loads(run_frame(top, 2.0))["depth"] == 1
+    assert json.loads(run_frame(top, 2.0))["task"] is None
     assert json.loads(typing_frame(True)) == {"type": "typing", "on": True}
     assert json.loads(error_frame("empty", "m")) == {
         "type": "error",
         "code": "empty",
         "message": "m",
     }
+
+
+def test_a_long_task_is_clipped_in_the_run_frame() -> None:
+    update = RunUpdate(run_id="r", name="t", status="queued", chat_id="c", task="x" * 5000)
+    task = json.loads(run_frame(update, 2.0))["task"]
+    assert len(task) == RUN_TASK_CHARS
+    assert task.endswith("…")

@@ -1,5 +1,5 @@
-"""The conversation a chat turn sends: trimmed to a bound without orphaning tool results,
-kept in memory for recent sessions and read back from the transcript otherwise."""
+"""The conversation a chat turn sends: kept in memory (with its prompt meter) for recent
+sessions and read back from the transcript otherwise, compactions applied."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent.history import HistoryCache, trim_history
-from gateway.llm import ChatMessage, ToolCall
+from gateway.agent.context_window import PromptMeter
+from gateway.agent.history import HistoryCache
+from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.sessions import SessionStore
 from tests.gateway.sessions.support import opened_store
 
@@ -34,60 +35,37 @@ async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
         yield opened
 
 
-def test_a_short_history_is_kept_whole() -> None:
-    history = [user("a"), assistant("b")]
-    assert trim_history(history, limit=2) is history
-
-
-def test_a_long_history_keeps_its_tail_from_a_user_message() -> None:
-    history = [
-        user("q1"),
-        assistant("", "t1"),
-        tool("t1"),
-        assistant("a1"),
-        user("q2"),
-        assistant("", "t2"),
-        tool("t2"),
-        assistant("a2"),
-    ]
-    # The last 5 start with a tool result whose call would be cut off: start at "q2".
-    assert trim_history(history, limit=5) == history[4:]
-    assert trim_history(history, limit=4) == history[4:]
-    assert trim_history(history, limit=7) == history[4:]
-
-
-def test_a_tail_without_a_user_message_keeps_only_the_last_message() -> None:
-    history = [user("q"), assistant("", "t1"), tool("t1"), assistant("", "t2"), tool("t2")]
-    assert trim_history(history, limit=3) == [tool("t2")]
-
-
 async def test_a_session_not_in_memory_is_read_from_its_transcript(store: SessionStore) -> None:
     session = await store.ensure("agent:main:memory:channel:c1")
     for message in (user("hello"), assistant("hi")):
         await store.append_message(session, message)
     cache = HistoryCache(store)
-    assert await cache.take(session.key) == [user("hello"), assistant("hi")]
+    history, meter = await cache.take(session.key)
+    assert history == [user("hello"), assistant("hi")]
+    assert meter.covered == 0  # nothing reported yet: the first call is estimated
 
 
 async def test_a_kept_history_is_handed_to_the_next_turn_once(store: SessionStore) -> None:
     session = await store.ensure("agent:main:memory:channel:c1")
     await store.append_message(session, user("on disk"))
     cache = HistoryCache(store)
-    cache.keep(session.key, [user("in memory")])
-    assert await cache.take(session.key) == [user("in memory")]
+    meter = PromptMeter()
+    meter.observe(Usage(input=40, output=2), 1)
+    cache.keep(session.key, [user("in memory")], meter)
+    assert await cache.take(session.key) == ([user("in memory")], meter)
     # The turn owns it now: a second take (no keep in between) reads the transcript.
-    assert await cache.take(session.key) == [user("on disk")]
+    assert (await cache.take(session.key))[0] == [user("on disk")]
 
 
 async def test_a_forgotten_session_reads_its_transcript_again(store: SessionStore) -> None:
     session = await store.ensure("agent:main:memory:channel:c1")
     await store.append_message(session, user("on disk"))
     cache = HistoryCache(store)
-    cache.keep(session.key, [user("in memory")])
+    cache.keep(session.key, [user("in memory")], PromptMeter())
     cache.forget(session.key)
     cache.forget("agent:main:memory:channel:never-kept")
     assert len(cache) == 0
-    assert await cache.take(session.key) == [user("on disk")]
+    assert (await cache.take(session.key))[0] == [user("on disk")]
 
 
 async def test_the_least_recently_kept_sessions_leave_memory_first(store: SessionStore) -> None:
@@ -95,21 +73,26 @@ async def test_the_least_recently_kept_sessions_leave_memory_first(store: Sessio
     for session in sessions:
         await store.append_message(session, user(f"disk {session.key[-2:]}"))
     cache = HistoryCache(store, sessions=2)
-    cache.keep(sessions[0].key, [user("mem c0")])
-    cache.keep(sessions[1].key, [user("mem c1")])
-    cache.keep(sessions[0].key, [user("mem c0 again")])  # c0 is now the most recent
-    cache.keep(sessions[2].key, [user("mem c2")])  # c1 leaves
+    cache.keep(sessions[0].key, [user("mem c0")], PromptMeter())
+    cache.keep(sessions[1].key, [user("mem c1")], PromptMeter())
+    cache.keep(sessions[0].key, [user("mem c0 again")], PromptMeter())  # c0 is now the newest
+    cache.keep(sessions[2].key, [user("mem c2")], PromptMeter())  # c1 leaves
     assert len(cache) == 2
-    assert await cache.take(sessions[1].key) == [user("disk c1")]
-    assert await cache.take(sessions[0].key) == [user("mem c0 again")]
-    assert await cache.take(sessions[2].key) == [user("mem c2")]
+    assert (await cache.take(sessions[1].key))[0] == [user("disk c1")]
+    assert (await cache.take(sessions[0].key))[0] == [user("mem c0 again")]
+    assert (await cache.take(sessions[2].key))[0] == [user("mem c2")]
 
 
-async def test_kept_histories_are_trimmed(store: SessionStore) -> None:
+async def test_a_transcript_with_a_compaction_reads_back_as_the_compacted_history(
+    store: SessionStore,
+) -> None:
     session = await store.ensure("agent:main:memory:channel:c1")
-    cache = HistoryCache(store)
-    long = [message for n in range(300) for message in (user(f"q{n}"), assistant(f"a{n}"))]
-    cache.keep(session.key, long)
-    kept = await cache.take(session.key)
-    assert len(kept) == 200
-    assert kept == long[-200:]
+    old = [user("q1"), assistant("", "t1"), tool("t1"), assistant("a1"), user("q2")]
+    for message in old:
+        await store.append_message(session, message)
+    summary = user("[summary] q1 was answered")
+    await store.append_event(session, "compaction", {"mode": "summary", "keep": 1})
+    await store.append_message(session, summary, meta={"kind": "compaction", "keep": 1})
+    await store.append_message(session, assistant("a2"))
+    history, _ = await HistoryCache(store).take(session.key)
+    assert history == [summary, user("q2"), assistant("a2")]

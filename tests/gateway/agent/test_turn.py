@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gateway.agent import Injected, TurnSetup, run_turn
-from gateway.agent.turn import build_request, run_tools
+from gateway.agent.setup import build_request
+from gateway.agent.turn import run_tools
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.providers import OpenAIProvider, ProviderError

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.api.keys import DATABASE, READINESS
+from gateway.api.keys import DATABASE, DISK_FULL, READINESS
 from gateway.api.routes import route_defs
 from tests.gateway.harness import running_gateway
 
@@ -23,6 +23,7 @@ async def test_readiness_follows_every_enabled_channel() -> None:
     app = web.Application()
     app[READINESS] = lambda: dict(channels)
     app[DATABASE] = _sqlite
+    app[DISK_FULL] = lambda: False
     app.add_routes(route_defs("/healthz", "/readyz"))
     client: TestClient[Any, Any]
     async with TestClient(TestServer(app)) as client:
@@ -30,7 +31,11 @@ async def test_readiness_follows_every_enabled_channel() -> None:
         assert (health.status, await health.json()) == (200, {"status": "ok"})
         starting = await client.get("/readyz")
         assert starting.status == 503
-        assert await starting.json() == {"status": "starting", "channels": channels}
+        assert await starting.json() == {
+            "status": "starting",
+            "channels": channels,
+            "storage": "ok",
+        }
         channels["slack"] = True
         ready = await client.get("/readyz")
         assert ready.status == 200
@@ -46,9 +51,11 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
     async def database() -> bool | None:
         return answering["now"]
 
+    full = {"now": False}
     app = web.Application()
     app[READINESS] = lambda: {"webchat": True}
     app[DATABASE] = database
+    app[DISK_FULL] = lambda: full["now"]
     app.add_routes(route_defs("/readyz"))
     client: TestClient[Any, Any]
     async with TestClient(TestServer(app)) as client:
@@ -57,12 +64,22 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
         assert await ready.json() == {
             "status": "ready",
             "channels": {"webchat": True},
+            "storage": "ok",
             "database": "ok",
         }
+        full["now"] = True  # a full disk is reported beside the database, still ready
+        both = await client.get("/readyz")
+        assert both.status == 200
+        assert (await both.json())["storage"] == "full"
         answering["now"] = False
         lost = await client.get("/readyz")
         assert lost.status == 503
-        assert (await lost.json())["database"] == "unavailable"
+        assert await lost.json() == {
+            "status": "starting",
+            "channels": {"webchat": True},
+            "storage": "full",
+            "database": "unavailable",
+        }
 
 
 @pytest.mark.postgres
@@ -71,9 +88,11 @@ async def test_a_gateway_on_postgresql_reports_its_database(tmp_path: Path, pg_u
         app = web.Application()
         app[READINESS] = gw.app[READINESS]
         app[DATABASE] = gw.app[DATABASE]
+        app[DISK_FULL] = gw.app[DISK_FULL]
         app.add_routes(route_defs("/readyz"))
         client: TestClient[Any, Any]
         async with TestClient(TestServer(app)) as client:
             ready = await client.get("/readyz")
             assert ready.status == 200
-            assert (await ready.json())["database"] == "ok"
+            body = await ready.json()
+            assert (body["database"], body["storage"]) == ("ok", "ok")

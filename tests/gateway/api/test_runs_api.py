@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
+from tests.gateway.daemon_process import HANG_GUARD_SECONDS
 from tests.gateway.harness import Harness, api_app, running_gateway
 
 
@@ -314,3 +316,66 @@ async def test_visibility_agent_stops_at_the_agent_and_all_sees_every_session(
                 {"tool": "sessions_history", "args": {"sessionKey": other}, "sessionKey": alice},
             )
             assert history["ok"] is sees_other, visibility
+
+
+async def test_an_archived_run_is_found_by_every_reference(tmp_path: Path) -> None:
+    """After ``cleanup: "delete"`` renames the run's transcript, the runs answer where it is
+    now, and the history route and ``sessions_history`` find it from the stale path too."""
+    async with api(tmp_path) as (gw, client):
+        _, body = await invoke(
+            client,
+            {"tool": "sessions_spawn", "args": {"task": "task: gone", "cleanup": "delete"}},
+        )
+        run_id, child_key = body["result"]["runId"], body["result"]["childSessionKey"]
+        await gw.finished(run_id)
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while True:
+                child = await gw.store.require(child_key)
+                if child.archived:
+                    break
+                await asyncio.sleep(0.01)
+        stale = gw.store.transcript_path(child)  # the path on the announce's stats line
+        now = str(gw.store.current_path(child))
+        run = await (await client.get(f"/v1/runs/{run_id}")).json()
+        assert stale.name in run["announce"]["text"]  # the stats line stays as it was
+        assert run["transcriptPath"] == now
+        assert now.startswith(f"{stale}.deleted.")
+        assert run["archivedAt"].endswith("Z")
+        listed = await (await client.get("/v1/runs")).json()
+        assert (listed["runs"][0]["transcriptPath"], listed["runs"][0]["archivedAt"]) == (
+            now,
+            run["archivedAt"],
+        )
+
+        for ref in (child_key, child.session_id, run_id, stale.name, Path(now).name):
+            response = await client.get(f"/v1/sessions/{quote(ref, safe='')}/history")
+            assert response.status == 200, ref
+            history = await response.json()
+            assert (history["sessionKey"], history["archived"]) == (child_key, True)
+            assert (history["archivedAt"], history["transcriptPath"]) == (run["archivedAt"], now)
+            assert [m["content"] for m in history["messages"][:2]] == ["task: gone", "done: gone"]
+
+        _, found = await invoke(
+            client, {"tool": "sessions_history", "args": {"sessionKey": str(stale)}}
+        )
+        assert found["ok"] is True
+        assert found["result"]["sessionKey"] == child_key
+        assert found["result"]["archivedAt"] == run["archivedAt"]
+        assert found["result"]["note"] == (
+            f"session {child_key} was archived at {run['archivedAt']}; its transcript is now {now}"
+        )
+        messages = found["result"]["messages"]
+        assert [m["content"] for m in messages[:2]] == ["task: gone", "done: gone"]
+        # Another chat's session sees none of it: the run id answers as an unknown one.
+        await gw.say("hello", chat_id="other")
+        await gw.reply("other")
+        _, hidden = await invoke(
+            client,
+            {
+                "tool": "sessions_history",
+                "args": {"sessionKey": run_id},
+                "sessionKey": "agent:main:memory:channel:other",
+            },
+        )
+        assert hidden["ok"] is False
+        assert hidden["result"]["content"] == f"sessions_history: no session {run_id!r}"

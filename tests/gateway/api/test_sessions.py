@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.api.keys import SESSION_STORE
 from gateway.api.routes import route_defs
-from gateway.llm import ChatMessage, ToolCall
+from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.sessions import SessionKey, SessionStore
 from tests.gateway.sessions.support import opened_store
 
@@ -141,3 +141,116 @@ async def test_history_of_an_archived_session(client: Client, store: SessionStor
     body = await _json(client, f"/v1/sessions/{key}/history")
     assert body["archived"] is True
     assert len(body["messages"]) == 2
+
+
+async def _transcript_session(store: SessionStore) -> str:
+    """A conversation with a tool round, a reply with usage and an event."""
+    record = await store.ensure("agent:main:webchat:reader", model="demo/scripted")
+    call = ToolCall(id="c1", name="ls", arguments={"path": "."})
+    await store.append_message(record, ChatMessage(role="user", content="what is here?"))
+    await store.append_message(
+        record, ChatMessage(role="assistant", content="", tool_calls=(call,)), usage=Usage(90, 7)
+    )
+    await store.append_message(
+        record, ChatMessage(role="tool", content="a.txt", tool_call_id="c1", tool_name="ls")
+    )
+    await store.append_event(record, "spawned", {"runId": "r1"})
+    await store.append_message(
+        record,
+        ChatMessage(role="assistant", content="One file: a.txt"),
+        model="demo/scripted",
+        usage=Usage(120, 12),
+    )
+    await store.add_usage(record.key, Usage(210, 19), 0.0012)
+    return record.key
+
+
+async def test_transcript_answers_every_record_as_written(
+    client: Client, store: SessionStore
+) -> None:
+    key = await _transcript_session(store)
+    body = await _json(client, f"/v1/sessions/{quote(key, safe='')}/transcript")
+    records = body["records"]
+    assert [r["type"] for r in records] == [
+        "session",
+        "message",
+        "message",
+        "message",
+        "event",
+        "message",
+    ]
+    assert (body["start"], body["total"], body["tornBytes"], body["badLines"]) == (0, 6, 0, [])
+    assert records[0]["key"] == key
+    assert records[2]["message"]["toolCalls"] == [
+        {"id": "c1", "name": "ls", "arguments": {"path": "."}}
+    ]
+    assert records[2]["message"]["usage"]["input"] == 90
+    assert records[3]["message"] == {
+        "role": "tool",
+        "content": "a.txt",
+        "toolCallId": "c1",
+        "toolName": "ls",
+    }
+    assert (records[4]["event"], records[4]["data"]) == ("spawned", {"runId": "r1"})
+    assert records[5]["message"]["model"] == "demo/scripted"
+    assert records[5]["message"]["usage"]["total"] == 132
+    session = body["session"]
+    assert (session["key"], session["usage"]["total"], session["costUsd"]) == (key, 229, 0.0012)
+    assert session["origin"] is None
+
+
+async def test_transcript_pages_back_from_the_end(client: Client, store: SessionStore) -> None:
+    key = await _transcript_session(store)
+    body = await _json(client, f"/v1/sessions/{key}/transcript?limit=2")
+    assert (body["start"], body["total"]) == (4, 6)
+    assert [r["type"] for r in body["records"]] == ["event", "message"]
+    body = await _json(client, f"/v1/sessions/{key}/transcript?limit=3&before=4")
+    assert body["start"] == 1
+    assert [r["message"]["role"] for r in body["records"]] == ["user", "assistant", "tool"]
+    body = await _json(client, f"/v1/sessions/{key}/transcript?before=99")
+    assert (body["start"], len(body["records"])) == (0, 6)
+    body = await _json(client, f"/v1/sessions/{key}/transcript?before=0")
+    assert (body["start"], body["records"]) == (0, [])
+
+
+async def test_transcript_of_an_archived_session_and_of_a_torn_file(
+    client: Client, store: SessionStore
+) -> None:
+    key = await _transcript_session(store)
+    path = await store.archive(key)
+    assert path is not None
+    with path.open("ab") as file:
+        file.write(b'{"type":"message","id":7}\nnot json\n{"type":"mess')
+    body = await _json(client, f"/v1/sessions/{key}/transcript")
+    assert body["session"]["archived"] is True
+    assert body["session"]["transcriptPath"] == str(path)
+    assert body["total"] == 7
+    # A hand-edited line that does not fit is passed on whole, not dropped.
+    assert body["records"][-1] == {"type": "unknown", "line": {"type": "message", "id": 7}}
+    assert body["badLines"] == [8]
+    assert body["tornBytes"] == len(b'{"type":"mess')
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("limit=0", "limit"),
+        ("limit=5001", "limit"),
+        ("before=-1", "before"),
+        ("before=x", "before"),
+    ],
+)
+async def test_transcript_rejects_bad_parameters(
+    client: Client, store: SessionStore, query: str, field: str
+) -> None:
+    key = await _transcript_session(store)
+    body = await _json(client, f"/v1/sessions/{key}/transcript?{query}", 400)
+    assert (body["error"]["code"], body["error"]["field"]) == ("invalid_parameter", field)
+
+
+async def test_transcript_of_unknown_and_malformed_keys(client: Client) -> None:
+    body = await _json(client, "/v1/sessions/agent:main:webchat:nobody/transcript", 404)
+    assert body["error"]["code"] == "session_not_found"
+    for bad in ("agent:main:../x", "../../etc/passwd", "agent:Main:main/../x"):
+        body = await _json(client, f"/v1/sessions/{quote(bad, safe='')}/transcript", 400)
+        assert body["error"]["code"] == "invalid_session_key"

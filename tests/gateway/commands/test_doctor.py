@@ -463,7 +463,7 @@ async def test_the_postgresql_database_is_checked(tmp_path: Path, pg_url: str) -
     fresh = about(await run(tmp_path, cluster), "state database")
     assert fresh.level == "ok"
     assert "`herald run` creates the schema" in fresh.message
-    db = await PgStateDB.connect(pg_url, replica_id="doctor")
+    db = await PgStateDB.connect(pg_url, replica_id="doctor", state_dir=tmp_path)
     await db.close()
     findings = await run(tmp_path, cluster)
     current = about(findings, "state database")

@@ -1,5 +1,5 @@
-"""``herald spawn`` through a running gateway, ``herald runs list|show`` and
-``herald config show`` (DESIGN §11), as real processes."""
+"""``herald spawn`` and ``herald runs abort`` through a running gateway, ``herald runs
+list|show`` and ``herald config show``, as real processes."""
 
 from __future__ import annotations
 
@@ -7,14 +7,24 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from gateway.state import BatchRecord, SessionRecord, StateDB
-from tests.gateway.daemon_process import HERALD, clean_env, free_port, herald, write_config
+from gateway.state import FINISHED_STATUSES, BatchRecord, Origin, SessionRecord, StateDB
+from tests.gateway.daemon_process import (
+    HANG_GUARD_SECONDS,
+    HERALD,
+    clean_env,
+    free_port,
+    herald,
+    write_config,
+)
 from tests.gateway.harness import TEST_SCRIPT
 from tests.gateway.nested import record_nested_run, record_run
+from tests.gateway.sessions.support import opened_store
 
 TOKEN = "cli-test-token-0123456789"
 
@@ -59,36 +69,150 @@ async def cli(*args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
-async def test_spawn_waits_for_the_announce_and_runs_show_it(tmp_path: Path) -> None:
+async def cli_json(*args: str) -> Any:
+    code, out, err = await cli(*args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+async def run_when(
+    path: Path, run_id: str, ready: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """``runs show --json`` of the run, once ``ready`` says it is in the state awaited."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            shown: dict[str, Any] = await cli_json(
+                "runs", "show", run_id, "--json", "-c", str(path)
+            )
+            if ready(shown):
+                return shown
+            await asyncio.sleep(0.1)
+
+
+async def test_spawn_says_where_the_result_goes_and_wait_prints_it(tmp_path: Path) -> None:
     port = free_port()
     path = config(tmp_path, port)
     async with herald("run", "--config", str(path), port=port) as daemon:
         await daemon.wait_healthy()
         code, out, err = await cli(
-            "spawn", "task: from the cli", "--label", "cli", "--wait", "--config", str(path)
-        )
+            "spawn", "task: from the cli", "--label", "cli", "--cleanup", "delete", "--wait",
+            "--config", str(path),
+        )  # fmt: skip
         assert code == 0, err
-        first, status, *announce = out.splitlines()
+        first, where, status, result = out.splitlines()
         assert first.startswith("accepted run ")
         run_id = first.split()[2]
+        assert where == (
+            "result: posted to no chat (no --session: the requester is agent:main:main, "
+            "which has no chat); printed below when it ends"
+        )
         assert status == "status: done"
-        assert announce[0] == "ANNOUNCE: done: from the cli"
-        assert announce[-1].startswith("Stats: runtime ")
+        assert result == "done: from the cli"
 
         code, out, _ = await cli("runs", "list", "--config", str(path))
         assert code == 0
         assert run_id in out
         assert "done" in out
+
+        # The run's session is archived after its announce: its transcript is renamed, and
+        # the path on the (unchanged) stats line goes stale. Every reader still finds it.
+        shown = await run_when(path, run_id, lambda run: run["archivedAt"] is not None)
+        stats_path = shown["announce"]["text"].rsplit(" • transcript ", 1)[1]
+        assert stats_path.endswith(f"{shown['childSessionId']}.jsonl")
+        assert not Path(stats_path).exists()
+        now = shown["transcriptPath"]
+        assert now.startswith(f"{stats_path}.deleted.")
+        assert Path(now).is_file()
         code, out, _ = await cli("runs", "show", run_id[:8], "--config", str(path))
         assert code == 0
-        assert f"run        {run_id}" in out
-        assert "model      t/m" in out
+        lines = out.splitlines()
+        assert f"run        {run_id}" in lines
+        assert "model      t/m" in lines
+        assert "task       task: from the cli" in lines
+        assert "origin     none: the announce goes to no chat" in lines
+        assert "result     done: from the cli" in lines
+        assert f"transcript {now}" in lines
+        assert f"archived   at {shown['archivedAt']}" in lines
+        for ref in (stats_path, run_id, shown["childSessionId"], shown["childSessionKey"]):
+            code, out, err = await cli("transcripts", "show", ref, "--config", str(path))
+            assert code == 0, (ref, err)
+            assert "user: task: from the cli" in out
+            assert err == (
+                f"herald: session {shown['childSessionKey']} was archived at "
+                f"{shown['archivedAt']}; its transcript is now {now}\n"
+            )
         code, out, _ = await cli("runs", "show", run_id, "--json", "--config", str(path))
         shown = json.loads(out)
         assert (shown["runId"], shown["status"], shown["label"]) == (run_id, "done", "cli")
         code, _, err = await cli("runs", "show", "nope", "--config", str(path))
         assert code == 1
-        assert "no run matches 'nope'" in err
+        assert f"no run matches 'nope' in state directory {tmp_path / 'state'}" in err
+
+
+async def test_spawn_from_a_chat_session_says_which_chat_gets_the_result(tmp_path: Path) -> None:
+    port = free_port()
+    path = config(tmp_path, port)
+    chat = Origin(channel="webchat", account="default", chat_id="c7", chat_type="dm")
+    async with opened_store(tmp_path / "state") as store:
+        await store.ensure("agent:main:webchat:c7", origin=chat)
+    async with herald("run", "--config", str(path), port=port) as daemon:
+        await daemon.wait_healthy()
+        code, out, err = await cli(
+            "spawn", "task: for the chat", "--session", "agent:main:webchat:c7", "-c", str(path)
+        )
+        assert code == 0, err
+        assert out.splitlines()[1] == (
+            "result: announced to webchat chat c7 (session agent:main:webchat:c7)"
+        )
+        code, out, err = await cli(
+            "spawn", "task: for nobody", "--session", "agent:main:main", "-c", str(path)
+        )
+        assert code == 0, err
+        run_id = out.split()[2]
+        assert out.splitlines()[1] == (
+            "result: posted to no chat (session agent:main:main has no chat); "
+            f"see `herald runs show {run_id}`"
+        )
+    code, out, _ = await cli("spawn", "--help")
+    words = " ".join(out.split())
+    assert (
+        "--session SESSION_KEY requester session key: the result is announced to its chat" in words
+    )
+    assert (
+        "without --session the requester is the default agent's main session, which has no chat"
+        in words
+    )
+
+
+async def test_runs_abort_through_the_gateway(tmp_path: Path) -> None:
+    port = free_port()
+    path = config(tmp_path, port)
+    async with herald("run", "--config", str(path), port=port) as daemon:
+        await daemon.wait_healthy()
+        code, out, err = await cli("spawn", "task-slow: forever", "-c", str(path))
+        assert code == 0, err
+        run_id = out.split()[2]
+
+        code, out, err = await cli("runs", "abort", run_id[:8], "-c", str(path))
+        assert code == 0, err
+        assert out.startswith(f"aborted run {run_id} (")
+        assert out.rstrip().endswith("the runs it spawned are stopped too")
+        shown = await run_when(path, run_id, lambda run: run["status"] in FINISHED_STATUSES)
+        assert shown["status"] == "cancelled"
+
+        code, _, err = await cli("runs", "abort", run_id, "-c", str(path))
+        assert code == 1
+        assert f"herald: run {run_id} has already finished" in err
+        ghost = str(uuid.uuid4())
+        code, _, err = await cli("runs", "abort", ghost, "-c", str(path))
+        assert code == 1
+        assert f"has no run {ghost}" in err
+        code, _, err = await cli("runs", "abort", "ffffffff", "-c", str(path))
+        assert code == 1
+        assert "no run matches 'ffffffff' in state directory" in err
+    code, _, err = await cli("runs", "abort", run_id, "-c", str(path))
+    assert code == 69
+    assert "cannot reach the gateway" in err
 
 
 async def test_spawn_errors_are_clear(tmp_path: Path) -> None:
@@ -152,8 +276,13 @@ async def test_runs_list_shows_the_tree_with_batches_and_show_names_parent_and_c
 
     code, out, err = await cli("runs", "list", "--config", str(path))
     assert code == 0, err
+    heading, header, *rows = out.splitlines()
+    assert heading == f"state directory {tmp_path / 'state'} (config {path})"
+    assert header.split() == ["RUN", "STATUS", "CREATED", "(UTC)", "NAME"]
+    assert header.index("STATUS") == 38
+    assert header.index("NAME") == 68
     # run id, status, when (2026-01-31 14:55), then the name column, indented in the tree
-    listed = [(line[:36], line[38:49].strip(), line[68:]) for line in out.splitlines()]
+    listed = [(line[:36], line[38:49].strip(), line[68:]) for line in rows]
     assert listed == [
         (alone.run_id, "done", "alone"),
         (coffee.run_id, "queued", f"coffee  [batch {short}]"),
@@ -163,7 +292,7 @@ async def test_runs_list_shows_the_tree_with_batches_and_show_names_parent_and_c
     ]
     # A filter can leave out a run's parent: the run then says whose it is.
     code, out, _ = await cli("runs", "list", "--status", "error", "--config", str(path))
-    assert out.splitlines()[0].endswith(f"  sources  [under {notes.run_id[:8]}]")
+    assert out.splitlines()[2].endswith(f"  sources  [under {notes.run_id[:8]}]")
     code, out, _ = await cli("runs", "list", "--json", "--config", str(path))
     shown = {r["runId"]: (r["parentRunId"], r["depth"], r["batchId"]) for r in json.loads(out)}
     assert shown[deep.run_id] == (notes.run_id, 3, None)
@@ -183,3 +312,43 @@ async def test_runs_list_shows_the_tree_with_batches_and_show_names_parent_and_c
     assert detail["children"] == [
         {"runId": deep.run_id, "label": "sources", "status": "error", "depth": 3}
     ]
+
+
+async def test_runs_show_gives_task_origin_result_and_error(tmp_path: Path) -> None:
+    path = config(tmp_path, free_port())
+    slack = Origin(
+        channel="slack", account="T1", chat_id="C9", thread_id="17.5", chat_type="channel"
+    )
+    db = await StateDB.open(tmp_path / "state" / "herald.db")
+    try:
+        run = await record_run(
+            db, "agent:main:slack:channel:c9", "survey", origin=slack, task="line one\nline two"
+        )
+        await db.runs.update(
+            run.run_id, status="error", result_text="partial\nfindings", error="tool \x1b[31mfailed"
+        )
+    finally:
+        await db.close()
+    code, out, err = await cli("runs", "show", run.run_id, "-c", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    for expected in (
+        "task       line one",
+        "           line two",
+        "requester  agent:main:slack:channel:c9",
+        "origin     slack account=T1 chat=C9 thread=17.5 (channel)",
+        "result     partial",
+        "           findings",
+        "error      tool \\x1b[31mfailed",  # escaped: a run's text cannot drive the terminal
+    ):
+        assert expected in lines, (expected, lines)
+
+
+async def test_runs_list_refuses_an_unknown_status(tmp_path: Path) -> None:
+    path = config(tmp_path, free_port())
+    code, out, err = await cli("runs", "list", "--status", "done,finished", "-c", str(path))
+    assert (code, out) == (2, "")
+    assert err == (
+        "herald: --status: unknown status 'finished'; valid: queued, running, announcing, "
+        "done, error, timeout, cancelled, interrupted\n"
+    )

@@ -24,6 +24,7 @@ class Populated:
     main_path: Path
     archived_key: str
     archived_path: Path
+    archived_live_path: Path
 
 
 def _write_config(tmp_path: Path, state: Path) -> Path:
@@ -57,6 +58,7 @@ def populated(tmp_path: Path) -> Populated:
             await store.append_event(child, "spawned", {"runId": "r1"})
             done = await store.ensure(SessionKey.subagent("main"), parent_key=main_record.key)
             await store.append_message(done, ChatMessage(role="user", content="old task"))
+            done_live = store.transcript_path(done)
             archived = await store.archive(done.key)
             assert archived is not None
             return Populated(
@@ -67,6 +69,7 @@ def populated(tmp_path: Path) -> Populated:
                 main_path=store.transcript_path(main_record),
                 archived_key=done.key,
                 archived_path=archived,
+                archived_live_path=done_live,
             )
 
     return asyncio.run(fill())
@@ -111,7 +114,11 @@ def test_sessions_list_without_a_database(
 ) -> None:
     config = _write_config(tmp_path, tmp_path / "empty-state")
     status, out, _ = _run(capsys, "sessions", "list", "-c", str(config))
-    assert (status, out.strip()) == (0, "No sessions.")
+    assert status == 0
+    assert out.splitlines() == [
+        f"state directory {tmp_path / 'empty-state'} (config {config}; no state database there)",
+        "No sessions.",
+    ]
     assert not (tmp_path / "empty-state").exists()
 
 
@@ -179,9 +186,14 @@ def test_transcripts_show_archived_by_key_and_by_path(
     )
     assert status == 0
     assert "user: old task" in out
-    status, out_by_path, _ = _run(capsys, "transcripts", "show", str(populated.archived_path))
-    assert status == 0
-    assert out_by_path == out
+    for ref in (populated.archived_path, populated.archived_live_path):
+        status, out_by_path, err = _run(
+            capsys, "transcripts", "show", str(ref), "-c", str(populated.config)
+        )
+        assert status == 0
+        assert out_by_path == out
+        assert "was archived at 20" in err
+        assert f"its transcript is now {populated.archived_path}" in err
 
 
 def test_transcripts_show_warns_about_a_torn_last_line(
@@ -189,7 +201,15 @@ def test_transcripts_show_warns_about_a_torn_last_line(
 ) -> None:
     with populated.main_path.open("ab") as file:
         file.write(b'{"type":"message","id":"x","mess')
-    status, out, err = _run(capsys, "transcripts", "show", str(populated.main_path), "--json")
+    status, out, err = _run(
+        capsys,
+        "transcripts",
+        "show",
+        str(populated.main_path),
+        "--json",
+        "-c",
+        str(populated.config),
+    )
     assert status == 0
     assert len(out.splitlines()) == 5
     assert "torn last line" in err
@@ -198,4 +218,4 @@ def test_transcripts_show_warns_about_a_torn_last_line(
 def test_transcripts_show_of_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = _run(capsys, "transcripts", "show", str(tmp_path / "absent.jsonl"))
     assert status == 1
-    assert "no such transcript file" in err
+    assert "not a session key (agent:…), a session id, a run id or a transcript path" in err

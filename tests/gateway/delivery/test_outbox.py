@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
+import gateway.state.diskfull as disk_state
 from channels import Channel, ChannelSendError, DeliveryLookup, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
 from gateway.delivery import MAX_ATTEMPTS, UNCERTAIN, Outbox
@@ -390,3 +393,118 @@ async def test_a_cut_off_send_to_a_channel_no_longer_enabled_is_uncertain(
     run = await db.runs.get(run_id)
     assert run is not None
     assert run.announce_state == "uncertain"
+
+
+# -- a full disk ---------------------------------------------------------------------------
+# ``PRAGMA max_page_count = 1`` on the database's writer caps it at its current size: SQLite
+# then refuses, as on a full disk, every write that needs a new page (see
+# tests/gateway/state/test_diskfull.py). Raising the limit is an operator freeing space.
+
+
+def _limit(pages: int) -> Callable[[sqlite3.Connection], None]:
+    return lambda conn: conn.execute(f"PRAGMA max_page_count = {pages}").close()
+
+
+class FillingChannel(MemoryChannel):
+    """Each send goes out, then the disk fills before it is recorded. A send fails
+    transiently while ``failures`` last; each error and each receipt is long (a long
+    announce split into many messages), so recording either needs new pages."""
+
+    def __init__(self, db: StateDB, *, failures: int = 0) -> None:
+        super().__init__()
+        self.db = db
+        self.failures = failures
+
+    async def send(self, message: OutboundMessage) -> SentMessage:
+        await self.db.write(_limit(1))
+        if self.failures:
+            self.failures -= 1
+            raise ChannelSendError("chat overloaded: " + "e" * 8000, retryable=True)
+        sent = await super().send(message)
+        return SentMessage(chat_id=sent.chat_id, message_ids=tuple(map(str, range(1000))))
+
+
+class Refusal(logging.Handler):
+    """Set once the disk-full state begins (its warning is logged on the loop's thread)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.set()
+
+    async def wait(self) -> None:
+        async with asyncio.timeout(HANG_GUARD_SECONDS):  # a hang guard
+            await self.seen.wait()
+
+
+@pytest.fixture
+def refusal() -> Iterator[Refusal]:
+    """The state database's disk refusing a write, as its disk-full warning says."""
+    logger = logging.getLogger(disk_state.__name__)
+    handler = Refusal()
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+async def test_a_send_is_recorded_once_the_full_disk_has_room_again(
+    db: StateDB, make_outbox: MakeOutbox, refusal: Refusal
+) -> None:
+    item, run_id = await queued_announce(db)
+    assert item.id is not None
+    channel = FillingChannel(db)
+    settled = Settled()
+    outbox = make_outbox({"memory": channel})
+    outbox.subscribe(settled)
+    await outbox.start()
+    await refusal.wait()
+    held = await db.outbox.get(item.id)
+    await db.write(_limit(1_000_000_000))
+    (delivered,) = await settled.wait()
+    run = await db.runs.get(run_id)
+    assert held is not None
+    assert held.state == "sending"  # sent; its record waits for space
+    # Left "sending", the next start would call it uncertain and its run's announce failed.
+    assert (delivered.state, len(delivered.message_ids or ())) == ("delivered", 1000)
+    assert run is not None
+    assert run.announce_state == "delivered"
+    assert len(channel.sent) == 1
+
+
+async def test_a_failed_send_is_rescheduled_once_the_full_disk_has_room_again(
+    db: StateDB, make_outbox: MakeOutbox, clock: FakeClock, refusal: Refusal
+) -> None:
+    item, _ = await queued_announce(db)
+    assert item.id is not None
+    channel = FillingChannel(db, failures=1)
+    retries = Retries()
+    outbox = make_outbox({"memory": channel})
+    outbox.on_retry = retries
+    await outbox.start()
+    await refusal.wait()
+    await db.write(_limit(1_000_000_000))
+    (again,) = await follow_retries(db, outbox, clock, retries, item.id, 1)
+    # Left "sending", this announce would never be tried again: it never reached the chat.
+    assert again.state == "pending"
+    assert (again.last_error or "").startswith("chat overloaded")
+
+
+async def test_a_stop_does_not_wait_for_the_full_disk(
+    db: StateDB, make_outbox: MakeOutbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    item, _ = await queued_announce(db)
+    assert item.id is not None
+    outbox = make_outbox({"memory": FillingChannel(db)})
+    caplog.set_level(logging.WARNING)
+    # The send goes out; its record is refused; the stop goes on without it.
+    async with asyncio.timeout(HANG_GUARD_SECONDS):  # a hang guard
+        assert await outbox.flush(HANG_GUARD_SECONDS) == 0
+    held = await db.outbox.get(item.id)
+    assert held is not None
+    assert held.state == "sending"  # the next start settles it as uncertain: never sent twice
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.delivery.outbox"]
+    assert lines == ["outbox: flush at stop ended by a full disk"]

@@ -34,7 +34,9 @@ class Clock:
 
 @pytest.fixture
 async def gw(tmp_path: Path) -> AsyncIterator[Harness]:
-    async with running_gateway(tmp_path) as harness:
+    # The lane is held in some tests: more queued runs than the default limit of a session.
+    room = {"agent": {"subagents": {"maxChildrenPerSession": 100}}}
+    async with running_gateway(tmp_path, config=room) as harness:
         yield harness
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.runtime.commands import ChatCommand, CommandUsageError, parse_command
+from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError, parse_command
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,10 @@ from gateway.runtime.commands import ChatCommand, CommandUsageError, parse_comma
         ("/subagents info 1a2b", ChatCommand("subagents", action="info", argument="1a2b")),
         ("/subagents log 1a2b", ChatCommand("subagents", action="log", argument="1a2b")),
         ("/subagents stop 1a2b", ChatCommand("subagents", action="stop", argument="1a2b")),
+        ("/compact", ChatCommand("compact")),
+        ("!compact please", ChatCommand("compact")),
+        ("/new", ChatCommand("new")),
+        ("/NEW", ChatCommand("new")),
     ],
 )
 def test_commands_parse(text: str, expected: ChatCommand) -> None:
@@ -41,3 +45,8 @@ def test_ordinary_text_is_no_command(text: str) -> None:
 )
 def test_misused_commands_say_how(text: str, hint: str) -> None:
     assert parse_command(text) == CommandUsageError(hint)
+
+
+def test_help_lists_the_conversation_commands() -> None:
+    assert "/compact - " in HELP_TEXT
+    assert "/new - " in HELP_TEXT

@@ -203,6 +203,63 @@ async def test_archive_renames_in_place_and_keeps_the_record(store: SessionStore
         await store.append_event(record, "status")
 
 
+async def test_renew_gives_the_key_a_fresh_session_and_archives_the_old(
+    store: SessionStore,
+) -> None:
+    old = await store.ensure("agent:main:memory:dm:u1", origin=Origin("memory", "a", "u1"))
+    await store.append_message(old, ChatMessage(role="user", content="before"))
+    await store.add_usage(old.key, Usage(7, 3), 0.5)
+    live = store.transcript_path(old)
+
+    archived = await store.renew(old.key)
+
+    new = await store.require(old.key)
+    assert new.session_id != old.session_id
+    assert (new.key, new.origin, new.archived) == (old.key, old.origin, False)
+    assert new.usage == Usage(7, 3)  # the chat's totals carry on
+    assert new.cost_usd == pytest.approx(0.5)
+    assert await store.get_by_id(old.session_id) is None
+    # The old transcript, renamed in place with the line queued before the renewal.
+    assert archived is not None
+    assert archived.parent == live.parent
+    assert archived.name.startswith(f"{old.session_id}.jsonl.deleted.")
+    assert not live.exists()
+    assert [r["type"] for r in _lines(archived)] == ["session", "message"]
+    assert _lines(archived)[1]["message"] == {"role": "user", "content": "before"}
+    # The new transcript: a header of its own, and nothing of the old conversation.
+    header = _lines(store.transcript_path(new))[0]
+    assert (header["id"], header["key"]) == (new.session_id, old.key)
+    assert await store.chat_messages(old.key) == []
+    # A record from before the renewal cannot write into the archived file.
+    with pytest.raises(SessionArchivedError):
+        await store.append_message(old, ChatMessage(role="user", content="late"))
+    await store.append_message(new, ChatMessage(role="user", content="after"))
+    assert [m["content"] for m in await store.history(old.key)] == ["after"]
+    assert [s.key for s in await store.list()] == [old.key]
+
+
+async def test_history_leaves_out_compaction_summaries(store: SessionStore) -> None:
+    session = await store.ensure("agent:main:main")
+    await store.append_message(session, ChatMessage(role="user", content="q1"))
+    summary = ChatMessage(role="user", content="[summary] q1")
+    await store.append_message(session, summary, meta={"kind": "compaction", "keep": 0})
+    await store.append_message(session, ChatMessage(role="user", content="q2"))
+    assert [m["content"] for m in await store.history(session.key)] == ["q1", "q2"]
+    assert await store.chat_messages(session.key) == [
+        summary,
+        ChatMessage(role="user", content="q2"),
+    ]
+
+
+async def test_an_archived_or_unknown_session_cannot_be_renewed(store: SessionStore) -> None:
+    child = await store.ensure(SessionKey.subagent("main"), parent_key="agent:main:main")
+    await store.archive(child.key)
+    with pytest.raises(SessionArchivedError):
+        await store.renew(child.key)
+    with pytest.raises(SessionNotFoundError):
+        await store.renew("agent:main:memory:dm:nobody")
+
+
 async def test_archive_of_a_missing_file_is_recorded(store: SessionStore) -> None:
     record = await store.ensure(SessionKey.subagent("main"))
     store.transcript_path(record).unlink()

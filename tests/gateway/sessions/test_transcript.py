@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from gateway.llm import ChatMessage, ToolCall, Usage
+from gateway.llm import ChatMessage, Role, ToolCall, Usage
 from gateway.sessions import (
     chat_messages_from_records,
     event_record,
@@ -239,6 +240,38 @@ def test_calls_open_at_the_end_are_closed_and_orphan_results_dropped() -> None:
     assert [(m.role, m.tool_call_id) for m in out] == [("assistant", None), ("tool", "c9")]
     raw = chat_messages_from_records(records, close_dangling=False)
     assert [m.role for m in raw] == ["tool", "assistant"]
+
+
+def test_a_compaction_replaces_what_it_summarised_when_read_back() -> None:
+    def say(role: Role, text: str) -> dict[str, Any]:
+        return message_record(ChatMessage(role=role, content=text))
+
+    summary = ChatMessage(role="user", content="[summary] q1 and q2")
+    records = [
+        say("user", "q1"),
+        say("assistant", "a1"),
+        say("user", "q2"),
+        say("assistant", "a2"),
+        say("user", "q3"),
+        event_record("compaction", {"keep": 1}),
+        message_record(summary, meta={"kind": "compaction", "keep": 1}),
+        say("assistant", "a3"),
+        say("user", "q4"),
+        # A second compaction folds in the first summary: nothing of it is kept.
+        message_record(
+            ChatMessage(role="user", content="[summary] q1 to q3"),
+            meta={"kind": "compaction", "keep": 1},
+        ),
+    ]
+    first = chat_messages_from_records(records[:8])
+    assert [m.content for m in first] == ["[summary] q1 and q2", "q3", "a3"]
+    assert [m.content for m in chat_messages_from_records(records)] == [
+        "[summary] q1 to q3",
+        "q4",
+    ]
+    # Raw, every line is there, as written.
+    raw = chat_messages_from_records(records, close_dangling=False)
+    assert len(raw) == 9
 
 
 async def test_load_chat_messages_reads_a_file(tmp_path: Path) -> None:

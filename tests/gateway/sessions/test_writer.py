@@ -7,6 +7,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -21,7 +22,7 @@ WriterFactory = Callable[..., TranscriptWriter]
 async def make_writer() -> AsyncIterator[WriterFactory]:
     made: list[TranscriptWriter] = []
 
-    def make(**options: int) -> TranscriptWriter:
+    def make(**options: Any) -> TranscriptWriter:
         writer = TranscriptWriter(**options)
         made.append(writer)
         return writer

@@ -31,7 +31,9 @@ class StateTarget:
         if self.url is None:
             db = await StateDB.open(self.path, readonly=readonly)
         else:
-            db = await PgStateDB.connect(self.url, readonly=readonly, replica_id="test")
+            db = await PgStateDB.connect(
+                self.url, readonly=readonly, replica_id="test", state_dir=self.path.parent
+            )
         self.opened.append(db)
         return db
 

@@ -71,7 +71,7 @@ class Orchestration(RuleBasedStateMachine):
     async def open(self) -> StateDB:
         if self.url is None:
             return await StateDB.open(self.dir / "herald.db")
-        return await PgStateDB.connect(self.url, replica_id="props")
+        return await PgStateDB.connect(self.url, replica_id="props", state_dir=self.dir)
 
     def teardown(self) -> None:
         self.run(self.db.close())

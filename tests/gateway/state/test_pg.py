@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -20,9 +21,9 @@ from tests.postgres import PostgresServer
 pytestmark = pytest.mark.postgres
 
 
-async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
+async def test_replicas_starting_together_migrate_once(pg_url: str, tmp_path: Path) -> None:
     replicas = await asyncio.gather(
-        *(PgStateDB.connect(pg_url, replica_id=f"r{n}") for n in range(5))
+        *(PgStateDB.connect(pg_url, replica_id=f"r{n}", state_dir=tmp_path) for n in range(5))
     )
     try:
         assert {db.schema_version for db in replicas} == {LATEST_VERSION}
@@ -41,9 +42,11 @@ async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
         await asyncio.gather(*(db.close() for db in replicas))
 
 
-async def test_concurrent_read_modify_writes_of_two_replicas_lose_nothing(pg_url: str) -> None:
-    one = await PgStateDB.connect(pg_url, replica_id="one")
-    two = await PgStateDB.connect(pg_url, replica_id="two")
+async def test_concurrent_read_modify_writes_of_two_replicas_lose_nothing(
+    pg_url: str, tmp_path: Path
+) -> None:
+    one = await PgStateDB.connect(pg_url, replica_id="one", state_dir=tmp_path)
+    two = await PgStateDB.connect(pg_url, replica_id="two", state_dir=tmp_path)
     try:
         await one.write(lambda c: c.execute("CREATE TABLE counter (n INTEGER NOT NULL)"))
         await one.write(lambda c: c.execute("INSERT INTO counter VALUES (0)"))
@@ -68,7 +71,7 @@ def _as_user(url: str, user: str) -> str:
 
 
 async def test_a_lost_database_is_reported_then_used_again(
-    postgres_server: PostgresServer, pg_url: str
+    postgres_server: PostgresServer, pg_url: str, tmp_path: Path
 ) -> None:
     user = f"u{abs(hash(pg_url)) % 10**8}"
     admin_url = postgres_server.admin_url()
@@ -77,7 +80,7 @@ async def test_a_lost_database_is_reported_then_used_again(
         schema = pg_url.rsplit("%3D", 1)[1]
         admin.execute(f"GRANT ALL ON SCHEMA {schema} TO {user}")
     url = _as_user(pg_url, user)
-    db = await PgStateDB.connect(url, replica_id="lost")
+    db = await PgStateDB.connect(url, replica_id="lost", state_dir=tmp_path)
     try:
         assert await db.ping()
         with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -102,9 +105,11 @@ async def test_a_lost_database_is_reported_then_used_again(
         await db.close()
 
 
-async def test_an_unreachable_database_fails_the_open_without_the_password() -> None:
+async def test_an_unreachable_database_fails_the_open_without_the_password(
+    tmp_path: Path,
+) -> None:
     url = "postgresql://herald:pw-unreachable-secret@127.0.0.1:1/herald"
     with pytest.raises(StateUnavailableError) as failed:
-        await PgStateDB.connect(url, replica_id="none")
+        await PgStateDB.connect(url, replica_id="none", state_dir=tmp_path)
     assert "pw-unreachable-secret" not in str(failed.value)
     assert "127.0.0.1" in str(failed.value)

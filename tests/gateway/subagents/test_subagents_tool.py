@@ -222,9 +222,10 @@ async def test_list_shows_this_sessions_runs_newest_first(tmp_path: Path) -> Non
 
 
 async def test_list_shows_at_most_fifty_runs(tmp_path: Path) -> None:
+    many = {"agent": {"subagents": {"maxChildrenPerSession": 60}}}
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, config=fake_model_config(fake, many)) as gw,
     ):
         fake.responder = Model(fake)
         gate = asyncio.Event()

@@ -18,6 +18,7 @@ from gateway.settings import (
     ToolPolicyConfig,
 )
 from gateway.tools import (
+    NESTING_TOOLS,
     SESSION_TOOLS,
     SUBAGENT_ONLY_TOOLS,
     Tool,
@@ -76,13 +77,16 @@ def make_settings(
     agents: Mapping[str, ToolPolicyConfig],
     global_policy: ToolPolicyConfig | None = None,
     subagent_policy: ToolPolicyConfig | None = None,
+    max_spawn_depth: int = 1,
 ) -> HeraldSettings:
     # The web chat (enabled by default) needs its agent, "main", to exist.
     agents = {"main": P(), **agents}
     return HeraldSettings(
         agent=AgentDefaults(
             tools=AgentToolsConfig.model_validate((global_policy or P()).model_dump()),
-            subagents=SubagentDefaults(tools=subagent_policy or P()),
+            subagents=SubagentDefaults(
+                tools=subagent_policy or P(), max_spawn_depth=max_spawn_depth
+            ),
         ),
         routing=RoutingConfig(
             default_agent="main",
@@ -297,3 +301,46 @@ def test_policy_properties(
     # Submit tools are only missing from a sub-agent when some layer denies them.
     for name in SUBAGENT_ONLY_TOOLS - child:
         assert any(matches(p, name) for layer in (global_, parent, target, sub) for p in layer.deny)
+
+
+# --- nested sub-agents ------------------------------------------------------------------
+
+
+def test_below_the_depth_cap_a_subagent_keeps_the_orchestration_tools_only() -> None:
+    settings = make_settings({"main": P()}, max_spawn_depth=3)
+    parent = tools_for_agent(settings, "main", REGISTRY)
+    for lineage in [(), ("main",)]:  # depth 1 and 2 of 3
+        tools = tools_for_subagent(settings, "main", "main", REGISTRY, lineage=lineage)
+        assert tools & SESSION_TOOLS == NESTING_TOOLS
+        assert tools == (parent - SESSION_TOOLS) | NESTING_TOOLS | SUBAGENT_ONLY_TOOLS
+    at_cap = tools_for_subagent(settings, "main", "main", REGISTRY, lineage=("main", "main"))
+    assert at_cap == (parent - SESSION_TOOLS) | SUBAGENT_ONLY_TOOLS
+    # The default cap of 1 is v1: no session tool below a person's session.
+    v1 = make_settings({"main": P()})
+    assert tools_for_subagent(v1, "main", "main", REGISTRY) & SESSION_TOOLS == set()
+
+
+def test_a_run_never_gets_a_tool_any_session_above_it_lacks() -> None:
+    # The person's agent lacks web_fetch and agents_list; the helper's own policy has all.
+    settings = make_settings(
+        {"main": P(deny=["web_fetch", "agents_list"]), "helper": P(allow=["*"])},
+        max_spawn_depth=3,
+    )
+    person = tools_for_agent(settings, "main", REGISTRY)
+    first = tools_for_subagent(settings, "main", "helper", REGISTRY)
+    second = tools_for_subagent(settings, "helper", "helper", REGISTRY, lineage=("main",))
+    third = tools_for_subagent(settings, "helper", "helper", REGISTRY, lineage=("main", "helper"))
+    assert first <= person | SUBAGENT_ONLY_TOOLS
+    assert second <= first
+    assert third <= second
+    for tools in (first, second, third):
+        assert not tools & {"web_fetch", "agents_list"}
+    assert "sessions_spawn" in second
+    assert "sessions_spawn" not in third
+    # Without the chain (a helper spawned by a helper), web_fetch would come back.
+    assert "web_fetch" in tools_for_subagent(settings, "helper", "helper", REGISTRY)
+    # A deny of the submit tools anywhere up the chain reaches the bottom.
+    denied = make_settings({"main": P(deny=["submit_error"]), "helper": P()}, max_spawn_depth=3)
+    assert "submit_error" not in tools_for_subagent(
+        denied, "helper", "helper", REGISTRY, lineage=("main",)
+    )

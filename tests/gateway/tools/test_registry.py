@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from gateway.llm import ToolCall
+from gateway.state import DiskFullError
 from gateway.tools import (
     DuplicateToolError,
     ServiceKey,
@@ -68,6 +69,8 @@ class Echo(Tool[EchoParams]):
         self.started.set()
         if params.text == "boom":
             raise ValueError("kaboom")
+        if params.text == "full":
+            raise DiskFullError("the disk of herald.db is full")
         if params.text == "expected":
             raise ToolError("nothing to echo")
         if params.text == "wait":
@@ -295,6 +298,15 @@ async def test_invoke_a_tool_that_raises(
     [record] = caplog.records
     assert record.exc_info is not None
     assert "boom" not in record.getMessage()  # arguments are not logged
+
+
+async def test_invoke_a_tool_the_full_disk_refused_logs_nothing(
+    reg: ToolRegistry, make_ctx: MakeCtx, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="gateway.tools.registry"):
+        out = await reg.invoke(call("echo", {"text": "full"}), make_ctx(), ALL)
+    assert out == ToolOutput.error("tool echo failed: the gateway's disk is full")
+    assert caplog.records == []  # the disk-full state logs it, once for every write
 
 
 async def test_invoke_keeps_working_after_errors(reg: ToolRegistry, make_ctx: MakeCtx) -> None:
