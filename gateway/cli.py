@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gateway.commands.runs",
     "gateway.commands.doctor",
     "gateway.commands.status",
+    "gateway.commands.init",
 )
 
 
