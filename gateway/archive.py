@@ -1,4 +1,4 @@
-"""Auto-archive of sessions on a schedule (seed 004 "Auto-archive", DESIGN §3 step 6).
+"""Auto-archive of sessions on a schedule (the announce flow's last step).
 
 A session's archive due time lives in the state database, so it survives restarts (seed
 004's timers were lost on restart). :class:`ArchiveScheduler` keeps one APScheduler 3

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "gateway.commands.doctor",
     "gateway.commands.status",
     "gateway.commands.db",
+    "gateway.commands.init",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-#: Environment variable naming the config file (DESIGN §2).
+#: Environment variable naming the config file.
 CONFIG_ENV: Final = "HERALD_CONFIG"
 #: Prefix of per-key overrides: ``HERALD_<SECTION>__<KEY>``.
 ENV_PREFIX: Final = "HERALD_"
@@ -18,7 +18,7 @@ EXIT_UNAVAILABLE: Final = 69
 #: EX_TEMPFAIL: another gateway runs on this state directory; try again later.
 EXIT_TEMPFAIL: Final = 75
 
-#: Session, agent and chat ids after normalising (DESIGN §7).
+#: Session, agent and chat ids after normalising.
 ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 #: Lane names. The per-session lane is one keyed lane: a key runs one job at a time.
@@ -34,7 +34,7 @@ SESSION_LANE_MAX_QUEUED: Final = 10_000
 #: Turns waiting for a ``main`` slot: at most one per session holding its lane.
 MAIN_LANE_MAX_QUEUED: Final = SESSION_LANE_WIDTH
 
-#: Files under the state directory (DESIGN §7).
+#: Files under the state directory.
 STATE_DB_NAME: Final = "herald.db"
 AGENTS_DIR: Final = "agents"
 SESSIONS_DIR: Final = "sessions"

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one gateway, served at ``GET /metrics`` (DESIGN §9).
+"""Prometheus metrics of one gateway, served at ``GET /metrics``.
 
 Two kinds of figures:
 

@@ -1,4 +1,4 @@
-"""The configuration schema (DESIGN §2, pinned keys).
+"""The configuration schema: every key a config file may set.
 
 Files use camelCase keys; Python uses snake_case attributes. Every section rejects unknown
 keys. Loading (file, environment, ``${VAR}``, command-line overrides) lives in
@@ -86,7 +86,7 @@ class GatewayConfig(ConfigModel):
 
 
 class ToolPolicyConfig(ConfigModel):
-    """``allow`` set means allow-only; ``deny`` always wins (DESIGN §5)."""
+    """``allow`` set means allow-only; ``deny`` always wins."""
 
     allow: list[str] | None = None
     deny: list[str] = []

@@ -1,4 +1,4 @@
-"""Token usage totals, cost, and the announce stats line (DESIGN §8).
+"""Token usage totals, cost, and the announce stats line.
 
 ``Usage.input`` counts every prompt token, cache reads and writes included; pricing charges
 cache reads and writes at their own prices, so the plain input price applies to
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 MISSING = "n/a"
 SEPARATOR = " • "
-#: Prices are USD per million tokens (DESIGN §2).
+#: Prices are USD per million tokens.
 TOKENS_PER_PRICE_UNIT = 1_000_000
 
 
@@ -49,7 +49,7 @@ def cost_usd(usage: Usage, cost: ModelCost | None) -> float | None:
 
 
 def format_runtime(seconds: float | None) -> str:
-    """``42s``, ``5m12s``, ``1h3m`` (DESIGN §8); partial seconds are dropped."""
+    """``42s``, ``5m12s``, ``1h3m``; partial seconds are dropped."""
     if seconds is None:
         return MISSING
     whole = max(0, int(seconds))
@@ -63,7 +63,7 @@ def format_runtime(seconds: float | None) -> str:
 
 
 def format_tokens(count: int | None) -> str:
-    """``999``, ``1.2k`` from 1e3, ``3.4m`` from 1e6 (DESIGN §8)."""
+    """``999``, ``1.2k`` from 1e3, ``3.4m`` from 1e6."""
     if count is None:
         return MISSING
     if count < 1_000:
@@ -77,7 +77,7 @@ def format_tokens(count: int | None) -> str:
 
 
 def format_cost(usd: float | None) -> str:
-    """``$0.04`` (2 decimals at ≥ $0.01), ``$0.0031`` below (DESIGN §8)."""
+    """``$0.04`` (2 decimals at ≥ $0.01), ``$0.0031`` below."""
     if usd is None:
         return MISSING
     return f"${usd:.2f}" if usd >= 0.01 else f"${usd:.4f}"
@@ -91,7 +91,7 @@ def format_stats_line(
     session_id: str | None,
     transcript_path: str | Path | None,
 ) -> str:
-    """The pinned announce stats line (DESIGN §8).
+    """The pinned announce stats line.
 
     ``Stats: runtime 5m12s • tokens 12.3k (in 10.0k / out 2.3k) • est $0.04 • sessionKey …
     • sessionId … • transcript …``. ``est`` is left out when ``cost_usd`` is None (the model

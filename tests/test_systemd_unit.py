@@ -1,4 +1,4 @@
-"""systemd/herald.service: the directives DESIGN §11 pins, and systemd's own verdict on it."""
+"""systemd/herald.service: the directives it must carry, and systemd's own verdict on it."""
 
 from __future__ import annotations
 

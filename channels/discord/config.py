@@ -1,4 +1,4 @@
-"""Configuration of the Discord channel (DESIGN §2, ``channels.discord``)."""
+"""Configuration of the Discord channel (``channels.discord``)."""
 
 from __future__ import annotations
 

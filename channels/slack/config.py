@@ -1,4 +1,4 @@
-"""Configuration of the Slack channel (DESIGN §2, ``channels.slack``)."""
+"""Configuration of the Slack channel (``channels.slack``)."""
 
 from __future__ import annotations
 

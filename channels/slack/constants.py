@@ -7,7 +7,7 @@ from typing import Final
 #: slack_sdk's default Web API root; ``apiBaseUrl`` replaces it (trailing slash kept).
 DEFAULT_API_BASE_URL: Final = "https://slack.com/api/"
 
-#: HTTP mode's Events API request URL on the gateway's own app (DESIGN §9).
+#: HTTP mode's Events API request URL on the gateway's own app.
 EVENTS_PATH: Final = "/slack/events"
 
 #: Longest chunk one reply message gets. Slack truncates ``text`` beyond 40,000 characters
@@ -69,7 +69,7 @@ API_TIMEOUT: Final = 30.0
 #: Reaction shown on the person's message while the agent works on it.
 WORKING_REACTION: Final = "hourglass_flowing_sand"
 
-#: Chat commands of DESIGN §10, registered as Slack slash commands and accepted as text
+#: The chat commands, registered as Slack slash commands and accepted as text
 #: (``/spawn …`` after a mention, or ``!spawn …`` since Slack's composer eats a leading "/").
 COMMANDS: Final = ("spawn", "subagents", "stop")
 

@@ -1,6 +1,6 @@
 """Posting replies and announces: chunks, error classes, and the one place 429 is waited out.
 
-Retry policy. The gateway's outbox owns delivery retries (DESIGN §3), so the Web API client
+Retry policy. The gateway's outbox owns delivery retries, so the Web API client
 is built with no slack_sdk retry handlers at all: neither its rate-limit handler nor its
 connection-error handler, which could post a message twice when a reply was lost after Slack
 stored the post. Every failure becomes a :class:`ChannelSendError`:

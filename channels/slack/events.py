@@ -1,6 +1,6 @@
 """Slack events and slash commands to :class:`InboundMessage`: which ones count, and how.
 
-Rules (DESIGN §10, the Slack issue):
+Rules:
 - DMs always count. In channels a message counts when it mentions the bot, when
   ``requireMention`` is off, or when it is a reply in a thread the bot takes part in (one it
   was mentioned in or posted to), so a conversation in a thread needs no mention per message.

@@ -1,4 +1,4 @@
-"""Configuration of the built-in web chat (DESIGN §2, ``channels.webchat``)."""
+"""Configuration of the built-in web chat (``channels.webchat``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bearer-token authentication for the HTTP API (DESIGN §9)."""
+"""Bearer-token authentication for the HTTP API."""
 
 from __future__ import annotations
 

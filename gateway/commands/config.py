@@ -1,4 +1,4 @@
-"""``herald config check|show``."""
+"""``herald config check|show|schema``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def add_commands(subparsers: Any) -> None:
     show.add_argument("--config", "-c", help="config file (.json5, .json or .toml)")
     show.add_argument("--format", choices=("json5", "json", "toml"), default="json5")
     show.set_defaults(func=show_config)
+    schema = sub.add_parser(
+        "schema", help="print the configuration's JSON Schema (for editor completion)"
+    )
+    schema.set_defaults(func=print_schema)
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -39,4 +43,18 @@ def show_config(args: argparse.Namespace) -> int:
     loaded = load_settings(args.config, environ=os.environ)
     text = render_settings(loaded, args.format)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def print_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema of the config file's keys (camelCase, as files write them), for
+    editors: ``"$schema"`` in a JSON file, or a YAML/TOML language server's settings."""
+    import orjson
+
+    from gateway.settings import HeraldSettings
+
+    schema = HeraldSettings.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Herald configuration"
+    sys.stdout.write(orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0

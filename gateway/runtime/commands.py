@@ -1,4 +1,4 @@
-"""Chat commands (DESIGN §10): ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
+"""Chat commands: ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
 ``/stop``, ``/compact``, ``/new`` and ``/help``.
 
 Parsing only; the gateway carries them out. Text that does not start with one of these

@@ -1,4 +1,4 @@
-"""Session keys (DESIGN §7): built and parsed here, nowhere else.
+"""Session keys: built and parsed here, nowhere else.
 
 Forms::
 
@@ -213,7 +213,7 @@ class SessionKey:
                     return cls(agent_id, "channel", channel=channel, subject=chat, thread_id=thread)
         except InvalidIdError as exc:
             raise SessionKeyError(raw, str(exc)) from None
-        raise SessionKeyError(raw, "not one of the session key forms of DESIGN §7")
+        raise SessionKeyError(raw, "not one of the session key forms")
 
     # -- views ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Where transcripts live (DESIGN §7) and how an archived one is named.
+"""Where transcripts live and how an archived one is named.
 
 ``<stateDir>/agents/<agentId>/sessions/<sessionId>.jsonl``; archived:
 ``<sessionId>.jsonl.deleted.<UTC ISO-8601 with ':' → '-'>``, e.g.

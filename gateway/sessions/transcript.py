@@ -1,4 +1,4 @@
-"""The transcript format (DESIGN §7): building lines, reading them back, repairing a torn tail.
+"""The transcript format: building lines, reading them back, repairing a torn tail.
 
 One JSON object per line, UTF-8, serialised with orjson. Line 1 is the header::
 

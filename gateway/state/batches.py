@@ -103,6 +103,44 @@ class BatchesTable:
 
         return await self._db.write(run)
 
+    async def claim(
+        self, batch_id: str, now: float, *, timed_out: bool
+    ) -> tuple[BatchRecord, builtins.list[str]] | None:
+        """Start the batch's follow-up if it is ``waiting`` and every run of it is final — or,
+        ``timed_out``, whatever its runs' state (the live ones leave the batch): the batch
+        becomes ``following`` and is returned with the runs that left it. None when it is
+        not due, or another caller claimed it first. One transaction: the check and the
+        claim cannot be split by a run ending or a second caller."""
+
+        def run(conn: sqlite3.Connection) -> tuple[BatchRecord, builtins.list[str]] | None:
+            batch = _find(conn, batch_id)
+            if batch is None or batch.state != "waiting":
+                return None
+            marks, ids = in_clause(batch.run_ids)
+            live = [
+                str(row[0])
+                for row in conn.execute(
+                    f"SELECT run_id FROM runs WHERE run_id IN {marks} AND batch_id = ?"
+                    f" AND status NOT IN {_FINAL_MARKS}",
+                    [*ids, batch_id, *_FINISHED],
+                )
+            ]
+            if live and not timed_out:
+                return None
+            if live:
+                live_marks, live_ids = in_clause(live)
+                conn.execute(
+                    f"UPDATE runs SET batch_id = NULL WHERE run_id IN {live_marks}", live_ids
+                )
+            conn.execute(
+                "UPDATE batches SET state = 'following', followup_started_at = ?"
+                " WHERE batch_id = ?",
+                (now, batch_id),
+            )
+            return _get(conn, batch_id), live
+
+        return await self._db.write(run)
+
     async def detach_live(self, batch_id: str) -> builtins.list[str]:
         """Take the batch's runs that are still live out of it (its timeout passed): they
         announce and complete on their own later. Returns their ids."""

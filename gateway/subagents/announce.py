@@ -213,9 +213,10 @@ class Announcer:
         return run
 
     async def _settled(self, run: RunRecord) -> None:
-        """The run is final: archive its child, then hand its result on."""
-        await self.settle_archive(run)
+        """The run is final: hand its result on (a batch's follow-up waits on it, nothing
+        waits on the archive), then archive its child."""
         await self._completed(run)
+        await self.settle_archive(run)
 
     async def _completed(self, run: RunRecord) -> None:
         try:

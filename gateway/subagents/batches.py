@@ -148,7 +148,9 @@ class BatchCoordinator:
 
     def _due(self, batch_id: str) -> None:
         self._timers.pop(batch_id, None)
-        self._start(batch_id, timed_out=True)
+        task = asyncio.ensure_future(self._claim(batch_id, timed_out=True))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def hand_on(self, run: RunRecord) -> None:
         """Where a final run's result goes: its batch, its waiter (woken by the run feed),
@@ -169,36 +171,33 @@ class BatchCoordinator:
 
     async def run_final(self, batch_id: str) -> None:
         """A run of the batch is final: start the follow-up once all of them are."""
-        batch = await self._db.batches.get(batch_id)
-        if batch is None or batch.state != "waiting":
-            return
-        runs = await self._db.batches.runs_of(batch)
-        if all(run.finished for run in runs):
-            self._start(batch_id, timed_out=False)
+        if batch_id not in self._started:
+            await self._claim(batch_id, timed_out=False)
 
-    def _start(self, batch_id: str, *, timed_out: bool) -> None:
+    async def _claim(self, batch_id: str, *, timed_out: bool) -> None:
+        try:
+            claimed = await self._db.batches.claim(batch_id, self._clock(), timed_out=timed_out)
+        except Exception:
+            logger.exception("batch follow-up could not be started", extra={"batch": batch_id})
+            return
+        if claimed is None:
+            return
+        batch, left = claimed
+        if timed_out:
+            logger.info("batch timed out", extra={"batch": batch_id, "live": len(left)})
+        await self._dispatch(batch, timed_out=timed_out)
+
+    async def _dispatch(self, batch: BatchRecord, *, timed_out: bool) -> None:
+        """Queue the follow-up of a ``following`` batch (once in this process): a turn on the
+        requester's session lane, or the yielded run resumed."""
+        batch_id = batch.batch_id
         if batch_id in self._started:
             return
         self._started.add(batch_id)
         timer = self._timers.pop(batch_id, None)
         if timer is not None:
             timer.cancel()
-        task = asyncio.ensure_future(self._queue(batch_id, timed_out))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _queue(self, batch_id: str, timed_out: bool) -> None:
         try:
-            batch = await self._db.batches.get(batch_id)
-            if batch is None or batch.state == "done":
-                return
-            if batch.state == "waiting":
-                if timed_out:
-                    left = await self._db.batches.detach_live(batch_id)
-                    logger.info("batch timed out", extra={"batch": batch_id, "live": len(left)})
-                batch = await self._db.batches.update(
-                    batch_id, state="following", followup_started_at=self._clock()
-                )
             if batch.run_id is not None:
                 await self._resume(batch, timed_out)
                 return
@@ -296,7 +295,7 @@ class BatchCoordinator:
         for batch in batches:
             if batch.state == "following":
                 self._resumed.add(batch.batch_id)
-                self._start(batch.batch_id, timed_out=False)
+                await self._dispatch(batch, timed_out=False)
             else:
                 self._arm(batch)
                 await self.run_final(batch.batch_id)

@@ -1,4 +1,4 @@
-"""Agent tools: one registry, the built-in tools, and the tool policy (DESIGN §5)."""
+"""Agent tools: one registry, the built-in tools, and the tool policy."""
 
 from gateway.tools.base import ServiceKey, Tool, ToolContext, ToolOutput, ToolParams
 from gateway.tools.defaults import default_registry

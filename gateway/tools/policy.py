@@ -1,4 +1,4 @@
-"""Tool policy (DESIGN §5): which tools a session may see and call.
+"""Tool policy: which tools a session may see and call.
 
 Each policy layer (a ``ToolPolicyConfig``) is applied to the registry's names on its own:
 

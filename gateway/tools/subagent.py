@@ -2,7 +2,7 @@
 
 Both return an output with ``ends_run=True``; the runtime stops the loop after the call and
 takes the run's result from ``data``: ``{"result": …}`` or ``{"error": …}``. Without them
-the last assistant text is the result (DESIGN §5). The policy offers them to sub-agent
+the last assistant text is the result. The policy offers them to sub-agent
 sessions only; they refuse to run anywhere else as a second line of defence.
 """
 

@@ -1,4 +1,4 @@
-"""Cost and the announce stats line (gateway/usage.py, DESIGN §8)."""
+"""Cost and the announce stats line (gateway/usage.py)."""
 
 from __future__ import annotations
 

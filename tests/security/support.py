@@ -15,7 +15,7 @@ RAW_GUARD_SECONDS = 10
 #: How much of a secret counts as a leak when it shows up on its own (a truncated echo).
 SECRET_PREFIX_CHARS = 12
 
-#: ``<state>/agents/<id>/sessions/<uuid>.jsonl`` and its archived form (DESIGN §7).
+#: ``<state>/agents/<id>/sessions/<uuid>.jsonl`` and its archived form.
 TRANSCRIPT_RE = re.compile(
     r"agents/(?P<agent>[a-z0-9][a-z0-9_-]{0,63})/sessions/"
     r"(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl"

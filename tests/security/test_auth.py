@@ -1,10 +1,10 @@
-"""The bearer token on a real ``herald run`` (DESIGN §9): every route of the app the daemon
+"""The bearer token on a real ``herald run``: every route of the app the daemon
 builds, called without a token, with wrong and nearly-right tokens, and with the right one.
 
 The daemon runs with ``gateway.auth.token`` set, the web chat enabled and Slack in HTTP mode
 against the fake Slack, so every channel route exists. The routes are read from an app
 built exactly as the daemon builds it (``build_app`` + ``prepare_app``), joined with the
-paths of ``/openapi.json`` when the daemon serves it and the routes DESIGN §9 pins.
+paths of ``/openapi.json`` when the daemon serves it and the routes the README documents.
 Public: ``/healthz``, ``/readyz``, the web chat page and its assets, and ``/slack/events``
 (which answers to Slack's signature instead: the bearer token does not replace it).
 """
@@ -35,7 +35,7 @@ TOKEN = "Zq8-auth-token-4c1f9e7d2b6a"
 #: Values for path parameters: each route must answer without the token being needed to
 #: find out that the value names nothing.
 SAMPLES = {"runId": "no-such-run", "sessionKey": "agent:main:main"}
-#: Routes DESIGN §9 pins, whether or not this build serves them yet.
+#: Routes the README documents, whether or not this build serves them yet.
 PINNED = [("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/v1/sessions")]
 #: Paths that try to reach an API route through a public prefix or by odd spelling.
 TRICKS = [

@@ -1,5 +1,5 @@
 """Path traversal: nothing from a chat, a session key, a label, an agent id or an HTTP path
-becomes part of a file path unnormalised (DESIGN §7).
+becomes part of a file path unnormalised.
 
 One gateway takes hostile ids from every door: inbound messages on channels named like
 the real ones (chat ids, Slack-style thread ts, DM user ids, web chat client ids),

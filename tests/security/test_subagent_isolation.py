@@ -1,4 +1,4 @@
-"""A sub-agent stays in its box (DESIGN §4, §5): it is never offered the session tools or
+"""A sub-agent stays in its box: it is never offered the session tools or
 ``exec`` (unless the policy's rules grant ``exec``), every call of one it was not offered
 fails, file paths cannot leave its workspace, and it can never start a nested run — not
 through the model, not through the HTTP API, not by calling the tool directly.

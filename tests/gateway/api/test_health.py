@@ -1,4 +1,4 @@
-"""GET /healthz and GET /readyz (DESIGN §9)."""
+"""GET /healthz and GET /readyz."""
 
 from __future__ import annotations
 

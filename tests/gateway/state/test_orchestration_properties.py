@@ -1,10 +1,12 @@
 """Fan-in invariants of orchestration, over random orders of spawns, yields, completions,
 waits, deliveries and restarts, on the real state database (seed 002's properties).
 
-For every batch: pending + completed = N always, pending only shrinks and completed only
-grows. Every final run's result reaches the requester's model exactly once: its completion
-goes ``pending`` → ``delivered`` or ``pending`` → ``consumed``, never both, never back. A
-final run never changes status, and a second completion of it is refused.
+No session ever has more than ``maxChildrenPerSession`` runs not yet final (the limit is
+checked in the spawn's own transaction). For every batch: pending + completed = N always,
+pending only shrinks and completed only grows. Every final run's result reaches the
+requester's model exactly once: its completion goes ``pending`` → ``delivered`` or
+``pending`` → ``consumed``, never both, never back. A final run never changes status, and a
+second completion of it is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hypothesis.stateful import (
 
 from gateway.state import (
     BatchRecord,
+    ChildLimitError,
     OutboxRecord,
     RecordConflictError,
     RunRecord,
@@ -39,6 +42,8 @@ from gateway.state.pg import PgStateDB
 from tests import postgres
 
 REQUESTER = "agent:main:memory:channel:c1"
+#: ``maxChildrenPerSession`` of the spawns here: small, so that random orders reach it.
+MAX_CHILDREN = 4
 FINAL = ("done", "error", "timeout", "cancelled")
 
 
@@ -118,7 +123,12 @@ class Orchestration(RuleBasedStateMachine):
             origin_account="default",
             origin_chat_id="c1",
         )
-        self.run(self.db.runs.insert(run))
+        live = sum(1 for r in self.runs if r not in self.final)
+        if live >= MAX_CHILDREN:
+            with pytest.raises(ChildLimitError):
+                self.run(self.db.runs.insert(run, max_live_siblings=MAX_CHILDREN))
+            return
+        self.run(self.db.runs.insert(run, max_live_siblings=MAX_CHILDREN))
         self.runs.append(run.run_id)
 
     @rule()
@@ -225,6 +235,12 @@ class Orchestration(RuleBasedStateMachine):
             assert completed >= self.completed_seen[batch_id]  # only grows
             self.pending_seen[batch_id] = pending
             self.completed_seen[batch_id] = completed
+
+    @invariant()
+    def no_session_exceeds_its_live_children(self) -> None:
+        live = self.run(self.db.runs.live_children(REQUESTER))
+        assert live == sum(1 for r in self.runs if r not in self.final)
+        assert live <= MAX_CHILDREN
 
     @invariant()
     def completions_and_finals_are_as_recorded(self) -> None:

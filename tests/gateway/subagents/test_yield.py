@@ -53,6 +53,15 @@ def script() -> dict[str, Any]:
             ],
         },
         {
+            "match": r"^twice$",
+            "reply": "",
+            "toolCalls": [
+                spawn("task: one", "one"),
+                yield_call(message="first yield"),
+                yield_call(message="second yield"),
+            ],
+        },
+        {
             "match": r"^yield alone$",
             "reply": "",
             "toolCalls": [yield_call()],
@@ -158,3 +167,26 @@ async def test_a_yield_with_nothing_pending_says_so_and_the_turn_goes_on(tmp_pat
         await gw.say("yield alone")
         assert (await gw.reply()).text == "nothing: nothing_pending"
         assert await gw.db.batches.open_batches() == []
+
+
+async def test_a_second_yield_in_the_same_turn_is_not_run(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, script=script()) as gw:
+        gate = asyncio.Event()
+        blocker = gw.lanes.subagent.submit(gate.wait)
+        await gw.say("twice")
+        (first,) = await gw.wait_sent(lambda m: m.kind == "reply")
+        assert first.text == "first yield"
+        session = await gw.store.require("agent:main:memory:channel:c1")
+        tools = [
+            m
+            for m in await gw.store.history(session.key, include_tools=True)
+            if m["role"] == "tool"
+        ]
+        assert [t["content"] for t in tools[1:]][
+            -1
+        ] == "sessions_yield: not run, the run already ended"
+        gate.set()
+        await blocker
+        await gw.wait_sent(lambda m: m.kind == "reply", count=2)
+        batches = {run.batch_id for run in await gw.db.runs.list()}
+        assert len(batches) == 1  # one batch, one follow-up

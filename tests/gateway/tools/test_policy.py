@@ -1,4 +1,4 @@
-"""Tool policy (DESIGN §5): tables of cases, seed 001's example, and properties."""
+"""Tool policy: tables of cases, seed 001's example, and properties."""
 
 from __future__ import annotations
 
