@@ -105,12 +105,15 @@ class ChatCommands:
             lines = await self._store.history(run.child_session_key, limit=LOG_MESSAGES)
             text = "\n".join(f"{m.get('role')}: {str(m.get('content'))[:LOG_CHARS]}" for m in lines)
             return text or "The run's transcript is empty."
+        # Counted first: a cancelled run also stops its runs itself, so which stop takes
+        # which descendant is a race; the answer counts every run under it that is stopping.
+        below = await self._db.runs.live_descendants(run.run_id)
         try:
-            stopped = await self._runs.abort_tree(run.run_id)
+            await self._runs.abort_tree(run.run_id)
         except RunFinishedError as exc:
             return str(exc)
         except RunNotFoundError:
             return f"No run {run.run_id}."
-        spawned = len(stopped.descendants)
+        spawned = len(below)
         tail = f" and {spawned} run{'s' if spawned != 1 else ''} it spawned" if spawned else ""
         return f"Stopping sub-agent run {run.run_id[:8]}{tail}."

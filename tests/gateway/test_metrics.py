@@ -200,6 +200,7 @@ async def test_the_wired_gateway_counts_a_run_end_to_end(tmp_path: Path) -> None
         assert run_id is not None
         await gw.delivery(run_id)
         run = await gw.finished(run_id)
+        await gw.runs_idle()  # the run's job counts it once its end is fully recorded
         metrics: Metrics = gw.metrics
         s = parse(await metrics.render(host_of(gw, metrics)))
     assert value(s, "herald_runs_finished_total", status="done", model="test/m1") == 1
