@@ -141,23 +141,6 @@ class BatchesTable:
 
         return await self._db.write(run)
 
-    async def detach_live(self, batch_id: str) -> builtins.list[str]:
-        """Take the batch's runs that are still live out of it (its timeout passed): they
-        announce and complete on their own later. Returns their ids."""
-
-        def run(conn: sqlite3.Connection) -> builtins.list[str]:
-            rows = conn.execute(
-                f"SELECT run_id FROM runs WHERE batch_id = ? AND status NOT IN {_FINAL_MARKS}",
-                [batch_id, *_FINISHED],
-            ).fetchall()
-            ids = [str(row[0]) for row in rows]
-            if ids:
-                marks, items = in_clause(ids)
-                conn.execute(f"UPDATE runs SET batch_id = NULL WHERE run_id IN {marks}", items)
-            return ids
-
-        return await self._db.write(run)
-
     async def finish(
         self, batch_id: str, reply_text: str, ended_at: float, item: OutboxRecord | None
     ) -> BatchRecord:
@@ -170,13 +153,7 @@ class BatchesTable:
             if batch.state == "done":
                 return batch
             if item is not None:
-                try:
-                    conn.execute(
-                        insert_sql("outbox", _OUTBOX_INSERT),
-                        [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise integrity_error("outbox", exc) from exc
+                _insert_item(conn, item)
             marks, ids = in_clause(batch.run_ids)
             conn.execute(
                 f"UPDATE runs SET completion = 'consumed' WHERE run_id IN {marks}"
@@ -212,13 +189,7 @@ class BatchesTable:
                 update["announce_state"] = "held"
             elif item is not None:
                 update["announce_state"] = "queued"
-                try:
-                    conn.execute(
-                        insert_sql("outbox", _OUTBOX_INSERT),
-                        [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise integrity_error("outbox", exc) from exc
+                _insert_item(conn, item)
             assignments, values = update_assignments("runs", update, allowed)
             conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
             return _run(conn, run_id)
@@ -302,13 +273,7 @@ class BatchesTable:
             current = _run(conn, run_id)
             if current.announce_state != "held":
                 return
-            try:
-                conn.execute(
-                    insert_sql("outbox", _OUTBOX_INSERT),
-                    [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
-                )
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("outbox", exc) from exc
+            _insert_item(conn, item)
             conn.execute(
                 "UPDATE runs SET announce_state = 'queued', held = 0 WHERE run_id = ?", (run_id,)
             )
@@ -411,6 +376,17 @@ class BatchesTable:
             return [by_id[i] for i in batch.run_ids if i in by_id]
 
         return await self._db.read(run)
+
+
+def _insert_item(conn: sqlite3.Connection, item: OutboxRecord) -> None:
+    """Queue ``item`` in the outbox inside the caller's transaction."""
+    try:
+        conn.execute(
+            insert_sql("outbox", _OUTBOX_INSERT),
+            [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
+        )
+    except sqlite3.IntegrityError as exc:
+        raise integrity_error("outbox", exc) from exc
 
 
 def _find(conn: sqlite3.Connection, batch_id: str) -> BatchRecord | None:

@@ -32,7 +32,12 @@ from gateway.delivery import Outbox
 from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
 from gateway.state import BatchRecord, Origin, OutboxRecord, RunRecord, SessionRecord, StateDB
-from gateway.subagents.completions import FOLLOWUP_KIND, Completions, followup_text
+from gateway.subagents.completions import (
+    FOLLOWUP_KIND,
+    Completions,
+    followup_text,
+    has_meta_line,
+)
 from gateway.usage import format_batch_stats_line, sum_usage
 from lanes import Lane, LaneClosed
 
@@ -325,8 +330,4 @@ async def _no_expiry(run_id: str) -> None:
 
 def followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:
     """Whether a transcript holds ``batch_id``'s follow-up message already."""
-    for record in records:
-        meta = record.get("meta")
-        if isinstance(meta, dict) and meta.get("batchId") == batch_id:
-            return True
-    return False
+    return has_meta_line(records, FOLLOWUP_KIND, "batchId", batch_id)

@@ -93,17 +93,19 @@ def completion_message(run: RunRecord) -> Injected:
     return Injected(message, {"kind": COMPLETION_KIND, "runId": run.run_id})
 
 
-def has_completion_line(records: Iterable[dict[str, object]], run_id: str) -> bool:
-    """Whether a transcript already holds ``run_id``'s completion."""
+def has_meta_line(records: Iterable[dict[str, object]], kind: str, key: str, value: str) -> bool:
+    """Whether a transcript holds a written-in message of ``kind`` whose meta ``key`` is
+    ``value`` (a completion's run, a follow-up's batch): the check before writing it again."""
     for record in records:
         meta = record.get("meta")
-        if (
-            isinstance(meta, dict)
-            and meta.get("runId") == run_id
-            and meta.get("kind") == COMPLETION_KIND
-        ):
+        if isinstance(meta, dict) and meta.get("kind") == kind and meta.get(key) == value:
             return True
     return False
+
+
+def has_completion_line(records: Iterable[dict[str, object]], run_id: str) -> bool:
+    """Whether a transcript already holds ``run_id``'s completion."""
+    return has_meta_line(records, COMPLETION_KIND, "runId", run_id)
 
 
 class Completions:
