@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from tests.fakes.slack import BOT_TOKEN, BOT_USER_ID, SIGNING_SECRET, FakeSlack, Post
-from tests.gateway.daemon_process import HERALD, HANG_GUARD_SECONDS, Daemon, clean_env, free_port
+from tests.gateway.daemon_process import HANG_GUARD_SECONDS, HERALD, Daemon, clean_env, free_port
 
 #: The channel every batch is asked in (each top-level mention starts a thread: a session).
 CHANNEL = "C1"
