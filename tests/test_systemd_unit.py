@@ -200,7 +200,7 @@ def test_the_replica_template_is_the_unit_plus_a_port_and_a_replica_name() -> No
     assert replica["Environment"] == [
         *service["Environment"],
         "HERALD_GATEWAY__PORT=%i",
-        "HERALD_CLUSTER__REPLICAID=%H-%i",
+        "HERALD_CLUSTER__REPLICA_ID=%H-%i",
     ]
     assert replica["User"] == ["herald"]
     assert template["Install"] == unit["Install"]
@@ -212,7 +212,7 @@ def test_the_replica_template_is_the_unit_plus_a_port_and_a_replica_name() -> No
 
 
 def test_the_template_environment_sets_the_port_and_the_replica_id() -> None:
-    environ = {"HERALD_GATEWAY__PORT": "8788", "HERALD_CLUSTER__REPLICAID": "host-8788"}
+    environ = {"HERALD_GATEWAY__PORT": "8788", "HERALD_CLUSTER__REPLICA_ID": "host-8788"}
     settings = load_settings(CLUSTER_EXAMPLE, environ={**environ, **CLUSTER_SECRETS}).settings
 
     assert settings.gateway.port == 8788

@@ -127,7 +127,7 @@ class Cluster:
     async def start(self, index: int) -> Daemon:
         env = clean_env(
             HERALD_GATEWAY__PORT=str(self.ports[index]),
-            HERALD_CLUSTER__REPLICAID=self.replica_id(index),
+            HERALD_CLUSTER__REPLICA_ID=self.replica_id(index),
         )
         process = await asyncio.create_subprocess_exec(
             *HERALD,
