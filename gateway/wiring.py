@@ -119,6 +119,9 @@ class SessionLockPool(Protocol):
     """What the wiring needs of :class:`gateway.cluster.locks.SessionLocks` (imported only
     in a cluster, with psycopg)."""
 
+    @property
+    def held(self) -> frozenset[str]: ...
+
     def guard(self, key: Hashable) -> AbstractAsyncContextManager[None]: ...
 
     async def close(self) -> None: ...
@@ -275,6 +278,11 @@ class AppParts:
     @property
     def providers(self) -> ProviderRegistry:
         return self.app[PROVIDERS]
+
+    @property
+    def cluster(self) -> ClusterParts | None:
+        """This replica's cluster parts (None: not in a cluster)."""
+        return self.app.get(CLUSTER)
 
     @property
     def outbox(self) -> Outbox:
