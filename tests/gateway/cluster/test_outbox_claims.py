@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from channels import Channel
 from channels.slack import SlackChannel, SlackConfig
 from gateway.delivery import UNCERTAIN, Outbox
 from gateway.state import OutboxRecord
@@ -95,7 +96,7 @@ async def test_a_send_a_dead_replica_cut_off_is_looked_up_by_a_survivor_not_rese
         assert cut is not None
         assert (cut.state, cut.claimed_by) == ("sending", "ghost")
 
-        survivor_slack = {"slack": slack(fake_slack)}
+        survivor_slack: dict[str, Channel] = {"slack": slack(fake_slack)}
         async with replica(tmp_path, pg_url, "survivor", channels=survivor_slack) as survivor:
             assert survivor.cluster is not None
             beats = survivor.cluster.heartbeat.beats
@@ -130,14 +131,16 @@ async def test_a_replica_starting_reopens_its_own_cut_off_sends_only(
     async with replica(tmp_path, pg_url, "alive") as alive:
         mine, _ = await queued_announce(alive.db, text="mine")
         theirs, _ = await queued_announce(alive.db, text="theirs")
-        assert mine.id is not None and theirs.id is not None
+        assert mine.id is not None
+        assert theirs.id is not None
         # Both left "sending": "r2" by its previous life, "alive" now (it still runs).
         await alive.db.outbox.update(mine.id, state="sending", claimed_by="r2")
         await alive.db.outbox.update(theirs.id, state="sending", claimed_by="alive")
         async with replica(tmp_path, pg_url, "r2") as r2:
             reopened = await r2.db.outbox.get(mine.id)
             untouched = await r2.db.outbox.get(theirs.id)
-        assert reopened is not None and untouched is not None
+        assert reopened is not None
+        assert untouched is not None
         # Its own: looked up before any resend (the memory chat cannot tell: at most once).
         assert (reopened.state, reopened.last_error) == ("failed", UNCERTAIN)
         assert (untouched.state, untouched.claimed_by) == ("sending", "alive")
