@@ -86,6 +86,9 @@ class SessionLocks:
             max_size=size,
             open=False,
             name="herald-session-locks",
+            # A connection the server dropped while idle (a restart) is replaced on the way
+            # out of the pool, not found broken by the lock statement.
+            check=AsyncConnectionPool.check_connection,
             kwargs={"autocommit": True, "application_name": name},
         )
         self._held: dict[str, int] = {}
@@ -156,7 +159,7 @@ class SessionLocks:
                 if attempt:
                     logger.info("session lock taken after the database came back")
                 return conn
-            except (psycopg.OperationalError, PoolTimeout) as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
                 attempt += 1
                 if conn is not None:
                     await self._discard(conn)
