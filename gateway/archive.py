@@ -7,7 +7,10 @@ UTC). At :meth:`ArchiveScheduler.start` it rebuilds from the database: sessions 
 due are archived at once in one batch (:meth:`SessionStore.archive_many` — no scheduler job
 for each of them), the rest get a job each. Jobs never expire as missed
 (``misfire_grace_time=None``): a job that fires late, say after the machine slept, still
-archives. ``archiveAfterMinutes: 0`` disables the scheduler: nothing is scheduled or
+archives. Each archive is claimed in the state database before its rename, so when several
+replicas (each with its own schedule) archive one session, one renames it; a cluster also
+sweeps what fell due after each heartbeat (:meth:`ArchiveScheduler.take_over`).
+``archiveAfterMinutes: 0`` disables the scheduler: nothing is scheduled or
 archived by it (explicit archives, e.g. ``cleanup: "delete"``, still work through
 :meth:`ArchiveScheduler.archive_now` or the store). A reload changes the delay through
 :meth:`ArchiveScheduler.reconfigure`; turning auto-archive on rebuilds the schedule then.
@@ -91,6 +94,9 @@ class ArchiveScheduler:
             return 0
         self._started = True
         self._scheduler.start()
+        # Before anything else claims: archives a crash cut off between claim and record.
+        for key, path in (await self._store.heal_archive_claims()).items():
+            self._notify(key, path)
         if not self.enabled:
             log.info("auto-archive disabled (archiveAfterMinutes is 0)")
             return 0
@@ -120,6 +126,21 @@ class ArchiveScheduler:
         log.info(
             "auto-archive started: %d overdue archived, %d scheduled", len(results), len(pending)
         )
+        return len(results)
+
+    async def take_over(self, cutoff: float) -> int:
+        """In a cluster, after each heartbeat: finish the archives replicas dead at
+        ``cutoff`` claimed and never recorded, and archive what is due (a session a dead
+        replica scheduled has no job here). The claims keep each archive to one replica.
+        Returns how many it archived."""
+        if self._stopped or not self._started:
+            return 0
+        results = await self._store.heal_archive_claims(own=False, cutoff=cutoff)
+        if self.enabled:
+            results |= await self._store.archive_due(self._clock())
+        for key, path in results.items():
+            self._remove_job(key)
+            self._notify(key, path)
         return len(results)
 
     async def schedule(self, key: str, due_at: float | None = None) -> float | None:

@@ -33,6 +33,13 @@ SESSION_LANE_WIDTH: Final = 1024
 SESSION_LANE_MAX_QUEUED: Final = 10_000
 #: Turns waiting for a ``main`` slot: at most one per session holding its lane.
 MAIN_LANE_MAX_QUEUED: Final = SESSION_LANE_WIDTH
+#: The session lane's width in a cluster, where each held turn also holds a PostgreSQL
+#: connection for its session's lock: 32 a replica leaves room for a few replicas within
+#: PostgreSQL's default ``max_connections`` (100) once raised a little; turns past it wait.
+CLUSTER_SESSION_LANE_WIDTH: Final = 32
+#: The message a turn is cancelled with when its session's lock was lost with its database
+#: connection (another replica may be writing the session now).
+SESSION_LOCK_LOST: Final = "session lock lost"
 
 #: Files under the state directory.
 STATE_DB_NAME: Final = "herald.db"

@@ -1,9 +1,14 @@
-"""One gateway per state directory, and a port taken before anything starts.
+"""One gateway per state directory (one per replica id in a cluster), and a port taken
+before anything starts.
 
 Two gateways on one state directory would both recover the same runs and announce them
 twice, so ``herald run`` holds an exclusive ``flock`` on ``<stateDir>/herald.lock`` for its
 whole life (the kernel drops it when the process dies, ``kill -9`` included; the file itself
-is left behind harmlessly). A second start is refused with the holder's pid. The listening
+is left behind harmlessly). A second start is refused with the holder's pid. Replicas of a
+cluster share the state directory and coordinate through the database, so each locks
+``<stateDir>/replicas/<replicaId>.lock`` instead: another replica id starts, the same one is
+refused. (``flock`` reaches other hosts only on a filesystem that passes it on, as NFSv4
+does.) The listening
 socket is bound before the app starts too, so a port in use is one readable line and no
 run was recovered or started by a gateway that cannot serve.
 """
@@ -14,23 +19,30 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Final
 
 LOCK_NAME: Final = "herald.lock"
+#: Where replicas of a cluster keep their locks, one file per replica id.
+REPLICAS_DIR: Final = "replicas"
+#: A replica's lock file name: an id normalised by the caller (never a raw one in a path).
+_REPLICA_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: The state directory's mode when this creates it (owner only, as the sessions' folders).
 DIR_MODE: Final = 0o700
 
 
 class AlreadyRunningError(Exception):
-    """Another gateway holds the state directory's lock."""
+    """Another gateway holds the state directory's lock (or this replica id's)."""
 
-    def __init__(self, state_dir: Path, pid: int | None) -> None:
+    def __init__(self, state_dir: Path, pid: int | None, replica: str | None = None) -> None:
         self.state_dir = state_dir
         self.pid = pid
+        self.replica = replica
         held_by = f"pid {pid}" if pid is not None else "another process"
-        super().__init__(f"already running ({held_by}) on state directory {state_dir}")
+        what = "already running" if replica is None else f"replica {replica} already running"
+        super().__init__(f"{what} ({held_by}) on state directory {state_dir}")
 
 
 class PortInUseError(Exception):
@@ -63,18 +75,29 @@ class InstanceLock:
             self._fd = None
 
 
-def acquire(state_dir: Path) -> InstanceLock:
-    """Lock ``state_dir`` for this process (creating it 0700 if needed); raise
+def lock_path(state_dir: Path, replica: str | None = None) -> Path:
+    """The lock file of the state directory, or of replica ``replica`` (a normalised id)."""
+    if replica is None:
+        return state_dir / LOCK_NAME
+    if not _REPLICA_NAME.fullmatch(replica):
+        raise ValueError(f"replica lock name {replica!r:.80} is not a normalised id")
+    return state_dir / REPLICAS_DIR / f"{replica}.lock"
+
+
+def acquire(state_dir: Path, replica: str | None = None) -> InstanceLock:
+    """Lock ``state_dir`` for this process (creating it 0700 if needed), or with
+    ``replica`` (a normalised replica id) that replica's lock in it; raise
     :class:`AlreadyRunningError` when another process holds it."""
     state_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    path = state_dir / LOCK_NAME
+    path = lock_path(state_dir, replica)
+    path.parent.mkdir(mode=DIR_MODE, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _read_pid(fd)
         os.close(fd)
-        raise AlreadyRunningError(state_dir, holder) from None
+        raise AlreadyRunningError(state_dir, holder, replica) from None
     except BaseException:
         os.close(fd)
         raise

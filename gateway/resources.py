@@ -3,9 +3,9 @@
 Each sets up its part before ``yield`` and stores it under its key (:mod:`gateway.wiring`);
 teardown runs in reverse by itself::
 
-    state (database, sessions) → providers → tools → lanes → archive → outbox
-      → sub-agents → chat → reload listener → channels (connect; then deliveries and
-      recovery start)
+    state (database, sessions) → cluster (session locks, heartbeat; in a cluster only)
+      → providers → tools → lanes → archive → outbox → sub-agents → chat
+      → reload listener → channels (connect; then deliveries and recovery start)
 
 A clean stop is :func:`drain`, an ``on_shutdown`` hook that runs before any teardown while
 every channel is still connected: stop chat intake and drain turns, finish or park
@@ -25,6 +25,7 @@ from channels import Channel
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
+from gateway.cluster import Heartbeat
 from gateway.delivery import Outbox, Replier
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, Router
@@ -54,6 +55,7 @@ from gateway.tools import ServiceKey
 from gateway.wiring import (
     ARCHIVE,
     CHAT,
+    CLUSTER,
     CONFIG_DIR,
     CONTEXTS,
     CONVERSATIONS,
@@ -70,10 +72,12 @@ from gateway.wiring import (
     TOOLS,
     TURN_FACTORY,
     ChatParts,
+    ClusterParts,
     Lanes,
     SubagentParts,
     ToolBox,
     channels_of,
+    refreshing_guard,
     settings_of,
     tool_services,
 )
@@ -88,7 +92,9 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
     settings = settings_of(app)
     state_dir = settings.gateway.resolved_state_dir()
     db = await open_state(settings)
-    store = SessionStore(state_dir, db)
+    cluster = settings.cluster.database_url is not None
+    replica = settings.cluster.resolved_replica_id() if cluster else None
+    store = SessionStore(state_dir, db, replica_id=replica)
     app[STATE] = db
     app[SESSION_STORE] = store
     app[RUN_RECORDS] = db.runs
@@ -103,6 +109,37 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
     finally:
         await store.aclose()
         await db.close()
+
+
+async def _cluster(app: web.Application) -> AsyncIterator[None]:
+    """In a cluster: the session locks and this replica's heartbeat (registered before it
+    claims anything). Nothing without ``cluster.databaseUrl``."""
+    settings = settings_of(app)
+    url = settings.cluster.database_url
+    if url is None:
+        yield
+        return
+    from gateway.cluster.locks import SessionLocks  # psycopg: only in a cluster
+    from gateway.constants import CLUSTER_SESSION_LANE_WIDTH
+
+    replica, timing = settings.cluster.resolved_replica_id(), app[TIMING]
+    locks = SessionLocks(
+        url.get_secret_value(), size=CLUSTER_SESSION_LANE_WIDTH, replica_id=replica
+    )
+    heartbeat = Heartbeat(
+        app[STATE],
+        replica,
+        interval=timing.replica_heartbeat_seconds,
+        dead_after=timing.replica_dead_seconds,
+    )
+    await locks.open()
+    try:
+        await heartbeat.start()
+        app[CLUSTER] = ClusterParts(replica, locks, heartbeat)
+        yield
+    finally:
+        await heartbeat.stop()
+        await locks.close()
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
@@ -142,7 +179,12 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _lanes(app: web.Application) -> AsyncIterator[None]:
-    lanes = app[LANES] = Lanes.from_settings(settings_of(app))
+    cluster = app.get(CLUSTER)
+    guard = None
+    if cluster is not None:  # a session's turns hold its lock on every replica
+        forget = (app[STATE].sessions.forget, app[CONVERSATIONS].histories.forget)
+        guard = refreshing_guard(cluster.locks.guard, *forget)
+    lanes = app[LANES] = Lanes.from_settings(settings_of(app), session_guard=guard)
     app[METRICS].watch_lanes(lanes.all())
     try:
         yield
@@ -157,6 +199,9 @@ async def _archive(app: web.Application) -> AsyncIterator[None]:
         archive_after_minutes=settings_of(app).agent.subagents.archive_after_minutes,
     )
     await archive.start()
+    cluster = app.get(CLUSTER)
+    if cluster is not None:
+        cluster.heartbeat.add_reaper(archive.take_over)
     try:
         yield
     finally:
@@ -165,8 +210,23 @@ async def _archive(app: web.Application) -> AsyncIterator[None]:
 
 async def _outbox(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
-    outbox = Outbox(app[STATE], channels_of(app), base_delay=app[TIMING].outbox_base_delay)
+    cluster, timing, db = app.get(CLUSTER), app[TIMING], app[STATE]
+    outbox = Outbox(
+        db,
+        channels_of(app),
+        base_delay=timing.outbox_base_delay,
+        replica_id=cluster.replica_id if cluster is not None else None,
+        poll_seconds=timing.outbox_poll_seconds if cluster is not None else None,
+    )
     app[OUTBOX] = outbox
+    if cluster is not None:
+
+        async def reopen_dead(cutoff: float) -> None:
+            if await db.outbox.reopen_dead(cutoff):
+                logger.warning("outbox: sends of a dead replica reopened; asking their chats")
+                outbox.kick()
+
+        cluster.heartbeat.add_reaper(reopen_dead)
     outbox.subscribe(metrics.outbox_listener)
     for listener in app[DELIVERY_LISTENERS]:
         outbox.subscribe(listener)
@@ -357,6 +417,7 @@ async def _reload(app: web.Application) -> AsyncIterator[None]:
 #: Every resource, in start-up order.
 RESOURCES: tuple[Resource, ...] = (
     _state,
+    _cluster,
     _providers,
     _tools,
     _lanes,

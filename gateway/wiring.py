@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -18,7 +19,9 @@ from channels import Channel, SeenKeys
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
+from gateway.cluster import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat
 from gateway.constants import (
+    CLUSTER_SESSION_LANE_WIDTH,
     MAIN_LANE,
     MAIN_LANE_MAX_QUEUED,
     SESSION_LANE,
@@ -28,6 +31,7 @@ from gateway.constants import (
 )
 from gateway.delivery import DeliveryListener, Outbox
 from gateway.delivery.outbox import BASE_DELAY as OUTBOX_BASE_DELAY
+from gateway.delivery.outbox import CLUSTER_POLL_SECONDS
 from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
@@ -46,7 +50,7 @@ from gateway.subagents import (
     register_session_tools,
 )
 from gateway.tools import ServiceKey, ToolRegistry, default_registry
-from lanes import Lane
+from lanes import KeyGuard, Lane
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +66,18 @@ class Lanes:
     session: Lane
 
     @classmethod
-    def from_settings(cls, settings: HeraldSettings) -> Lanes:
+    def from_settings(
+        cls, settings: HeraldSettings, *, session_guard: KeyGuard | None = None
+    ) -> Lanes:
+        """The lanes; ``session_guard`` (a cluster's session locks) is held around each job
+        of the session lane, whose width then is the locks' connection count."""
+        width = SESSION_LANE_WIDTH if session_guard is None else CLUSTER_SESSION_LANE_WIDTH
         return cls(
             main=Lane(MAIN_LANE, settings.agent.max_concurrent, max_queued=MAIN_LANE_MAX_QUEUED),
             subagent=Lane(SUBAGENT_LANE, settings.agent.subagents.max_concurrent),
-            session=Lane(SESSION_LANE, SESSION_LANE_WIDTH, max_queued=SESSION_LANE_MAX_QUEUED),
+            session=Lane(
+                SESSION_LANE, width, max_queued=SESSION_LANE_MAX_QUEUED, key_guard=session_guard
+            ),
         )
 
     def apply(self, settings: HeraldSettings) -> None:
@@ -97,6 +108,46 @@ class Timing:
 
     outbox_base_delay: float = OUTBOX_BASE_DELAY
     provider_retry: RetryPolicy | None = None
+    #: In a cluster: how often the outbox looks for items other replicas queued.
+    outbox_poll_seconds: float = CLUSTER_POLL_SECONDS
+    #: In a cluster: seconds between heartbeats, and of silence after which a replica is dead.
+    replica_heartbeat_seconds: float = HEARTBEAT_SECONDS
+    replica_dead_seconds: float = DEAD_AFTER_SECONDS
+
+
+class SessionLockPool(Protocol):
+    """What the wiring needs of :class:`gateway.cluster.locks.SessionLocks` (imported only
+    in a cluster, with psycopg)."""
+
+    @property
+    def held(self) -> frozenset[str]: ...
+
+    def guard(self, key: Hashable) -> AbstractAsyncContextManager[None]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterParts:
+    """This replica's part in a cluster: its name, its session locks, its heartbeat."""
+
+    replica_id: str
+    locks: SessionLockPool
+    heartbeat: Heartbeat
+
+
+def refreshing_guard(guard: KeyGuard, *forget: Callable[[str], None]) -> KeyGuard:
+    """``guard``, then ``forget(key)`` of each cache of the session once it is held: another
+    replica may have written the session since this process last read it."""
+
+    @asynccontextmanager
+    async def enter(key: Hashable) -> AsyncIterator[None]:
+        async with guard(key):
+            for drop in forget:
+                drop(str(key))
+            yield
+
+    return enter
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +198,8 @@ OUTBOX = web.AppKey("outbox", Outbox)
 SUBAGENTS = web.AppKey("subagents", SubagentParts)
 CHAT = web.AppKey("chat", ChatParts)
 TIMING = web.AppKey("timing", Timing)
+#: Set in a cluster only (``cluster.databaseUrl``).
+CLUSTER = web.AppKey("cluster", ClusterParts)
 DELIVERY_LISTENERS = web.AppKey("delivery_listeners", list[DeliveryListener])
 
 
@@ -225,6 +278,11 @@ class AppParts:
     @property
     def providers(self) -> ProviderRegistry:
         return self.app[PROVIDERS]
+
+    @property
+    def cluster(self) -> ClusterParts | None:
+        """This replica's cluster parts (None: not in a cluster)."""
+        return self.app.get(CLUSTER)
 
     @property
     def outbox(self) -> Outbox:

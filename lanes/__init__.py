@@ -13,7 +13,7 @@ from lanes.errors import (
     LaneFullError,
 )
 from lanes.job import JobHandle, JobState
-from lanes.lane import Lane, LaneStats
+from lanes.lane import KeyGuard, Lane, LaneStats
 
 __all__ = [
     "InvalidWidthError",
@@ -21,6 +21,7 @@ __all__ = [
     "JobHandle",
     "JobNotFinishedError",
     "JobState",
+    "KeyGuard",
     "Lane",
     "LaneClosed",
     "LaneError",

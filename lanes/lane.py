@@ -13,6 +13,11 @@ jobs and holds it for the body, in the caller's own task. A job on one lane may 
 slot of another (the gateway's "session lane, then main lane"); acquiring lanes always in
 the same order (session, then main) cannot deadlock. A job may also ``submit`` to another
 lane and await the handle, but then cancelling the outer job does not cancel the inner.
+
+Keys beyond this process: ``key_guard(key)``, when given, is an async context manager
+entered around each keyed job (and keyed slot) once it starts, and left when it ends: a lock
+shared with other processes, say. Entering it counts as part of the job (it holds a place
+on the lane while it waits); an error entering or leaving it is the job's error.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +38,9 @@ from lanes.job import JobHandle, JobState
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Makes the context manager entered around each keyed job (see the module docstring).
+KeyGuard = Callable[[Hashable], AbstractAsyncContextManager[None]]
 
 QUEUED = JobState.QUEUED
 RUNNING = JobState.RUNNING
@@ -68,8 +77,9 @@ class Lane:
 
     ``max_queued`` bounds the jobs waiting to start (None: no bound); past it ``submit``
     raises ``LaneFullError``. ``on_wait`` is called with each started job's queue wait in
-    seconds (e.g. to feed a histogram); an error in it is logged, never raised. ``clock``
-    is for tests. A lane is used from one event loop and is not thread-safe.
+    seconds (e.g. to feed a histogram); an error in it is logged, never raised.
+    ``key_guard`` is entered around each keyed job (module docstring). ``clock`` is for
+    tests. A lane is used from one event loop and is not thread-safe.
     """
 
     def __init__(
@@ -79,6 +89,7 @@ class Lane:
         *,
         max_queued: int | None = None,
         on_wait: Callable[[float], object] | None = None,
+        key_guard: KeyGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._name = name
@@ -87,6 +98,7 @@ class Lane:
             _check_width(name, max_queued)
         self._max_queued = max_queued
         self.on_wait = on_wait
+        self._key_guard = key_guard
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue = KeyedQueue()
@@ -207,7 +219,11 @@ class Lane:
         if handle._state is QUEUED:  # shutdown(cancel_queued=False) woke it
             raise LaneClosed(self._name)
         try:
-            yield
+            if key is not None and self._key_guard is not None:
+                async with self._key_guard(key):
+                    yield
+            else:
+                yield
         except asyncio.CancelledError:
             self._finish(handle, CANCELLED, None, None)
             raise
@@ -264,7 +280,11 @@ class Lane:
             return
         handle._factory = None
         try:
-            awaitable = factory()
+            key = handle._key
+            if key is not None and self._key_guard is not None:
+                awaitable: Awaitable[Any] = self._guarded(self._key_guard, key, factory)
+            else:
+                awaitable = factory()
             if asyncio.iscoroutine(awaitable):
                 assert self._loop is not None  # set by the first submit
                 task: asyncio.Future[Any] = self._loop.create_task(awaitable)
@@ -278,6 +298,11 @@ class Lane:
             return
         handle._task = task
         task.add_done_callback(handle._on_task_done)
+
+    @staticmethod
+    async def _guarded(guard: KeyGuard, key: Hashable, factory: Callable[[], Awaitable[T]]) -> T:
+        async with guard(key):
+            return await factory()
 
     def _task_done(self, handle: JobHandle[Any], task: asyncio.Future[Any]) -> None:
         if task.cancelled():

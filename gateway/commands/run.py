@@ -11,6 +11,8 @@ from typing import Any
 from gateway import instance
 from gateway.constants import EXIT_TEMPFAIL, EXIT_UNAVAILABLE
 from gateway.logs import setup_logging
+from gateway.sessions.keys import normalize_id
+from gateway.settings import HeraldSettings
 
 
 def add_commands(subparsers: Any) -> None:
@@ -31,6 +33,14 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"gateway": gateway} if gateway else {}
 
 
+def replica_lock_name(settings: HeraldSettings) -> str | None:
+    """In a cluster, this replica's lock name (its id, normalised for a file name: distinct
+    ids stay distinct); None for a gateway alone on its state directory."""
+    if settings.cluster.database_url is None:
+        return None
+    return normalize_id(settings.cluster.resolved_replica_id(), exact=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from gateway.config import load_settings
     from gateway.daemon import serve
@@ -42,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     preflight(loaded)  # before anything is created: a config error exits 78 here
     gateway = loaded.settings.gateway
     try:
-        lock = instance.acquire(gateway.resolved_state_dir())
+        lock = instance.acquire(gateway.resolved_state_dir(), replica_lock_name(loaded.settings))
     except instance.AlreadyRunningError as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return EXIT_TEMPFAIL

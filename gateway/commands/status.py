@@ -23,7 +23,8 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.instance import LOCK_NAME
+from gateway.instance import LOCK_NAME, REPLICAS_DIR, lock_path
+from gateway.sessions.keys import normalize_id
 from gateway.settings import HeraldSettings
 
 #: How long each probe may take: a gateway that does not answer in this time is reported so.
@@ -80,10 +81,27 @@ def gateway_url(settings: HeraldSettings) -> str:
     return f"http://{'[' + shown + ']' if ':' in shown else shown}:{settings.gateway.port}"
 
 
-def lock_holder(state_dir: Path) -> int | None:
-    """The pid of the gateway holding ``state_dir``'s lock, or None when none runs."""
+def gateway_pid(settings: HeraldSettings) -> int | None:
+    """The pid of the gateway on the configured state directory: in a cluster, the replica
+    ``cluster.replicaId`` names (without one, any replica of this state directory)."""
+    state_dir = settings.gateway.resolved_state_dir()
+    if settings.cluster.database_url is None:
+        return lock_holder(state_dir)
+    if settings.cluster.replica_id is not None:
+        name = normalize_id(settings.cluster.replica_id, exact=True)
+        return lock_holder(lock_path(state_dir, name))
+    for path in sorted((state_dir / REPLICAS_DIR).glob("*.lock")):
+        if (pid := lock_holder(path)) is not None:
+            return pid
+    return None
+
+
+def lock_holder(lock: Path) -> int | None:
+    """The pid of the gateway holding the lock file ``lock`` (or, for a directory, the
+    state directory's lock in it), or None when none runs."""
+    path = lock / LOCK_NAME if lock.is_dir() else lock
     try:
-        fd = os.open(state_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -108,7 +126,7 @@ def status_command(args: argparse.Namespace) -> int:
         state_dir=str(settings.gateway.resolved_state_dir()),
         url=gateway_url(settings),
     )
-    state.pid = lock_holder(Path(state.state_dir))
+    state.pid = gateway_pid(settings)
     if state.running:
         token = settings.gateway.auth.token
         headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}

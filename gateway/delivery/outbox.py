@@ -13,6 +13,11 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
   with the chat's message ids; not found → sent (with the same delivery id, which makes the
   send idempotent where the chat supports it); cannot tell → recorded as failed with the
   "uncertain" explanation rather than risk a second copy (**at most once**).
+- Several replicas share the outbox: each delivery loop claims the due items it sends
+  (``claimed_by``, taken with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so each item has
+  one sender; an item queued by another replica is found within ``poll_seconds``. At start
+  a replica reopens only its own cut-off sends; those of a replica that died are reopened
+  ``in_doubt`` by a survivor (:meth:`OutboxTable.reopen_dead`, from the heartbeat).
 - A full disk is waited out: the item stays ``pending`` until its ``sending`` mark can be
   written, and how a send ended is recorded once space is back (an item left ``sending``
   would be in doubt at the next start, though it reached the chat or never did).
@@ -38,6 +43,13 @@ BASE_DELAY = 2.0
 MAX_DELAY = 300.0
 MAX_ATTEMPTS = 12
 UNCERTAIN = "the gateway stopped during this send; not sent again, to keep announces at most once"
+#: Items a loop claims at once: a few, so that other replicas' loops find work too.
+CLAIM_BATCH = 20
+#: The claimant's name of a gateway alone on its database (SQLite).
+LOCAL_REPLICA = "local"
+#: In a cluster, how often a loop looks for items other replicas queued (their own loop
+#: sends them at once; this is for a replica that died or is busy).
+CLUSTER_POLL_SECONDS = 2.0
 
 DeliveryListener = Callable[[OutboxRecord], None]
 
@@ -53,8 +65,16 @@ class Outbox:
         clock: Callable[[], float] = time.time,
         base_delay: float = BASE_DELAY,
         max_attempts: int = MAX_ATTEMPTS,
+        replica_id: str | None = None,
+        poll_seconds: float | None = None,
     ) -> None:
+        """``replica_id`` names this gateway among replicas sharing the database (None: it
+        is alone); ``poll_seconds`` bounds each wait, so items queued by other replicas are
+        seen (None: wait for the next due time or a :meth:`kick`)."""
         self._db = db
+        self._replica_id = replica_id
+        self._claimant = replica_id or LOCAL_REPLICA
+        self._poll = poll_seconds
         self._channels = channels
         self._clock = clock
         self._base_delay = base_delay
@@ -79,7 +99,7 @@ class Outbox:
     async def start(self) -> int:
         """Reopen items a crash left mid-send (their chat is asked before any second send),
         then start delivering. Returns how many were reopened."""
-        reopened = await self._db.outbox.reopen_interrupted_sends()
+        reopened = await self._db.outbox.reopen_interrupted_sends(self._replica_id)
         await self._db.outbox.reconcile_runs()
         if reopened:
             logger.warning(
@@ -109,7 +129,7 @@ class Outbox:
                 await asyncio.wait_for(asyncio.shield(self._task), max(0.0, seconds))
         handled = 0
         while not self._closed and loop.time() < deadline:
-            due = await self._db.outbox.due(self._clock())
+            due = await self._db.outbox.claim_due(self._clock(), self._claimant, limit=CLAIM_BATCH)
             if not due:
                 break
             for item in due:
@@ -133,19 +153,26 @@ class Outbox:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._replica_id is not None:  # peers may send what this one claimed but never began
+            try:
+                await self._db.outbox.release_claims(self._replica_id)
+            except Exception as exc:  # they are taken over once this replica counts as dead
+                logger.warning("outbox: claims not released at stop", extra={"error": str(exc)})
 
     async def _loop(self) -> None:
         full = 0  # consecutive rounds the disk refused
         while not self._closed and not self._stopping:
             try:
-                due = await self._db.outbox.due(self._clock())
+                due = await self._db.outbox.claim_due(
+                    self._clock(), self._claimant, limit=CLAIM_BATCH
+                )
                 for item in due:
                     if self._stopping:
                         return
                     await self._deliver(item)
-                if len(due) == 100:
+                if len(due) == CLAIM_BATCH:
                     continue  # a full batch: there may be more due at once
-                next_at = await self._db.outbox.next_due_at()
+                next_at = await self._db.outbox.next_due_at(self._replica_id)
                 full = 0
             except asyncio.CancelledError:
                 raise
@@ -156,6 +183,8 @@ class Outbox:
                 logger.exception("outbox: delivery loop error")
                 next_at = self._clock() + self._base_delay
             timeout = None if next_at is None else max(0.0, next_at - self._clock())
+            if self._poll is not None:
+                timeout = self._poll if timeout is None else min(timeout, self._poll)
             if self._stopping:
                 return
             self._wake.clear()
@@ -184,9 +213,13 @@ class Outbox:
             return
         attempts = item.attempts + 1
         first = item.first_attempt_at if item.first_attempt_at is not None else self._clock()
-        item = await self._db.outbox.update(
-            item_id, state="sending", attempts=attempts, first_attempt_at=first, in_doubt=False
+        started = await self._db.outbox.start_send(
+            item_id, self._claimant, attempts=attempts, first_attempt_at=first, in_doubt=False
         )
+        if started is None:  # taken over (this replica counted as dead meanwhile): not ours
+            logger.warning("outbox: claim lost before the send", extra={"run_id": item.run_id})
+            return
+        item = started
         try:
             sent = await channel.send(message)
         except ChannelSendError as exc:
@@ -252,6 +285,7 @@ class Outbox:
                 attempts=attempts,
                 next_attempt_at=retry_at,
                 last_error=error,
+                claimed_by=None,  # any replica may make the next attempt
             )
         )
         if self.on_retry is not None:

@@ -17,6 +17,7 @@ from typing import Literal
 
 from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
+from gateway.constants import SESSION_LOCK_LOST
 from gateway.delivery import Replier
 from gateway.state import Origin, SessionRecord
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
@@ -24,7 +25,12 @@ from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 logger = logging.getLogger(__name__)
 
 BUSY_REPLY = "Sorry, I am busy with too many conversations right now; please try again shortly."
-#: The apology of a turn that could not be recorded: the gateway's disk is full (or failing).
+STOPPED_REPLY = "Stopped."
+#: A turn stopped because its session's lock went with a lost database connection.
+LOCK_LOST_REPLY = (
+    "Sorry, this reply was stopped: the gateway lost its database connection, and another "
+    "gateway may be answering here now. Please send your message again."
+)
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -118,9 +124,11 @@ class ChatTurns:
                 async with working or contextlib.nullcontext():
                     try:
                         reply = await work()
-                    except asyncio.CancelledError:
+                    except asyncio.CancelledError as stop:
+                        lost = SESSION_LOCK_LOST in stop.args
+                        text = LOCK_LOST_REPLY if lost else STOPPED_REPLY
                         if (origin := await self._reply_to(key, inbound)) is not None:
-                            await asyncio.shield(self._replier.reply(origin, "Stopped.", "notice"))
+                            await asyncio.shield(self._replier.reply(origin, text, "notice"))
                         raise
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY

@@ -17,7 +17,10 @@ other's invariants.
 
 Archiving renames the transcript in its folder to
 ``<sessionId>.jsonl.deleted.<UTC timestamp>`` and records the time and path; the session
-leaves listings and its row, usage and transcript stay readable. Archiving twice is a
+leaves listings and its row, usage and transcript stay readable. The archive is claimed in
+the database first (under ``replica_id``), so of several replicas archiving one session
+exactly one renames it; :meth:`SessionStore.heal_archive_claims` finishes archives whose
+claimant died between its claim and its record. Archiving twice is a
 no-op; a transcript already gone is recorded (path None, or the archived file found
 beside it after a crash between rename and commit), not raised. Appending to an archived
 session raises :class:`SessionArchivedError`.
@@ -55,10 +58,11 @@ from gateway.state import Origin, SessionRecord, StateDB
 
 log = logging.getLogger(__name__)
 
-#: Transcript paths remembered per session id (validating one costs more than a write).
 #: Transcript paths remembered by session id: the active sessions' (each stat-free to rebuild).
 _PATH_CACHE_SIZE: Final = 1024
 _ARCHIVED_KEYS_KEPT: Final = 4096
+#: The claimant's name of a process alone on its database (SQLite).
+LOCAL_REPLICA: Final = "local"
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -67,7 +71,8 @@ class SessionStore:
     """Sessions of one state directory: index rows in ``db`` and transcripts on disk.
 
     ``writer`` defaults to a new :class:`TranscriptWriter` that :meth:`aclose` closes; a
-    writer passed in belongs to the caller. ``clock`` returns epoch seconds.
+    writer passed in belongs to the caller. ``replica_id`` names this process in the archive
+    claims it makes (None: it is alone on its database). ``clock`` returns epoch seconds.
     """
 
     def __init__(
@@ -76,10 +81,12 @@ class SessionStore:
         db: StateDB,
         *,
         writer: TranscriptWriter | None = None,
+        replica_id: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.db = db
+        self.replica_id = replica_id
         self.writer = writer if writer is not None else TranscriptWriter(on_out_of_space=self._full)
         self._owns_writer = writer is None
         self._clock = clock
@@ -368,7 +375,8 @@ class SessionStore:
         results, errors = await self._archive_records([record])
         if key in errors:
             raise errors[key]
-        return results[key]
+        # Not among the results: another replica holds the claim and reports the rename.
+        return results.get(key)
 
     async def archive_many(self, keys: Iterable[str]) -> dict[str, Path | None]:
         """Archive many sessions in one pass (one rename sweep, one transaction).
@@ -396,11 +404,47 @@ class SessionStore:
         results, _ = await self._archive_records(due)
         return results
 
+    async def heal_archive_claims(
+        self, *, own: bool = True, cutoff: float | None = None
+    ) -> dict[str, Path | None]:
+        """Archive again the sessions whose archive was claimed but never recorded: with
+        ``own``, this replica's claims (at start: from before it), with ``cutoff``, those of
+        replicas dead at it; alone on the database (no ``replica_id``), every claim. A
+        rename that did happen is found beside the live name and recorded. Returns what it
+        archived."""
+        if self.replica_id is None:
+            keys = await self.db.sessions.take_stale_archive_claims()
+        elif own or cutoff is not None:
+            keys = await self.db.sessions.take_stale_archive_claims(
+                replica_id=self.replica_id if own else None, cutoff=cutoff
+            )
+        else:
+            return {}
+        if not keys:
+            return {}
+        log.warning("archive: finishing %d archive(s) cut off before they were recorded", len(keys))
+        return await self.archive_many(keys)
+
     async def _archive_records(
-        self, records: Sequence[SessionRecord]
+        self, candidates: Sequence[SessionRecord]
     ) -> tuple[dict[str, Path | None], dict[str, OSError]]:
-        if not records:
+        if not candidates:
             return {}, {}
+        claimant = self.replica_id or LOCAL_REPLICA
+        keys = [r.key for r in candidates]
+        records = await self.db.sessions.claim_archive(keys, claimant, now=self._clock())
+        results: dict[str, Path | None] = {}
+        errors: dict[str, OSError] = {}
+        claimed = {r.key for r in records}
+        if len(claimed) < len(keys):
+            # Archived meanwhile, or being archived by another replica (whose it is to report).
+            others = await self.db.sessions.get_many([k for k in keys if k not in claimed])
+            for other in others.values():
+                self._retire(other)
+                if other.archived:
+                    results[other.key] = Path(other.archived_path) if other.archived_path else None
+        if not records:
+            return results, errors
         # From here on appends to these sessions fail, so no line can follow the rename.
         for record in records:
             self._retire(record)
@@ -408,8 +452,6 @@ class SessionStore:
         await self.writer.release(lives)
         at = self._clock()
         outcomes = await asyncio.to_thread(rename_to_archived, lives, at)
-        results: dict[str, Path | None] = {}
-        errors: dict[str, OSError] = {}
         entries: builtins.list[tuple[str, float, str | None]] = []
         for record, outcome in zip(records, outcomes, strict=True):
             if isinstance(outcome, OSError):
@@ -419,6 +461,7 @@ class SessionStore:
                 continue
             results[record.key] = outcome
             entries.append((record.key, at, os.fspath(outcome) if outcome else None))
+        await self.db.sessions.release_archive_claims(builtins.list(errors), claimant)
         await self.db.sessions.mark_archived(entries)
         log.info("archived %d session(s)", len(entries))
         return results, errors

@@ -26,6 +26,7 @@ from gateway.state.errors import (
     StateUnavailableError,
 )
 from gateway.state.outbox import OutboxTable
+from gateway.state.replicas import ReplicaRecord, ReplicasTable
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_STATUSES,
@@ -64,6 +65,8 @@ __all__ = [
     "ReadOnlyStateError",
     "RecordConflictError",
     "RecordNotFoundError",
+    "ReplicaRecord",
+    "ReplicasTable",
     "RunContext",
     "RunRecord",
     "RunStatus",

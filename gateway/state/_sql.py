@@ -62,3 +62,10 @@ def integrity_error(
 def in_clause(values: Iterable[str]) -> tuple[str, list[str]]:
     items = list(values)
     return "(" + ", ".join("?" for _ in items) + ")", items
+
+
+def skip_locked(conn: sqlite3.Connection) -> str:
+    """``FOR UPDATE SKIP LOCKED`` for a claiming subquery on PostgreSQL, where several
+    replicas claim at once (each takes rows no other is taking, without waiting); nothing on
+    SQLite, whose one writer claims alone."""
+    return "" if isinstance(conn, sqlite3.Connection) else " FOR UPDATE SKIP LOCKED"

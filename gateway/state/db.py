@@ -49,6 +49,7 @@ from gateway.state.errors import (
     StateMissingError,
 )
 from gateway.state.outbox import OutboxTable
+from gateway.state.replicas import ReplicasTable
 from gateway.state.runs import RunsTable
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 from gateway.state.seen import SeenTable
@@ -89,6 +90,7 @@ class StateDB:
         self.outbox = OutboxTable(self)
         self.batches = BatchesTable(self)
         self.seen = SeenTable(self)
+        self.replicas = ReplicasTable(self)
         #: The disk-full state of the state directory (transcripts report to it too).
         self.space = SpaceMonitor(self._probe_space)
 

@@ -2,6 +2,13 @@
 
 Rows are :class:`gateway.state.rows.OutboxRecord`; the delivery loop and its retry policy
 live in the sub-agent layer. ``update`` takes column names as keyword arguments.
+
+Claims: a delivery loop takes due items with :meth:`OutboxTable.claim_due`, which writes its
+replica's name into ``claimed_by``; other replicas leave an item claimed by a live replica
+alone, and only the claimant moves it to ``sending`` (:meth:`OutboxTable.start_send`). An
+item goes back to nobody's when it is retried later, and when its claimant is dead
+(:meth:`OutboxTable.reopen_dead`): one left ``sending`` then becomes ``in_doubt``, so its
+chat is asked before any second send, as after a restart.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from gateway.state._sql import (
     in_clause,
     insert_sql,
     integrity_error,
+    skip_locked,
     update_assignments,
 )
 from gateway.state.errors import RecordNotFoundError
+from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
     OUTBOX_COLUMNS,
     RUN_COLUMNS,
@@ -120,24 +129,110 @@ class OutboxTable:
 
         return await self._db.write(run)
 
-    async def reopen_interrupted_sends(self) -> int:
+    async def reopen_interrupted_sends(self, replica_id: str | None = None) -> int:
         """Items left ``sending`` by a crash: back to ``pending``, due now, marked
-        ``in_doubt`` so that the chat is asked before any second send; returns how many."""
+        ``in_doubt`` so that the chat is asked before any second send; returns how many.
+
+        With ``replica_id`` (several replicas share the database) only the items that
+        replica claimed (or nobody did) are reopened, and its other claims released: a live
+        replica's sends are its own. Without it, every item (one process)."""
+        mine = "" if replica_id is None else " AND (claimed_by = ? OR claimed_by IS NULL)"
+        params = () if replica_id is None else (replica_id,)
+
+        def run(conn: sqlite3.Connection) -> int:
+            reopened = conn.execute(
+                "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL,"
+                f" claimed_by = NULL WHERE state = 'sending'{mine}",
+                params,
+            ).rowcount
+            conn.execute(
+                f"UPDATE outbox SET claimed_by = NULL WHERE state = 'pending'{mine}", params
+            )
+            return reopened
+
+        return await self._db.write(run)
+
+    async def reopen_dead(self, cutoff: float) -> int:
+        """Take back what replicas dead at ``cutoff`` (no heartbeat since, or stopped)
+        claimed: their ``sending`` items become ``pending`` and ``in_doubt`` (asked for in
+        their chat before any resend), their other claims are released. Returns how many
+        sends were reopened."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            dead = f"claimed_by IS NOT NULL AND claimed_by NOT IN ({LIVE_REPLICAS_SQL})"
+            reopened = conn.execute(
+                "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL,"
+                f" claimed_by = NULL WHERE state = 'sending' AND {dead}",
+                (cutoff,),
+            ).rowcount
+            conn.execute(
+                f"UPDATE outbox SET claimed_by = NULL WHERE state = 'pending' AND {dead}",
+                (cutoff,),
+            )
+            return reopened
+
+        return await self._db.write(run)
+
+    async def claim_due(
+        self, now: float, replica_id: str, *, limit: int = 100
+    ) -> builtins.list[OutboxRecord]:
+        """Claim for ``replica_id`` the pending items due at ``now`` that nobody else
+        claimed, oldest first (at most ``limit``), and return them. On PostgreSQL rows
+        another replica is claiming at this moment are skipped, not waited for."""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
+            rows = conn.execute(
+                f"UPDATE outbox SET claimed_by = ? WHERE id IN (SELECT id FROM outbox"
+                " WHERE state = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
+                " AND (claimed_by IS NULL OR claimed_by = ?) ORDER BY id LIMIT ?"
+                f"{skip_locked(conn)}) RETURNING {column_list(OUTBOX_COLUMNS)}",
+                (replica_id, now, replica_id, limit),
+            ).fetchall()
+            return sorted((outbox_from_row(row) for row in rows), key=lambda item: item.id or 0)
+
+        return await self._db.write(run)
+
+    async def start_send(
+        self, item_id: int, replica_id: str, **changes: Any
+    ) -> OutboxRecord | None:
+        """Mark a claimed item ``sending`` (with ``changes``) before its send; None when
+        ``replica_id`` no longer holds the claim (taken over as dead meanwhile): then it
+        must not send."""
+        assignments, values = update_assignments("outbox", changes, _UPDATABLE)
+        sql = (
+            f"UPDATE outbox SET state = 'sending', {assignments}"
+            " WHERE id = ? AND state = 'pending' AND claimed_by = ?"
+        )
+
+        def run(conn: sqlite3.Connection) -> OutboxRecord | None:
+            if conn.execute(sql, [*values, item_id, replica_id]).rowcount != 1:
+                return None
+            return _get(conn, "id", item_id)
+
+        return await self._db.write(run)
+
+    async def release_claims(self, replica_id: str) -> int:
+        """Give up ``replica_id``'s claims on items it has not begun to send (a stop)."""
 
         def run(conn: sqlite3.Connection) -> int:
             return conn.execute(
-                "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL"
-                " WHERE state = 'sending'"
+                "UPDATE outbox SET claimed_by = NULL WHERE state = 'pending' AND claimed_by = ?",
+                (replica_id,),
             ).rowcount
 
         return await self._db.write(run)
 
-    async def next_due_at(self) -> float | None:
-        """When the earliest pending item is next due (None: nothing pending)."""
+    async def next_due_at(self, replica_id: str | None = None) -> float | None:
+        """When the earliest pending item is next due (None: nothing pending); with
+        ``replica_id``, among the items nobody else has claimed."""
+        mine = "" if replica_id is None else " AND (claimed_by IS NULL OR claimed_by = ?)"
+        params = () if replica_id is None else (replica_id,)
 
         def run(conn: sqlite3.Connection) -> float | None:
             row = conn.execute(
-                "SELECT MIN(COALESCE(next_attempt_at, 0)) FROM outbox WHERE state = 'pending'"
+                "SELECT MIN(COALESCE(next_attempt_at, 0)) FROM outbox"
+                f" WHERE state = 'pending'{mine}",
+                params,
             ).fetchone()
             return None if row is None or row[0] is None else float(row[0])
 

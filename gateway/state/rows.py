@@ -300,6 +300,8 @@ class OutboxRecord:
     first_attempt_at: float | None = None
     #: A send was cut off by a crash: ask the chat before sending again.
     in_doubt: bool = False
+    #: The replica (process) delivering it now; None while nobody has claimed it.
+    claimed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

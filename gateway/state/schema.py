@@ -26,6 +26,12 @@ Version 5 records how a run's conversation began (``context``): ``isolated`` (th
 only) or ``fork`` (a copy of the requester's conversation in the child's transcript, then
 the task), so a starting run reads its transcript only when there is something to read,
 and indexes the runs not yet final by requester (``maxChildrenPerSession``).
+
+Version 6 is for several replicas on one database: ``replicas`` (each one's heartbeat, so a
+replica that stopped beating is known to be dead), the replica that claimed an outbox item
+(``outbox.claimed_by``: only it sends the item while it lives) and the replica archiving a
+session (``sessions.archive_claimed_by``/``archive_claimed_at``: only it renames the
+transcript). One process on SQLite claims the same way, under its own name.
 """
 
 from __future__ import annotations
@@ -204,5 +210,26 @@ _V5: Final = (
     f"CREATE INDEX runs_live ON runs (parent_session_key) WHERE status IN ({LIVE_STATUS_SQL})",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
+_V6: Final = (
+    """
+    CREATE TABLE replicas (
+        replica_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        stopped_at REAL
+    ) WITHOUT ROWID
+    """,
+    "ALTER TABLE outbox ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE sessions ADD COLUMN archive_claimed_by TEXT",
+    "ALTER TABLE sessions ADD COLUMN archive_claimed_at REAL",
+    # Healing claims at start looks for the few claimed sessions, not every session.
+    """
+    CREATE INDEX sessions_archive_claimed ON sessions (archive_claimed_by)
+    WHERE archive_claimed_by IS NOT NULL
+    """,
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -2,6 +2,12 @@
 
 Listings leave out archived sessions and (unless asked) sub-agent sessions; ``get`` and
 ``get_by_id`` find every session, archived ones included, so usage stays queryable.
+
+Archiving is claimed first (:meth:`SessionsTable.claim_archive`, one transaction): of
+several replicas archiving one session at once, exactly one gets the claim and renames the
+transcript; :meth:`SessionsTable.mark_archived` records the rename and ends the claim. A
+claim whose rename was never recorded (its replica died in between) is found by
+:meth:`SessionsTable.take_stale_archive_claims` and the archive done again.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Final
 from gateway.llm import Usage
 from gateway.state._sql import Database, column_list, insert_sql, integrity_error
 from gateway.state.errors import RecordNotFoundError
+from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
     SESSION_COLUMNS,
     Origin,
@@ -206,14 +213,93 @@ class SessionsTable:
             key, "UPDATE sessions SET archive_due_at = ? WHERE key = ?", (due_at, key)
         )
 
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from the cache: another process may have changed its row (a
+        replica's turn, ``/new`` or archive), so the next read goes to the database."""
+        self._cache.pop(key, None)
+
+    async def claim_archive(
+        self, keys: Sequence[str], replica_id: str, *, now: float
+    ) -> builtins.list[SessionRecord]:
+        """Claim the archive of each of ``keys`` not archived and not claimed by anyone, for
+        ``replica_id``, in one transaction; the rows claimed (only their transcripts are
+        this replica's to rename)."""
+        if not keys:
+            return []
+
+        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+            claimed: builtins.list[SessionRecord] = []
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                rows = conn.execute(
+                    "UPDATE sessions SET archive_claimed_by = ?, archive_claimed_at = ?"
+                    f" WHERE key IN ({marks}) AND archived_at IS NULL"
+                    f" AND archive_claimed_by IS NULL RETURNING {column_list(SESSION_COLUMNS)}",
+                    (replica_id, now, *chunk),
+                ).fetchall()
+                claimed.extend(session_from_row(row) for row in rows)
+            return claimed
+
+        for key in keys:
+            self._cache.pop(key, None)
+        return await self._db.write(run)
+
+    async def release_archive_claims(self, keys: Sequence[str], replica_id: str) -> None:
+        """End ``replica_id``'s archive claims on ``keys`` whose rename failed."""
+        if not keys:
+            return
+        params = [(key, replica_id) for key in keys]
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "UPDATE sessions SET archive_claimed_by = NULL, archive_claimed_at = NULL"
+                " WHERE key = ? AND archive_claimed_by = ? AND archived_at IS NULL",
+                params,
+            )
+
+        await self._db.write(run)
+
+    async def take_stale_archive_claims(
+        self, *, replica_id: str | None = None, cutoff: float | None = None
+    ) -> builtins.list[str]:
+        """End archive claims whose rename was never recorded, and return their keys (to be
+        archived again): ``replica_id``'s own (its previous life), those of replicas dead
+        at ``cutoff`` (no heartbeat since), or, with neither, every one (one process)."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if replica_id is not None:
+            where.append("archive_claimed_by = ?")
+            params.append(replica_id)
+        if cutoff is not None:
+            where.append(f"archive_claimed_by NOT IN ({LIVE_REPLICAS_SQL})")
+            params.append(cutoff)
+        which = f" AND ({' OR '.join(where)})" if where else ""
+
+        def run(conn: sqlite3.Connection) -> builtins.list[str]:
+            rows = conn.execute(
+                "UPDATE sessions SET archive_claimed_by = NULL, archive_claimed_at = NULL"
+                " WHERE archive_claimed_by IS NOT NULL AND archived_at IS NULL"
+                f"{which} RETURNING key",
+                params,
+            ).fetchall()
+            return sorted(str(row[0]) for row in rows)
+
+        keys = await self._db.write(run)
+        for key in keys:
+            self._cache.pop(key, None)
+        return keys
+
     async def mark_archived(self, entries: Sequence[tuple[str, float, str | None]]) -> int:
         """Record sessions as archived: (key, archived_at, archived_path) each, in one
-        transaction. Sessions already archived keep their first record. Returns rows changed.
+        transaction, ending their archive claims. Sessions already archived keep their first
+        record. Returns rows changed.
         """
         if not entries:
             return 0
         sql = (
-            "UPDATE sessions SET archived_at = ?, archived_path = ?, archive_due_at = NULL"
+            "UPDATE sessions SET archived_at = ?, archived_path = ?, archive_due_at = NULL,"
+            " archive_claimed_by = NULL, archive_claimed_at = NULL"
             " WHERE key = ? AND archived_at IS NULL"
         )
         params = [(at, path, key) for key, at, path in entries]

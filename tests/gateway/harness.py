@@ -210,6 +210,11 @@ def api_app(gw: Harness) -> web.Application:
 FAST_TIMING = wiring.Timing(
     outbox_base_delay=0.01,
     provider_retry=RetryPolicy(base_delay=0.005, max_delay=0.02, jitter=0.5),
+    # A cluster's replicas beat and take over quickly, but count as dead only after a
+    # silence no loaded test machine makes by accident (tests stop a replica's heartbeat).
+    outbox_poll_seconds=0.05,
+    replica_heartbeat_seconds=0.1,
+    replica_dead_seconds=10.0,
 )
 
 
