@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from channels import Channel, SeenKeys
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
+from gateway.cluster import QueueTiming
 from gateway.constants import (
     MAIN_LANE,
     MAIN_LANE_MAX_QUEUED,
@@ -93,10 +94,12 @@ class ToolBox:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Retry timing that is not configuration: tests and benchmarks make retries quick."""
+    """Retry timing that is not configuration: tests and benchmarks make retries quick
+    (and, in a cluster, heartbeats, takeovers and sweeps)."""
 
     outbox_base_delay: float = OUTBOX_BASE_DELAY
     provider_retry: RetryPolicy | None = None
+    queue: QueueTiming = field(default_factory=QueueTiming)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,11 @@ Version 5 records how a run's conversation began (``context``): ``isolated`` (th
 only) or ``fork`` (a copy of the requester's conversation in the child's transcript, then
 the task), so a starting run reads its transcript only when there is something to read,
 and indexes the runs not yet final by requester (``maxChildrenPerSession``).
+
+Version 6 is PostgreSQL's alone: the job queue of the cluster's sub-agent lane
+(procrastinate's own tables and functions, :data:`JOB_QUEUE_SCHEMA`), applied with the other
+migrations under their advisory lock, so ``herald db status`` and ``herald db migrate``
+cover it. SQLite records the version and has nothing to do.
 """
 
 from __future__ import annotations
@@ -204,5 +209,11 @@ _V5: Final = (
     f"CREATE INDEX runs_live ON runs (parent_session_key) WHERE status IN ({LIVE_STATUS_SQL})",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
+#: The statement PostgreSQL replaces with procrastinate's schema (when its tables are
+#: missing); to SQLite it is a comment.
+JOB_QUEUE_SCHEMA: Final = "-- the job queue of the cluster's sub-agent lane (PostgreSQL only)"
+
+_V6: Final = (JOB_QUEUE_SCHEMA,)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST_VERSION: Final = len(MIGRATIONS)
