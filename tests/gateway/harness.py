@@ -235,6 +235,7 @@ async def running_gateway(
     channels: dict[str, Channel] | None = None,
     database_url: str | None = None,
     replica_id: str | None = None,
+    timing: wiring.Timing = FAST_TIMING,
 ) -> AsyncIterator[Harness]:
     """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);
     stops and closes everything on exit, as a SIGTERM would. With ``database_url`` its state
@@ -266,7 +267,7 @@ async def running_gateway(
         holder,
         config_dir=tmp_path,
         channels={channel_name: channel, **(channels or {})},
-        timing=FAST_TIMING,
+        timing=timing,
         delivery_listeners=[on_settled],
     )
     runner = web.AppRunner(app, handle_signals=False)
