@@ -364,6 +364,15 @@ async def _reload(app: web.Application) -> AsyncIterator[None]:
 
     def apply(old: HeraldSettings, new: HeraldSettings) -> None:
         app[LANES].apply(new)
+        width = new.agent.subagents.max_concurrent
+        if new.cluster.database_url is not None and width != old.agent.subagents.max_concurrent:
+            # Procrastinate sizes a worker at its start: the lane obeys now, the worker's
+            # take of jobs from the shared queue follows at the next start.
+            logger.warning(
+                "agent.subagents.maxConcurrent: at most this many runs execute here now; "
+                "this replica takes that many jobs from the queue after a restart",
+                extra={"subagent_lane": width},
+            )
         app[TOOLS].rebuild(new)
         if old.models != new.models:
             app[PROVIDERS].reconfigure(new.models.providers)
