@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -81,6 +81,9 @@ from gateway.wiring import (
     settings_of,
     tool_services,
 )
+
+if TYPE_CHECKING:
+    from gateway.cluster.queue import ProcrastinateQueue
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +281,15 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         completions=completions,
         batches=batches,
     )
-    manager = RunManager(db=db, lane=app[LANES].subagent, runner=runner, feed=feed)
+    queue = await _cluster_queue(app)
+    manager = RunManager(
+        db=db,
+        lane=app[LANES].subagent,
+        runner=runner,
+        feed=feed,
+        queue=queue,
+        on_restart=lambda: holder.current.agent.subagents.on_restart,
+    )
     runner.stop_descendants = manager.abort_descendants
     batches.resume_run = manager.submit
     batches.expire_run = manager.expire
@@ -300,6 +311,27 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         await manager.close(0)  # idempotent: the drain has closed it already
         batches.close()
         completions.close()
+        if queue is not None:
+            await queue.aclose()
+
+
+async def _cluster_queue(app: web.Application) -> ProcrastinateQueue | None:
+    """With ``cluster.databaseUrl``: the ``subagent`` lane's queue shared by the replicas
+    (procrastinate, imported only then), its pool open; else None (the lane alone)."""
+    settings = settings_of(app)
+    url = settings.cluster.database_url
+    if url is None:
+        return None
+    from gateway.cluster.queue import ProcrastinateQueue
+
+    queue = ProcrastinateQueue(
+        url.get_secret_value(),
+        width=settings.agent.subagents.max_concurrent,
+        replica_id=settings.cluster.resolved_replica_id(),
+        timing=app[TIMING].queue,
+    )
+    await queue.open()
+    return queue
 
 
 async def _chat(app: web.Application) -> AsyncIterator[None]:
@@ -351,6 +383,8 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
         )
         await subagents.completions.recover()
         await subagents.batches.recover()
+        # Last: in a cluster, this replica takes runs from the shared queue from here on.
+        await subagents.manager.start()
         logger.info("gateway ready")
         yield
     finally:
@@ -390,6 +424,15 @@ async def _reload(app: web.Application) -> AsyncIterator[None]:
 
     def apply(old: HeraldSettings, new: HeraldSettings) -> None:
         app[LANES].apply(new)
+        width = new.agent.subagents.max_concurrent
+        if new.cluster.database_url is not None and width != old.agent.subagents.max_concurrent:
+            # Procrastinate sizes a worker at its start: the lane obeys now, the worker's
+            # take of jobs from the shared queue follows at the next start.
+            logger.warning(
+                "agent.subagents.maxConcurrent: at most this many runs execute here now; "
+                "this replica takes that many jobs from the queue after a restart",
+                extra={"subagent_lane": width},
+            )
         app[TOOLS].rebuild(new)
         if old.models != new.models:
             app[PROVIDERS].reconfigure(new.models.providers)

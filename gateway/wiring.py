@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,7 +19,7 @@ from channels import Channel, SeenKeys
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
-from gateway.cluster import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat
+from gateway.cluster import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat, QueueTiming
 from gateway.constants import (
     CLUSTER_SESSION_LANE_WIDTH,
     MAIN_LANE,
@@ -104,7 +104,8 @@ class ToolBox:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Retry timing that is not configuration: tests and benchmarks make retries quick."""
+    """Retry timing that is not configuration: tests and benchmarks make retries quick
+    (and, in a cluster, heartbeats, takeovers and sweeps)."""
 
     outbox_base_delay: float = OUTBOX_BASE_DELAY
     provider_retry: RetryPolicy | None = None
@@ -113,6 +114,8 @@ class Timing:
     #: In a cluster: seconds between heartbeats, and of silence after which a replica is dead.
     replica_heartbeat_seconds: float = HEARTBEAT_SECONDS
     replica_dead_seconds: float = DEAD_AFTER_SECONDS
+
+    queue: QueueTiming = field(default_factory=QueueTiming)
 
 
 class SessionLockPool(Protocol):

@@ -1,10 +1,16 @@
-"""What several gateway replicas on one PostgreSQL database need beyond the shared state:
-session locks across replicas (``locks``) and replica liveness (``replicas``).
+"""What runs only when ``cluster.databaseUrl`` is set: several replicas on one PostgreSQL.
 
-Used only with ``cluster.databaseUrl``; ``locks`` imports psycopg, so it is imported only
-then (a gateway on SQLite never loads it).
+- :mod:`~gateway.cluster.timing`: the queue's heartbeat, stalled and sweep periods;
+- :mod:`~gateway.cluster.queue`: the ``subagent`` lane on procrastinate;
+- :mod:`~gateway.cluster.locks`: one turn at a time per session across replicas;
+- :mod:`~gateway.cluster.replicas`: replica liveness (heartbeats) and taking over what a dead
+  replica left.
+
+``queue`` and ``locks`` import psycopg (and procrastinate), so they are imported lazily, only
+by a gateway configured for a cluster: a gateway on SQLite never loads them.
 """
 
 from gateway.cluster.replicas import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat, Reaper
+from gateway.cluster.timing import QueueTiming
 
-__all__ = ["DEAD_AFTER_SECONDS", "HEARTBEAT_SECONDS", "Heartbeat", "Reaper"]
+__all__ = ["DEAD_AFTER_SECONDS", "HEARTBEAT_SECONDS", "Heartbeat", "QueueTiming", "Reaper"]

@@ -18,7 +18,7 @@ import psycopg
 from gateway.state.errors import SchemaError
 from gateway.state.pgconn import PgConnection
 from gateway.state.pgsql import UnsupportedSQLError, translate_migration
-from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, MIGRATIONS
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,9 @@ def _apply(conn: PgConnection, location: str, version: int) -> None:
     conn.execute_native("BEGIN")
     try:
         for statement in MIGRATIONS[version - 1]:
+            if statement == JOB_QUEUE_SCHEMA:
+                _apply_job_queue_schema(conn)
+                continue
             translated = translate_migration(statement)
             if translated is not None:
                 conn.execute_native(translated)
@@ -85,3 +88,15 @@ def _apply(conn: PgConnection, location: str, version: int) -> None:
             raise SchemaError(f"{location}: migration to version {version} failed: {exc}") from exc
         raise
     log.info("state database %s: migrated to schema version %d", location, version)
+
+
+def _apply_job_queue_schema(conn: PgConnection) -> None:
+    """Procrastinate's schema, unless its tables exist (its ``apply_schema`` is not
+    idempotent: a database procrastinate was set up in by hand keeps what it has)."""
+    exists = conn.execute_native("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
+    if exists and exists[0][0]:
+        return
+    from procrastinate.schema import SchemaManager
+
+    # Without parameters: the schema is many statements, and its '%' are literal.
+    conn.raw.execute(SchemaManager.get_schema())

@@ -32,6 +32,11 @@ replica that stopped beating is known to be dead), the replica that claimed an o
 (``outbox.claimed_by``: only it sends the item while it lives) and the replica archiving a
 session (``sessions.archive_claimed_by``/``archive_claimed_at``: only it renames the
 transcript). One process on SQLite claims the same way, under its own name.
+
+Version 7 is PostgreSQL's alone: the job queue of the cluster's sub-agent lane
+(procrastinate's own tables and functions, :data:`JOB_QUEUE_SCHEMA`), applied with the other
+migrations under their advisory lock, so ``herald db status`` and ``herald db migrate``
+cover it. SQLite records the version and has nothing to do.
 """
 
 from __future__ import annotations
@@ -231,5 +236,11 @@ _V6: Final = (
     """,
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
+#: The statement PostgreSQL replaces with procrastinate's schema (when its tables are
+#: missing); to SQLite it is a comment.
+JOB_QUEUE_SCHEMA: Final = "-- the job queue of the cluster's sub-agent lane (PostgreSQL only)"
+
+_V7: Final = (JOB_QUEUE_SCHEMA,)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -9,6 +9,12 @@ nothing cancels the run's status update or announce after it was absorbed.
 down the ``parent_run_id`` chain): the API's abort, ``/stop`` and ``subagents cancel``.
 A run whose bookkeeping failed is retried with backoff, or at once through
 :meth:`RunManager.resume_waiting` when the disk that refused it has room again.
+
+Runs reach the lane through a :class:`~gateway.subagents.queueing.RunQueue`: straight
+(:class:`~gateway.subagents.queueing.LaneQueue`, one process), or as jobs of a queue shared
+by several replicas (``cluster.databaseUrl``), whose worker hands them to :meth:`run_here`.
+An abort of a run this gateway does not execute goes to the queue (:meth:`RunQueue.withdraw`):
+its queued job never starts, or the replica executing it stops it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from gateway.backoff import backoff
 from gateway.state import DiskFullError, RunRecord, StateDB
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
+from gateway.subagents.queueing import LaneQueue, RunQueue
 from gateway.subagents.runner import RunRunner
 from lanes import JobHandle, JobState, Lane
 
@@ -59,6 +66,8 @@ class RunManager:
         lane: Lane,
         runner: RunRunner,
         feed: RunFeed,
+        queue: RunQueue | None = None,
+        on_restart: Callable[[], str] = lambda: "resume",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
@@ -66,6 +75,10 @@ class RunManager:
         self._runner = runner
         self._feed = feed
         self._clock = clock
+        #: ``agent.subagents.onRestart`` in force (a run taken over from another replica).
+        self._on_restart = on_restart
+        self._queue: RunQueue = queue if queue is not None else LaneQueue(self)
+        self._queue.bind(self)
         self._handles: dict[str, JobHandle[None]] = {}
         self._prune_at = PRUNE_AT
         self._stopping: set[str] = set()
@@ -74,14 +87,30 @@ class RunManager:
         self._closing = False
 
     def __repr__(self) -> str:
-        return f"<RunManager runs={len(self._handles)} closing={self._closing}>"
+        return f"<RunManager runs={len(self._handles)} closing={self._closing} {self._queue!r}>"
 
     @property
     def closing(self) -> bool:
         return self._closing
 
+    @property
+    def queue(self) -> RunQueue:
+        return self._queue
+
+    async def start(self) -> None:
+        """Begin taking runs from the queue (once the channels are up)."""
+        await self._queue.start()
+
+    async def recover(self, runs: list[RunRecord]) -> None:
+        """Start-up: the queue sees that every unfinished run in ``runs`` gets executed."""
+        await self._queue.recover(runs)
+
     def submit(self, run_id: str) -> None:
-        """Queue ``run_id`` on the lane (raises ``LaneClosed`` once closing began)."""
+        """Queue ``run_id`` (raises ``LaneClosed`` once closing began)."""
+        self._queue.submit(run_id)
+
+    def run_here(self, run_id: str, attempt: int = 1) -> JobHandle[None]:
+        """Execute ``run_id`` on this gateway's lane (the queue's call); the job's handle."""
         if len(self._handles) >= self._prune_at:
             # Pruned here rather than by a watcher task per run; only when the map has doubled,
             # so spawning many runs stays linear.
@@ -89,7 +118,14 @@ class RunManager:
                 del self._handles[done]
                 self._stopping.discard(done)
             self._prune_at = max(PRUNE_AT, 2 * len(self._handles))
-        self._handles[run_id] = self._lane.submit(lambda: self._guarded(run_id))
+        handle = self._lane.submit(lambda: self._guarded(run_id, attempt))
+        self._handles[run_id] = handle
+        return handle
+
+    def announce_here(self, run_id: str) -> None:
+        """Announce a stopped run now, outside the lane (a stop should not wait behind
+        queued runs), yet with the same retry as a run whose bookkeeping failed."""
+        self._feed.spawn(self._guarded(run_id))
 
     async def _guarded(self, run_id: str, attempt: int = 1) -> None:
         """Execute the run; when recording fails (a locked or full disk), try again later
@@ -117,7 +153,7 @@ class RunManager:
         self._retries.pop(run_id, None)
         if self._closing:
             return
-        self._handles[run_id] = self._lane.submit(lambda: self._guarded(run_id, attempt))
+        self._queue.submit(run_id, attempt=attempt)
 
     def resume_waiting(self) -> int:
         """Queue now every run waiting for its retry after its bookkeeping failed (space is
@@ -127,7 +163,7 @@ class RunManager:
         waiting, self._retries = self._retries, {}
         for run_id, retry in waiting.items():
             retry.cancel()
-            self.submit(run_id)
+            self._queue.submit(run_id)
         if waiting:
             logger.info(
                 "sub-agent runs resumed after the disk filled", extra={"count": len(waiting)}
@@ -158,13 +194,31 @@ class RunManager:
         handle = self._handles.get(run_id)
         if handle is not None and handle.state in (JobState.QUEUED, JobState.RUNNING):
             handle.cancel()  # queued, or started but not yet begun: it never runs
+        elif await self._queue.withdraw(run_id):
+            return run  # another replica executes it: it ends cancelled there
         run = await self._db.runs.update(
             run_id, status="announcing", outcome="cancelled", ended_at=self._clock()
         )
-        # Announced outside the lane (a stop should not wait behind queued runs), yet with
-        # the same retry as a run whose bookkeeping failed.
-        self._feed.spawn(self._guarded(run_id))
+        self._queue.submit(run_id, urgent=True)
         return run
+
+    async def taken_over(self, run_id: str) -> None:
+        """The run's job was handed back by a stopping replica or taken from a dead one:
+        as after a restart, a ``running`` run resumes, or with ``onRestart: "fail"`` is
+        announced ``interrupted`` (its job goes on to the announce)."""
+        if self._on_restart() != "fail":
+            return
+        run = await self._db.runs.get(run_id)
+        if run is not None and run.status == "running":
+            await self._db.runs.update(
+                run_id, status="announcing", outcome="interrupted", ended_at=self._clock()
+            )
+
+    async def stop_requested(self, run_id: str) -> None:
+        """Another replica asked to abort ``run_id``, which this gateway executes: stop it
+        as :meth:`abort` would (a run already ending or stopping goes on)."""
+        with contextlib.suppress(RunNotFoundError, RunFinishedError):
+            await self.abort(run_id)
 
     async def abort_tree(self, run_id: str) -> StoppedTree:
         """Stop ``run_id`` as :meth:`abort` does (raising as it does, and then stopping
@@ -202,7 +256,7 @@ class RunManager:
         await self._db.runs.update(
             run_id, status="announcing", outcome="timeout", ended_at=self._clock()
         )
-        self._feed.spawn(self._guarded(run_id))
+        self._queue.submit(run_id, urgent=True)
 
     async def abort_descendants(self, run_id: str) -> int:
         """Stop every live run below ``run_id`` (its run ended ``timeout`` or
@@ -224,5 +278,7 @@ class RunManager:
         for retry in self._retries.values():
             retry.cancel()
         self._retries.clear()
-        await self._lane.shutdown(drain_seconds)
+        # Together: the queue stops taking runs while the lane drains, and hands back
+        # (cluster) the runs the drain cut off.
+        await asyncio.gather(self._queue.close(drain_seconds), self._lane.shutdown(drain_seconds))
         await self._feed.close()

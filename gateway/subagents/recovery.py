@@ -4,6 +4,11 @@ At start, once the channels are up: queued runs are queued again; running runs r
 their transcript (or, with ``agent.subagents.onRestart: "fail"``, are announced as
 ``interrupted``); runs that were announcing finish their announce. Finished runs whose child
 session was neither archived nor scheduled get their archive step.
+
+In a cluster (a queue shared by replicas) an unfinished run belongs to its job, not to the
+replica that starts: it may be running on a live replica right now. Recovery then leaves
+runs to the queue (:meth:`gateway.subagents.queueing.RunQueue.recover`): a dead replica's
+jobs are taken over by the stalled-job check, and runs with no job get one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,12 @@ async def recover(
     """Queue again every unfinished run and settle unarchived finished ones; the counts."""
     counts = {"queued": 0, "resumed": 0, "interrupted": 0, "announcing": 0}
     on_restart = holder.current.agent.subagents.on_restart
-    for run in await db.runs.list(statuses=UNFINISHED, oldest_first=True):
+    runs = await db.runs.list(statuses=UNFINISHED, oldest_first=True)
+    if manager.queue.shared:
+        await manager.recover(runs)
+        counts = {"left_to_their_jobs": len(runs)}
+        runs = []
+    for run in runs:
         if run.status == "running" and on_restart == "fail":
             await db.runs.update(
                 run.run_id, status="announcing", outcome="interrupted", ended_at=clock()

@@ -21,6 +21,7 @@ from gateway import wiring
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.api.routes import route_defs
 from gateway.app import build_app
+from gateway.cluster import QueueTiming
 from gateway.providers import RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
@@ -206,6 +207,15 @@ def api_app(gw: Harness) -> web.Application:
     return app
 
 
+#: A cluster's queue at test speed: a silent replica is dead after 3 s (6 heartbeats).
+FAST_QUEUE = QueueTiming(
+    heartbeat_seconds=0.5,
+    stalled_seconds=3.0,
+    stalled_check_seconds=0.5,
+    sweep_seconds=0.5,
+    poll_seconds=0.5,
+)
+
 #: Test timing: retries are quick (their policy is unit-tested; here only outcomes matter).
 FAST_TIMING = wiring.Timing(
     outbox_base_delay=0.01,
@@ -215,6 +225,7 @@ FAST_TIMING = wiring.Timing(
     outbox_poll_seconds=0.05,
     replica_heartbeat_seconds=0.1,
     replica_dead_seconds=10.0,
+    queue=FAST_QUEUE,
 )
 
 
@@ -228,10 +239,13 @@ async def running_gateway(
     state_dir: Path | None = None,
     channels: dict[str, Channel] | None = None,
     database_url: str | None = None,
+    replica_id: str | None = None,
+    timing: wiring.Timing = FAST_TIMING,
 ) -> AsyncIterator[Harness]:
     """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);
     stops and closes everything on exit, as a SIGTERM would. With ``database_url`` its state
-    is in that PostgreSQL database (one replica), else SQLite in the state directory."""
+    is in that PostgreSQL database (a replica, named ``replica_id``), else SQLite in the
+    state directory."""
     script_path = tmp_path / "script.json5"
     script_path.write_bytes(orjson.dumps(script or TEST_SCRIPT))
     state = state_dir or tmp_path / "state"
@@ -239,7 +253,10 @@ async def running_gateway(
     quick_stop = {"gateway": {"shutdownDrainSeconds": 0}}
     data = merge(merge(base_config(state, script_path), quick_stop), config or {})
     if database_url is not None:
-        data = merge(data, {"cluster": {"databaseUrl": database_url}})
+        cluster: dict[str, Any] = {"databaseUrl": database_url}
+        if replica_id is not None:  # else the config's, or the default
+            cluster["replicaId"] = replica_id
+        data = merge(data, {"cluster": cluster})
     holder = SettingsHolder(HeraldSettings.model_validate(data))
     settled: dict[str, OutboxRecord] = {}
     changed = asyncio.Condition()
@@ -258,7 +275,7 @@ async def running_gateway(
         holder,
         config_dir=tmp_path,
         channels={channel_name: channel, **(channels or {})},
-        timing=FAST_TIMING,
+        timing=timing,
         delivery_listeners=[on_settled],
     )
     runner = web.AppRunner(app, handle_signals=False)
