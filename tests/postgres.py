@@ -5,7 +5,8 @@ PostgreSQL refuses to run as root, so as root (CI) the cluster belongs to the ``
 user the package creates (``nobody`` where there is none) and its programs run through
 ``setpriv``. Each test gets a schema of its own (:meth:`PostgresServer.fresh_url`), so tests
 never see each other's rows and need no new database. Durability is off (``fsync``,
-``synchronous_commit``, ``full_page_writes``): the server is thrown away at the end.
+``synchronous_commit``, ``full_page_writes``): the server is thrown away at the end. A test
+that crashes its own server (:func:`own_server`) asks for a durable one.
 
 When the binaries are missing the tests that need them FAIL, never skip, with the command
 that installs them (``.ci/run`` and ``make test`` install them when they can).
@@ -74,8 +75,11 @@ def _free_port() -> int:
 class PostgresServer:
     """One throwaway cluster; :meth:`start` it, :meth:`stop` it (idempotent)."""
 
-    def __init__(self, binaries: Path) -> None:
+    def __init__(self, binaries: Path, *, durable: bool = False) -> None:
         self.binaries = binaries
+        #: Durable: a commit the server acknowledged survives :meth:`halt` (the default
+        #: trades that away for speed, and loses the last commits of an immediate stop).
+        self.durable = durable
         # As root the server runs as another user, who must reach the directory: /tmp is
         # open to all, where $TMPDIR may be under /root.
         parent = "/tmp" if os.geteuid() == 0 else None
@@ -114,14 +118,13 @@ class PostgresServer:
         self._pg_ctl_start()
 
     def _pg_ctl_start(self) -> None:
+        fast = ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         options = " ".join(
             [
                 f"-p {self.port}",
                 "-c listen_addresses=127.0.0.1",
                 f"-k {self.root}",
-                "-c fsync=off",
-                "-c synchronous_commit=off",
-                "-c full_page_writes=off",
+                *([] if self.durable else fast),
                 "-c max_connections=300",
             ]
         )
@@ -178,13 +181,13 @@ def start() -> PostgresServer:
     return _running
 
 
-def own_server() -> PostgresServer:
+def own_server(*, durable: bool = False) -> PostgresServer:
     """A server of the calling test's own (which it may halt and resume), failing as
     :func:`start` does; the caller stops it."""
     binaries = bin_dir()
     if binaries is None:
         pytest.fail(missing_message(), pytrace=False)
-    server = PostgresServer(binaries)
+    server = PostgresServer(binaries, durable=durable)
     try:
         server.start()
     except subprocess.CalledProcessError as exc:

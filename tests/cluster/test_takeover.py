@@ -1,0 +1,107 @@
+"""A replica killed with SIGKILL mid-run: another replica takes its run over and resumes it
+from the transcript, and never while the first one lives."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg
+import pytest
+
+from gateway.cluster import QueueTiming
+from tests.gateway.daemon_process import free_port, herald, write_config
+from tests.gateway.harness import FAST_TIMING, HANG_GUARD_SECONDS, running_gateway
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+#: The killed replica's model never answers; the survivor's answers at once.
+SLOW_SCRIPT: dict[str, Any] = {
+    "rules": [{"match": r"^task: (.+)$", "reply": "slow $1", "delaySeconds": 600}],
+    "default": {"reply": "?"},
+}
+QUICK_SCRIPT: dict[str, Any] = {
+    "rules": [
+        {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
+        {"match": r"^task: (.+)$", "reply": "done $1"},
+    ],
+    "default": {"reply": "?"},
+}
+#: The survivor's queue: a worker is dead after 15 s without a heartbeat — longer than the
+#: killed replica's own heartbeat interval (10 s, the default), which it keeps while alive.
+SURVIVOR_TIMING = dataclasses.replace(
+    FAST_TIMING, queue=QueueTiming(stalled_seconds=15.0, stalled_check_seconds=0.5)
+)
+
+
+async def run_status(pg_url: str, run_id: str) -> str | None:
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        cursor = await conn.execute("SELECT status FROM runs WHERE run_id = %s", [run_id])
+        row = await cursor.fetchone()
+        return None if row is None else str(row[0])
+
+
+async def until_status(pg_url: str, run_id: str, status: str) -> None:
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            if await run_status(pg_url, run_id) == status:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
+    state = tmp_path / "state"
+    port = free_port()
+    script = tmp_path / "slow.json"
+    script.write_text(json.dumps(SLOW_SCRIPT), encoding="utf-8")
+    path = write_config(
+        tmp_path / "herald.json",
+        {
+            "gateway": {"port": port, "stateDir": str(state)},
+            "agent": {"model": "test/m1"},
+            "models": {
+                "providers": {
+                    "test": {"api": "scripted", "script": str(script), "models": [{"id": "m1"}]}
+                }
+            },
+            "channels": {"webchat": {"enabled": False}},
+            "cluster": {"databaseUrl": pg_url, "replicaId": "doomed"},
+        },
+    )
+    async with herald("run", "--config", str(path), port=port) as doomed:
+        await doomed.wait_healthy()
+        async with aiohttp.ClientSession() as http:
+            spawn = {"tool": "sessions_spawn", "args": {"task": "task: failover"}}
+            async with http.post(f"{doomed.url}/v1/tools/invoke", json=spawn) as response:
+                assert response.status == 200, await response.text()
+                run_id = str((await response.json())["result"]["runId"])
+        await until_status(pg_url, run_id, "running")
+        (tmp_path / "survivor").mkdir()
+        async with running_gateway(
+            tmp_path / "survivor",
+            script=QUICK_SCRIPT,
+            state_dir=state,
+            database_url=pg_url,
+            replica_id="survivor",
+            timing=SURVIVOR_TIMING,
+        ) as survivor:
+            # Started while the run's replica lives: the run is not the survivor's.
+            assert survivor.lanes.subagent.stats().submitted == 0
+            assert await run_status(pg_url, run_id) == "running"
+            doomed.process.send_signal(signal.SIGKILL)
+            assert await doomed.wait_exit() == -signal.SIGKILL
+            await until_status(pg_url, run_id, "done")
+            run = await survivor.db.runs.get(run_id)
+            assert run is not None
+            assert run.result_text == "done failover"
+            assert survivor.lanes.subagent.stats().done == 1
+            records = (await survivor.store.read(run.child_session_key)).records
+            events = [r.get("event") for r in records if r["type"] == "event"]
+            assert "resumed" in events  # from its transcript, as after a restart
+            said = [r["message"]["content"] for r in records if r["type"] == "message"]
+            assert said.count("task: failover") == 1  # the task was not given again
