@@ -39,6 +39,7 @@ from gateway.wiring import (
     Timing,
     build_channels,
     channels_of,
+    cluster_links,
 )
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ def build_app(
     app[TIMING] = timing or Timing()
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
-        channels = build_channels(holder.current, seen=StateSeenKeys(app))
+        cluster = cluster_links(holder.current, app[TIMING])
+        channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=cluster)
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the
     # drain delivers while every channel is still connected.

@@ -14,11 +14,13 @@ from typing import Any
 
 from aiohttp import web
 
-from channels import Channel, SeenKeys
+from channels import Channel, Leadership, SeenKeys
+from channels.webchat.relay import Relay
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.constants import (
+    CLUSTER_POLL_SECONDS,
     MAIN_LANE,
     MAIN_LANE_MAX_QUEUED,
     SESSION_LANE,
@@ -97,6 +99,8 @@ class Timing:
 
     outbox_base_delay: float = OUTBOX_BASE_DELAY
     provider_retry: RetryPolicy | None = None
+    #: Cluster: a standby's lock tries, a held lock's checks, LISTEN reconnects.
+    cluster_poll: float = CLUSTER_POLL_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +174,40 @@ class StateSeenKeys:
         return await self._app[STATE].seen.first_sighting(keys, ttl_seconds)
 
 
-def build_channels(settings: HeraldSettings, *, seen: SeenKeys | None = None) -> dict[str, Channel]:
-    """The enabled channels, not yet started; ``seen`` remembers the events they handled."""
+@dataclass(frozen=True, slots=True)
+class ClusterLinks:
+    """What channels share with the other replicas of a cluster: the lock of a channel's
+    one inbound connection (Discord's gateway) and the web chat's notices."""
+
+    leadership: Leadership
+    relay: Relay
+
+
+def cluster_links(settings: HeraldSettings, timing: Timing) -> ClusterLinks | None:
+    """The cluster's links on ``cluster.databaseUrl``; None for a single process (then
+    nothing of PostgreSQL is imported)."""
+    url = settings.cluster.database_url
+    if url is None:
+        return None
+    from gateway.cluster.leader import PgLeadership
+    from gateway.cluster.notify import PgWebchatRelay
+
+    replica = settings.cluster.resolved_replica_id()
+    secret = url.get_secret_value()
+    return ClusterLinks(
+        leadership=PgLeadership(secret, replica, poll=timing.cluster_poll),
+        relay=PgWebchatRelay(secret, replica, poll=timing.cluster_poll),
+    )
+
+
+def build_channels(
+    settings: HeraldSettings,
+    *,
+    seen: SeenKeys | None = None,
+    cluster: ClusterLinks | None = None,
+) -> dict[str, Channel]:
+    """The enabled channels, not yet started; ``seen`` remembers the events they handled,
+    ``cluster`` links them to the other replicas."""
     channels: dict[str, Channel] = {}
     config = settings.channels
     if config.slack.enabled:
@@ -181,12 +217,14 @@ def build_channels(settings: HeraldSettings, *, seen: SeenKeys | None = None) ->
     if config.discord.enabled:
         from channels.discord import DiscordChannel
 
-        channels["discord"] = DiscordChannel(config.discord)
+        leadership = cluster.leadership if cluster is not None else None
+        channels["discord"] = DiscordChannel(config.discord, leadership=leadership)
     if config.webchat.enabled:
         from channels.webchat import WebchatChannel
 
         history = settings.gateway.resolved_state_dir() / "webchat"
-        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history)
+        relay = cluster.relay if cluster is not None else None
+        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history, relay=relay)
     return channels
 
 

@@ -8,6 +8,10 @@ limit, with mentions that can never ping ``@everyone``, roles or users; rate lim
 to discord.py, which sleeps ``retry_after`` on a 429 and tries again. An announce's parts
 carry nonces made from its outbox item, so Discord itself drops a resend soon after a
 crash; :meth:`DiscordChannel.find_delivered` looks in the channel (:mod:`.lookup`).
+
+In a cluster (a :class:`~channels.leadership.Leadership` given) ``start()`` only logs in and
+returns: the replica holding the channel's lock connects to the gateway
+(:mod:`.leading`), the others stand by and send over REST.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import aiohttp
 
 from channels.base import (
     Channel,
+    ChannelState,
     DeliveryLookup,
     InboundHandler,
     InboundMessage,
@@ -43,9 +48,11 @@ from channels.discord.endpoints import (
 from channels.discord.errors import send_error, start_error
 from channels.discord.events import to_inbound
 from channels.discord.format import chunk_message
+from channels.discord.leading import hold_gateway
 from channels.discord.lookup import lookup
 from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
+from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -93,6 +100,9 @@ class _Client(discord.Client):
     async def setup_hook(self) -> None:
         # discord.py calls this at the end of login, before it dials the gateway.
         self._owner._logged_in = True
+        if self.user is not None:
+            self._owner._me = self.user.id
+        self._owner._login.set()
 
     async def on_ready(self) -> None:
         self._owner._set_connected(True, "ready")
@@ -117,8 +127,13 @@ class DiscordChannel(Channel):
         name: str = "discord",
         start_timeout: float = START_TIMEOUT,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
+        leadership: Leadership | None = None,
     ) -> None:
+        """``leadership``: in a cluster, the lock that decides which replica connects to
+        the gateway (see the module docstring); without it this channel always connects."""
         self.name = name
+        self._leadership = leadership
+        self._leading = False
         self._config = config
         self._start_timeout = start_timeout
         self._guild_ready_timeout = guild_ready_timeout
@@ -126,6 +141,7 @@ class DiscordChannel(Channel):
         self._task: asyncio.Task[None] | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._login = asyncio.Event()
         self._connected = False
         self._stopping = False
         self._failure: Exception | None = None
@@ -137,7 +153,7 @@ class DiscordChannel(Channel):
         self._claimed = False
 
     def __repr__(self) -> str:
-        state = "connected" if self.connected else "running" if self._task else "stopped"
+        state = self.state if self._task else "stopped"
         return (
             f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inbound.qsize()}>"
         )
@@ -146,6 +162,17 @@ class DiscordChannel(Channel):
     def connected(self) -> bool:
         """True from READY (or RESUMED) until the gateway connection drops or stops."""
         return self._connected and self._client is not None and not self._client.is_closed()
+
+    @property
+    def state(self) -> ChannelState:
+        """``standby`` while logged in (sending) and another replica holds the gateway."""
+        if self.connected:
+            return "connected"
+        client, task = self._client, self._task
+        running = client is not None and not client.is_closed() and task is not None
+        if running and self._leadership is not None and self._login.is_set() and not self._leading:
+            return "standby"
+        return "disconnected"
 
     @property
     def bot_user_id(self) -> str | None:
@@ -177,6 +204,7 @@ class DiscordChannel(Channel):
         self._failure = None
         self._logged_in = False
         self._ready = asyncio.Event()
+        self._login = asyncio.Event()
         self._client = _Client(
             self,
             intents=discord_intents(),
@@ -187,8 +215,13 @@ class DiscordChannel(Channel):
             max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
         )
         self._consumer = asyncio.create_task(self._deliver(handler), name=f"{self.name}-inbound")
-        self._task = asyncio.create_task(self._run(self._client, token), name=f"{self.name}-client")
-        ready = asyncio.create_task(self._ready.wait())
+        run = self._run(self._client, token)
+        if self._leadership is not None:
+            run = self._run_clustered(self._client, token, self._leadership)
+        self._task = asyncio.create_task(run, name=f"{self.name}-client")
+        # In a cluster, start-up needs the login only: the gateway is the lock holder's.
+        started = self._ready if self._leadership is None else self._login
+        ready = asyncio.create_task(started.wait())
         try:
             await asyncio.wait(
                 {ready, self._task},
@@ -201,16 +234,20 @@ class DiscordChannel(Channel):
         finally:
             ready.cancel()
             await asyncio.gather(ready, return_exceptions=True)
-        if self._ready.is_set() and not self._task.done():
-            log.info("%s channel connected as user %s", self.name, self._me)
+        if started.is_set() and not self._task.done():
+            if self._leadership is None:
+                log.info("%s channel connected as user %s", self.name, self._me)
+            else:
+                log.info("%s channel logged in as user %s", self.name, self._me)
             return
         failure = self._failure if self._task.done() else None
         await self.stop()
         if failure is not None:
             raise start_error(failure, self._talking_to()) from failure
+        what = "no READY" if self._leadership is None else "no answer to the login"
         raise ChannelStartError(
             f"Discord did not become ready within {self._start_timeout:g} s: "
-            f"no READY from {self._talking_to()}"
+            f"{what} from {self._talking_to()}"
         )
 
     async def stop(self) -> None:
@@ -324,6 +361,25 @@ class DiscordChannel(Channel):
         finally:
             self._connected = False
             await client.close()
+
+    async def _run_clustered(self, client: _Client, token: str, leadership: Leadership) -> None:
+        # Log in (REST: sends work from here on), then hold the gateway while leading.
+        try:
+            await client.login(token)
+            await hold_gateway(client, leadership, self.name, on_leading=self._set_leading)
+        except Exception as exc:
+            self._failure = exc
+            if self._login.is_set() and not self._stopping:
+                log.error("%s channel is down: %s", self.name, start_error(exc, self._talking_to()))
+        finally:
+            self._connected = False
+            self._leading = False
+            await client.close()
+
+    def _set_leading(self, leading: bool) -> None:
+        self._leading = leading
+        if not leading:
+            self._connected = False
 
     def _talking_to(self) -> str:
         """What the client was talking to last: the REST API until logged in, then the gateway."""

@@ -19,6 +19,14 @@ An announce (an outbox item) gets a message id made from its item, the same on e
 attempt: a resend after a crash is dropped by the server's history (which already holds that
 id) and by the page (which shows each id once), and :meth:`WebchatChannel.find_delivered`
 answers from the history.
+
+In a cluster of gateway replicas (a :class:`~channels.webchat.relay.Relay` given) a
+client's pages may be on one replica while another sends to it: every send goes to the
+client's history file (a shared state directory) and is announced through the relay, and
+the replicas holding the client's pages read the file again and push what they lack
+(:mod:`.relay`). Before each send, lookup and hello the file is read again too, so the
+replay, the dedupe by message id and :meth:`WebchatChannel.find_delivered` see what every
+replica wrote.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from channels.webchat.protocol import (
     typing_frame,
     valid_client_id,
 )
+from channels.webchat.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +119,20 @@ class WebchatChannel(Channel):
     """The built-in web chat; every browser client is a DM chat whose id is its client id."""
 
     def __init__(
-        self, config: WebchatConfig, *, name: str = "webchat", history_dir: Path | None = None
+        self,
+        config: WebchatConfig,
+        *,
+        name: str = "webchat",
+        history_dir: Path | None = None,
+        relay: Relay | None = None,
     ) -> None:
         """``history_dir`` keeps each client's history on disk across restarts (the gateway
-        passes ``<stateDir>/webchat``); without it the history lives in memory only."""
+        passes ``<stateDir>/webchat``); without it the history lives in memory only.
+        ``relay``: in a cluster, the notices between replicas sharing ``history_dir``."""
+        if relay is not None and history_dir is None:
+            raise ValueError("a web chat relay needs a history_dir shared by the replicas")
         self.name = name
+        self._relay = relay
         self.config = config
         files = (
             HistoryFiles(history_dir, history_size=config.history_size, runs_kept=RUNS_KEPT)
@@ -157,6 +175,8 @@ class WebchatChannel(Channel):
 
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
+        if self._relay is not None:
+            await self._relay.start(self._on_relay)
         self._started = True
         self._stopped = False
         log.info("web chat ready", extra={"path": SOCKET_PATH})
@@ -164,6 +184,8 @@ class WebchatChannel(Channel):
     async def stop(self) -> None:
         """Close every open page with 1001 (going away). Idempotent."""
         self._stopped = True
+        if self._relay is not None:
+            await self._relay.stop()
         await self._close_all()
 
     @property
@@ -171,12 +193,16 @@ class WebchatChannel(Channel):
         return self._started and not self._stopped
 
     async def send(self, message: OutboundMessage) -> SentMessage:
-        """Show ``message`` on every open page of its client; keep it for the next hello."""
+        """Show ``message`` on every open page of its client; keep it for the next hello.
+
+        In a cluster the message is in the client's history once this returns or raises a
+        retryable error (the other replicas could not be told: the retry tells them)."""
         client = self._client_for(message.chat_id)
         if client is None:
             raise ChannelSendError(
                 f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
             )
+        self._refresh(client)
         message_id = self._record(
             client, message.kind, message.text, message.run_id, _outbox_message_id(message)
         )
@@ -188,6 +214,8 @@ class WebchatChannel(Channel):
                 "pages": len(client.connections),
             },
         )
+        if self._relay is not None:
+            await self._relay.publish(client.client_id)
         return SentMessage(chat_id=message.chat_id, message_ids=(message_id,))
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
@@ -195,6 +223,8 @@ class WebchatChannel(Channel):
         message) holds the announce's message id."""
         client = self._client_for(message.chat_id)
         message_id = _outbox_message_id(message)
+        if client is not None:
+            self._refresh(client)
         if client is None or message_id is None or not client.has_message(message_id):
             return DeliveryLookup("not_found")
         return DeliveryLookup("found", (message_id,))
@@ -207,7 +237,9 @@ class WebchatChannel(Channel):
                 "run update for an invalid web chat client id", extra={"run": update.run_id}
             )
             return
+        self._refresh(client)
         client.set_run(update.run_id, run_frame(update, time.time()))
+        await self._tell_others(client)
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:
@@ -230,6 +262,37 @@ class WebchatChannel(Channel):
 
     def _client_for(self, chat_id: str) -> ClientState | None:
         return self._clients.get(chat_id) if valid_client_id(chat_id) else None
+
+    def _refresh(self, client: ClientState) -> None:
+        """In a cluster: take in what other replicas wrote to the client's history."""
+        if self._relay is not None:
+            client.refresh()
+
+    async def _tell_others(self, client: ClientState) -> None:
+        """In a cluster: announce the client's new frame; a failure is only logged (the
+        frame is in the history: pages elsewhere get it with the next notice or hello)."""
+        if self._relay is None:
+            return
+        try:
+            await self._relay.publish(client.client_id)
+        except Exception as exc:
+            log.warning(
+                "web chat: other replicas not told",
+                extra={"client": client.client_id, "error": str(exc)},
+            )
+
+    async def _on_relay(self, client_id: str | None) -> None:
+        """Another replica extended ``client_id``'s history (None: any client's, maybe):
+        pages open here get what they lack."""
+        if client_id is None:
+            clients = [c for c in self._clients.all() if c.connections]
+        elif client_id in self._clients and valid_client_id(client_id):
+            clients = [self._clients.get(client_id)]
+        else:
+            return  # no page of it here; a later hello reads the file
+        for client in clients:
+            if client.connections:
+                client.refresh()
 
     def _record(
         self,
@@ -311,7 +374,9 @@ class WebchatChannel(Channel):
             connection.push(error_frame("unavailable", "the web chat is shutting down"))
             return
         client = self._clients.get(connection.client_id)
+        self._refresh(client)
         message_id = self._record(client, "user", frame.text, None)
+        await self._tell_others(client)
         inbound = InboundMessage(
             channel=self.name,
             account=ACCOUNT,
@@ -338,6 +403,7 @@ class WebchatChannel(Channel):
             await connection.close(WSCloseCode.POLICY_VIOLATION, b"too many pages")
             return
         connection.client_id = client_id
+        self._refresh(client)
         client.attach(connection)
         log.debug("web chat page connected", extra={"client": client_id})
 
