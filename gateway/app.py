@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from channels import Channel
+from channels import Channel, ChannelState
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
 from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
@@ -100,8 +100,8 @@ def build_app(
     for channel in app[CHANNELS].values():
         channel.add_routes(app)
 
-    def readiness() -> dict[str, bool]:
-        return {name: channel.connected for name, channel in app[CHANNELS].items()}
+    def readiness() -> dict[str, ChannelState]:
+        return {name: channel.state for name, channel in app[CHANNELS].items()}
 
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])

@@ -215,9 +215,11 @@ class DiscordChannel(Channel):
             max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
         )
         self._consumer = asyncio.create_task(self._deliver(handler), name=f"{self.name}-inbound")
-        run = self._run(self._client, token)
-        if self._leadership is not None:
-            run = self._run_clustered(self._client, token, self._leadership)
+        run = (
+            self._run(self._client, token)
+            if self._leadership is None
+            else self._run_clustered(self._client, token, self._leadership)
+        )
         self._task = asyncio.create_task(run, name=f"{self.name}-client")
         # In a cluster, start-up needs the login only: the gateway is the lock holder's.
         started = self._ready if self._leadership is None else self._login
