@@ -162,7 +162,7 @@ class Channel(abc.ABC):
         """True while the channel can receive and send."""
 
     @property
-    def state(self) -> ChannelState:
+    def connection_state(self) -> ChannelState:
         """``connected``, ``standby`` (sending only, another replica receives) or
         ``disconnected``. Default: from :attr:`connected` (no standby)."""
         return "connected" if self.connected else "disconnected"

@@ -101,7 +101,7 @@ def build_app(
         channel.add_routes(app)
 
     def readiness() -> dict[str, ChannelState]:
-        return {name: channel.state for name, channel in app[CHANNELS].items()}
+        return {name: channel.connection_state for name, channel in app[CHANNELS].items()}
 
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])

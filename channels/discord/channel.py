@@ -37,6 +37,7 @@ from channels.base import (
 )
 from channels.config_base import secret_value
 from channels.discord._sdk import discord
+from channels.discord.client import Client, discord_intents
 from channels.discord.config import DiscordConfig
 from channels.discord.endpoints import (
     DEFAULT_API_BASE_URL,
@@ -80,43 +81,6 @@ PARTIAL_SENDS_KEPT = 128
 NO_PINGS = discord.AllowedMentions.none()
 
 
-def discord_intents() -> discord.Intents:
-    """Guilds, guild messages, DMs and message content (a privileged intent)."""
-    intents = discord.Intents.none()
-    intents.guilds = True
-    intents.guild_messages = True
-    intents.dm_messages = True
-    intents.message_content = True
-    return intents
-
-
-class _Client(discord.Client):
-    """A ``Client`` whose events go to its :class:`DiscordChannel`."""
-
-    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
-        super().__init__(**options)
-        self._owner = owner
-
-    async def setup_hook(self) -> None:
-        # discord.py calls this at the end of login, before it dials the gateway.
-        self._owner._logged_in = True
-        if self.user is not None:
-            self._owner._me = self.user.id
-        self._owner._login.set()
-
-    async def on_ready(self) -> None:
-        self._owner._set_connected(True, "ready")
-
-    async def on_resumed(self) -> None:
-        self._owner._set_connected(True, "resumed")
-
-    async def on_disconnect(self) -> None:
-        self._owner._set_connected(False, "disconnected")
-
-    async def on_message(self, message: discord.Message) -> None:
-        await self._owner._on_message(message)
-
-
 class DiscordChannel(Channel):
     """Herald's Discord surface. See the module docstring and :mod:`.events` for the rules."""
 
@@ -137,7 +101,7 @@ class DiscordChannel(Channel):
         self._config = config
         self._start_timeout = start_timeout
         self._guild_ready_timeout = guild_ready_timeout
-        self._client: _Client | None = None
+        self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -153,7 +117,7 @@ class DiscordChannel(Channel):
         self._claimed = False
 
     def __repr__(self) -> str:
-        state = self.state if self._task else "stopped"
+        state = self.connection_state if self._task else "stopped"
         return (
             f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inbound.qsize()}>"
         )
@@ -164,7 +128,7 @@ class DiscordChannel(Channel):
         return self._connected and self._client is not None and not self._client.is_closed()
 
     @property
-    def state(self) -> ChannelState:
+    def connection_state(self) -> ChannelState:
         """``standby`` while logged in (sending) and another replica holds the gateway."""
         if self.connected:
             return "connected"
@@ -205,7 +169,7 @@ class DiscordChannel(Channel):
         self._logged_in = False
         self._ready = asyncio.Event()
         self._login = asyncio.Event()
-        self._client = _Client(
+        self._client = Client(
             self,
             intents=discord_intents(),
             allowed_mentions=NO_PINGS,
@@ -351,7 +315,7 @@ class DiscordChannel(Channel):
 
     # internals: the client task and its events
 
-    async def _run(self, client: _Client, token: str) -> None:
+    async def _run(self, client: Client, token: str) -> None:
         # Failures are kept, not raised: start() reports one that comes before READY, and
         # one after READY is logged here, as nobody awaits this task until stop().
         try:
@@ -364,7 +328,7 @@ class DiscordChannel(Channel):
             self._connected = False
             await client.close()
 
-    async def _run_clustered(self, client: _Client, token: str, leadership: Leadership) -> None:
+    async def _run_clustered(self, client: Client, token: str, leadership: Leadership) -> None:
         # Log in (REST: sends work from here on), then hold the gateway while leading.
         try:
             await client.login(token)
@@ -389,7 +353,15 @@ class DiscordChannel(Channel):
             return f"the Discord gateway at {self._config.gateway_url or DEFAULT_GATEWAY_URL}"
         return f"the Discord API at {self._config.api_base_url or DEFAULT_API_BASE_URL}"
 
-    def _set_connected(self, connected: bool, why: str) -> None:
+    def client_logged_in(self, user_id: int | None) -> None:
+        """The client's login ended (REST works from here): called by :class:`.client.Client`."""
+        self._logged_in = True
+        if user_id is not None:
+            self._me = user_id
+        self._login.set()
+
+    def client_connected(self, connected: bool, why: str) -> None:
+        """READY, RESUMED or a dropped gateway connection: called by the client."""
         if self._stopping:
             return
         if connected and self._client is not None and self._client.user is not None:
@@ -399,7 +371,8 @@ class DiscordChannel(Channel):
             log.info("%s channel %s", self.name, why)
         self._connected = connected
 
-    async def _on_message(self, message: discord.Message) -> None:
+    async def client_message(self, message: discord.Message) -> None:
+        """A message the gateway delivered: called by the client."""
         client = self._client
         if client is None or client.user is None or self._stopping:
             return
@@ -430,7 +403,7 @@ class DiscordChannel(Channel):
                     "%s inbound handler failed for message %s", self.name, inbound.message_id
                 )
 
-    async def _keep_typing(self, client: _Client, channel_id: int) -> None:
+    async def _keep_typing(self, client: Client, channel_id: int) -> None:
         target = client.get_partial_messageable(channel_id)
         while True:
             try:

@@ -38,12 +38,10 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from importlib import resources
 from pathlib import Path
 from typing import Final
 
 from aiohttp import WSCloseCode, WSMsgType, web
-from aiohttp.typedefs import Handler
 
 from channels.base import (
     Channel,
@@ -55,6 +53,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
+from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
 from channels.webchat.connection import Connection
@@ -90,29 +89,6 @@ HEARTBEAT: Final = 30.0
 CLOSE_TIMEOUT: Final = 5.0
 #: Frames queued per page beyond a full replay before the page counts as too slow.
 QUEUE_HEADROOM: Final = 256
-
-_ASSETS: Final = {
-    "index.html": "text/html",
-    "app.js": "text/javascript",
-    "runs.js": "text/javascript",
-    "sessions.js": "text/javascript",
-    "style.css": "text/css",
-}
-#: The page loads only its own files; 'self' in connect-src covers the same-origin socket.
-_PAGE_HEADERS: Final = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
-
-
-def _load_assets() -> dict[str, bytes]:
-    folder = resources.files("channels.webchat").joinpath("static")
-    return {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
 
 
 class WebchatChannel(Channel):
@@ -150,7 +126,7 @@ class WebchatChannel(Channel):
         # gateway does not mistake new messages for ones it already shows.
         self._boot = secrets.token_hex(4)
         self._ids = itertools.count(1)
-        self._assets = _load_assets()
+        self._assets = load_assets()
 
     def __repr__(self) -> str:
         return (
@@ -166,10 +142,10 @@ class WebchatChannel(Channel):
         Sockets are closed in ``on_shutdown`` because aiohttp waits for open handlers before
         it runs the cleanup contexts that call :meth:`stop`.
         """
-        app.router.add_get(PAGE_PATH, self._asset_handler("index.html"))
-        for name in _ASSETS:
-            if name != "index.html":
-                app.router.add_get(STATIC_PREFIX + name, self._asset_handler(name))
+        app.router.add_get(PAGE_PATH, asset_handler(self._assets, PAGE))
+        for name in self._assets:
+            if name != PAGE:
+                app.router.add_get(STATIC_PREFIX + name, asset_handler(self._assets, name))
         app.router.add_get(SOCKET_PATH, self._socket)
         app.on_shutdown.append(self._on_shutdown)
 
@@ -310,17 +286,6 @@ class WebchatChannel(Channel):
             message_frame(kind, text, message_id=message_id, ts=time.time(), run_id=run_id)
         )
         return message_id
-
-    def _asset_handler(self, name: str) -> Handler:
-        body = self._assets[name]
-        content_type = _ASSETS[name]
-
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(
-                body=body, content_type=content_type, charset="utf-8", headers=_PAGE_HEADERS
-            )
-
-        return handler
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(

@@ -19,6 +19,14 @@ async def _sqlite() -> bool | None:
     return None  # no shared database to ask
 
 
+def webchat_connected() -> dict[str, ChannelState]:
+    return {"webchat": "connected"}
+
+
+def discord_standing_by() -> dict[str, ChannelState]:
+    return {"discord": "standby", "webchat": "connected"}
+
+
 async def test_readiness_follows_every_enabled_channel() -> None:
     channels: dict[str, ChannelState] = {"webchat": "connected", "slack": "disconnected"}
     app = web.Application()
@@ -55,7 +63,7 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
 
     full = {"now": False}
     app = web.Application()
-    app[READINESS] = lambda: {"webchat": "connected"}
+    app[READINESS] = webchat_connected
     app[DATABASE] = database
     app[DISK_FULL] = lambda: full["now"]
     app.add_routes(route_defs("/readyz"))
@@ -89,7 +97,7 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
 async def test_a_channel_standing_by_in_a_cluster_is_ready_and_named_so() -> None:
     """Another replica holds Discord's connection: this one sends only, which is its part."""
     app = web.Application()
-    app[READINESS] = lambda: {"discord": "standby", "webchat": "connected"}
+    app[READINESS] = discord_standing_by
     app[DATABASE] = _sqlite
     app[DISK_FULL] = lambda: False
     app.add_routes(route_defs("/readyz"))

@@ -43,7 +43,7 @@ async def two_replicas(
 
 
 def holder_and_standby(pair: tuple[Replica, Replica]) -> tuple[Replica, Replica] | None:
-    states = [r.channel("discord").state for r in pair]
+    states = [r.channel("discord").connection_state for r in pair]
     if states == ["connected", "standby"]:
         return pair
     if states == ["standby", "connected"]:
