@@ -3,8 +3,8 @@ channel's lock, the web chat's LISTEN), each named in ``pg_stat_activity``.
 
 A session-level lock or a LISTEN lives exactly as long as its connection, so these are
 never pooled. TCP keepalives on both ends make a silently dead peer (a replica's host gone,
-a cut network) show as a dropped connection within about a minute instead of hours: the
-server then frees the replica's locks for another to take.
+a cut network) show as a dropped connection within seconds instead of hours: the server
+then frees the replica's locks for another to take.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ APPLICATION_NAME_MAX: Final = 63
 #: Seconds to wait for the server to answer a connect (libpq would wait for the OS).
 CONNECT_TIMEOUT: Final = 10
 #: Idle seconds before the first keepalive probe, seconds between probes, probes lost
-#: before the connection counts as dead: about 30 s from silence to a freed lock.
-KEEPALIVE_IDLE: Final = 10
-KEEPALIVE_INTERVAL: Final = 5
-KEEPALIVE_COUNT: Final = 4
+#: before the connection counts as dead: about 11 s from silence to a freed lock, well
+#: within the 30 s a vanished holder's Discord connection may take to move.
+KEEPALIVE_IDLE: Final = 5
+KEEPALIVE_INTERVAL: Final = 2
+KEEPALIVE_COUNT: Final = 3
 
 
 def application_name(replica_id: str, role: str) -> str:
