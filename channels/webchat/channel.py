@@ -171,8 +171,9 @@ class WebchatChannel(Channel):
     async def send(self, message: OutboundMessage) -> SentMessage:
         """Show ``message`` on every open page of its client; keep it for the next hello.
 
-        In a cluster the message is in the client's history once this returns or raises a
-        retryable error (the other replicas could not be told: the retry tells them)."""
+        In a cluster the message is in the client's history once this returns; an outbox
+        item's send raises a retryable error when the other replicas could not be told (its
+        retry is shown once and tells them), other messages only log it."""
         client = self._client_for(message.chat_id)
         if client is None:
             raise ChannelSendError(
@@ -190,7 +191,9 @@ class WebchatChannel(Channel):
                 "pages": len(client.connections),
             },
         )
-        if self._relay is not None:
+        if message.outbox_id is None:
+            await self._tell_others(client)  # a retry would show it twice: never raise
+        elif self._relay is not None:  # a retry of an outbox item is shown once: raise
             await self._relay.publish(client.client_id)
         return SentMessage(chat_id=message.chat_id, message_ids=(message_id,))
 
