@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from channels import ChannelSendError, OutboundMessage
+from channels import ChannelSendError, OutboundKind, OutboundMessage
 from channels.webchat import WebchatChannel, WebchatConfig
 from channels.webchat.relay import ChangeHandler
 from tests.channels.webchat.conftest import AiohttpClient, Inbox, Page
@@ -48,7 +48,7 @@ class BusRelay:
 
 
 def announce(text: str, outbox_id: int | None) -> OutboundMessage:
-    kind = "announce" if outbox_id is not None else "reply"
+    kind: OutboundKind = "announce" if outbox_id is not None else "reply"
     return OutboundMessage(
         "webchat", "local", CLIENT, None, text, kind=kind, run_id="r1", outbox_id=outbox_id
     )
