@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.synced
 CONFIG ?= config/herald.json5
 
-.PHONY: run test lint typecheck pytest bench soak clean env postgresql
+.PHONY: run test lint typecheck pytest bench soak clean env postgresql docs
 
 $(UV):
 	python3 -m pip install --user --quiet uv
@@ -35,6 +35,11 @@ pytest: $(STAMP) postgresql
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest
+
+# docs/configuration.md is generated from the settings' docstrings; a test fails when the
+# committed file is not what this writes.
+docs: $(STAMP)
+	$(VENV)/bin/python -m gateway.config.reference docs/configuration.md
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

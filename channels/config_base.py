@@ -22,6 +22,9 @@ class ConfigModel(BaseModel):
         # JSON5 reads Infinity and NaN, TOML inf and nan, and 1e999 overflows to infinity; no
         # setting means any of them, and a run record holding one is not valid JSON.
         allow_inf_nan=False,
+        # Each field's docstring is its description: in the JSON Schema editors complete
+        # from, and in the generated configuration reference.
+        use_attribute_docstrings=True,
     )
 
 

@@ -87,7 +87,10 @@ def build_app(
     )
     app[SETTINGS] = holder
     app[CONFIG_DIR] = config_dir or Path.cwd()
-    app[METRICS] = Metrics()
+    cluster = holder.current.cluster
+    app[METRICS] = Metrics(
+        replica=cluster.resolved_replica_id() if cluster.database_url is not None else None
+    )
     app[TIMING] = timing or Timing()
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:

@@ -9,6 +9,10 @@ Two kinds of figures:
   query each, on the state database's read thread), lane depth, activity and width, and
   each channel's connection state. Nothing is polled between scrapes.
 
+In a cluster (``cluster.databaseUrl`` set) every sample also carries
+``replica="<cluster.replicaId>"``. ``runs`` and ``outbox_items`` count the shared database,
+so every replica reports the same figures: aggregate them with ``max``, not ``sum``.
+
 Each :class:`Metrics` owns a private ``CollectorRegistry``, never the process-wide one, so
 several gateways (tests start many) never share or collide on a series.
 
@@ -162,8 +166,11 @@ class _StateCollector:
 class Metrics:
     """The gateway's metrics: event hooks, and :meth:`render` for a scrape."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, replica: str | None = None) -> None:
         self.registry = CollectorRegistry()
+        #: In a cluster, every series carries ``replica="<cluster.replicaId>"``, so that one
+        #: Prometheus scraping every replica keeps their series apart.
+        self.replica = replica
         r = self.registry
         self._runs_finished = Counter(
             "herald_runs_finished",
@@ -282,6 +289,25 @@ class Metrics:
         )
         self._state.snapshot = snapshot
         try:
-            return generate_latest(self.registry)
+            if self.replica is None:
+                return generate_latest(self.registry)
+            return generate_latest(_Labelled(self.registry, {"replica": self.replica}))
         finally:
             self._state.snapshot = None
+
+
+class _Labelled:
+    """A view of a registry whose every sample carries ``labels`` as well (what Prometheus
+    calls constant labels, which prometheus_client has no direct way to set)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self._registry = registry
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [
+                sample._replace(labels={**sample.labels, **self._labels})
+                for sample in family.samples
+            ]
+            yield family

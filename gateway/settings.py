@@ -3,6 +3,10 @@
 Files use camelCase keys; Python uses snake_case attributes. Every section rejects unknown
 keys. Loading (file, environment, ``${VAR}``, command-line overrides) lives in
 :mod:`gateway.config`; this module only says what a valid configuration is.
+
+Each field's docstring is its description for users (Markdown, keys in camelCase): the JSON
+Schema of ``herald config schema`` carries it, and ``docs/configuration.md`` is generated
+from it (``make docs``).
 """
 
 from __future__ import annotations
@@ -63,17 +67,25 @@ def _resolve_dir(raw: str) -> Path:
 
 class AuthConfig(ConfigModel):
     token: SecretStr | None = None
+    """Bearer token every HTTP route asks for (`Authorization: Bearer <token>`), except
+    `/healthz`, `/readyz`, the web chat page and `/slack/events`. Required when
+    `gateway.host` is not a loopback address."""
 
 
 class GatewayConfig(ConfigModel):
     host: str = "127.0.0.1"
+    """Address the HTTP server (API, web chat, Slack events) listens on."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8787
+    """Port the HTTP server listens on."""
     auth: AuthConfig = AuthConfig()
-    #: Default: ``$STATE_DIRECTORY`` (systemd's StateDirectory=), else ``~/.herald``.
+    """Authentication of the HTTP API."""
     state_dir: str | None = None
-    #: Seconds running work may take to finish on shutdown before it is cancelled.
+    """Where the state database, transcripts and workspaces live. Default:
+    `$STATE_DIRECTORY` (systemd's `StateDirectory=`), else `~/.herald`."""
     shutdown_drain_seconds: NonNegativeFloat = 10.0
+    """Seconds running work may take to finish on shutdown before it is cancelled."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe log lines written."""
 
     @property
     def is_loopback(self) -> bool:
@@ -89,94 +101,135 @@ class ToolPolicyConfig(ConfigModel):
     """``allow`` set means allow-only; ``deny`` always wins."""
 
     allow: list[str] | None = None
+    """Tools allowed, by name, `group:<name>` (`sessions`, `fs`, `web`, `runtime`)
+    or `*`; when set, only these. Null: every tool. `exec` runs only where
+    `agent.tools.allow` or the agent's own `tools.allow` names it (or its group)."""
     deny: list[str] = []
+    """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
 
 
 class ExecConfig(ConfigModel):
     timeout_seconds: PositiveFloat = 30.0
+    """Seconds an `exec` command may run before it is killed (a call may ask for less)."""
     max_output_bytes: PositiveInt = 64 * 1024
+    """Bytes of a command's output returned to the model; the rest is cut."""
 
 
 class WebFetchAccessConfig(ConfigModel):
-    #: Let ``web_fetch`` reach loopback, link-local, private, CGNAT and multicast addresses.
     allow_private_networks: bool = False
+    """Let `web_fetch` reach loopback, link-local, private, CGNAT and multicast addresses
+    (refused by default, after DNS resolution and on every redirect)."""
 
 
 class AgentToolsConfig(ToolPolicyConfig):
     """``agent.tools``: the global tool policy layer, plus settings of the tools themselves."""
 
     web_fetch: WebFetchAccessConfig = WebFetchAccessConfig()
-    #: A tool result longer than this is cut (with a marker) in the conversation sent to the
-    #: model; the transcript keeps it whole. The floor leaves room for the marker to make sense.
+    """Where `web_fetch` may connect."""
+    # The floor leaves room for the cut's marker to make sense.
     max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
+    """A tool result longer than this many characters is cut, with a marker, in what the
+    model is sent; the transcript keeps it whole."""
 
 
 class WebFetchConfig(ConfigModel):
     timeout_seconds: PositiveFloat = 15.0
+    """Seconds a `web_fetch` may take for the whole response."""
     max_bytes: PositiveInt = 1024 * 1024
+    """Bytes of a response `web_fetch` reads at most (a call may ask for less)."""
 
 
 class SubagentDefaults(ConfigModel):
     max_concurrent: PositiveInt = 1
+    """Sub-agent runs at once: the width of the `subagent` lane (in a cluster, per
+    replica)."""
     archive_after_minutes: NonNegativeFloat = 60
+    """Minutes after its spawn a sub-agent's transcript is archived (renamed); 0 disables
+    the automatic archive."""
     model: str | None = None
+    """`<provider>/<model id>` sub-agents run on; null: the target agent's model."""
     run_timeout_seconds: NonNegativeFloat = 0
+    """Seconds a sub-agent run may take before it ends as `timeout`, when its spawn does
+    not say; 0: no limit."""
     tools: ToolPolicyConfig = ToolPolicyConfig()
-    #: What a restart does with runs that were running: resume them from their transcript,
-    #: or announce them as ``interrupted``.
+    """Tool policy for every sub-agent, intersected with its parent's tools."""
     on_restart: Literal["resume", "fail"] = "resume"
-    #: How deep sub-agents may nest: a person's session is depth 0, its sub-agents depth 1.
-    #: 1 = sub-agents cannot spawn; sessions below the cap may.
+    """What a restart does with runs that were running: resume them from their transcript,
+    or announce them as `interrupted`."""
     max_spawn_depth: Annotated[int, Field(ge=1, le=MAX_SPAWN_DEPTH)] = 1
-    #: Runs not yet final that one session may have; past it ``sessions_spawn`` refuses.
+    """How deep sub-agents may nest: a person's session is depth 0, its sub-agents depth 1.
+    1: sub-agents cannot spawn; sessions below the cap may."""
     max_children_per_session: PositiveInt = 10
+    """Runs not yet final that one session may have; past it `sessions_spawn` refuses."""
 
 
 class CompactionConfig(ConfigModel):
     """``agent.compaction``: what happens when a conversation would outgrow the model's
     context window (``models.providers.*.models[].contextWindow``)."""
 
-    #: "summary": the oldest turns become one summary the model writes; "truncate": they are
-    #: dropped; "off": everything is sent (the provider may refuse it).
     mode: Literal["summary", "truncate", "off"] = "summary"
-    #: Tokens kept free for the reply: compaction starts above ``contextWindow - this``.
+    """`"summary"`: the oldest turns become one summary the agent's model writes;
+    `"truncate"`: they are left out; `"off"`: everything is sent (the provider may
+    refuse it)."""
     reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 4000
-    #: The most recent turns (a person's message and everything answering it) kept whole.
+    """Tokens kept free for the reply: compaction starts when the prompt would exceed
+    `contextWindow` less this (or less the model's `maxTokens`, if larger)."""
     keep_recent_turns: Annotated[int, Field(ge=1, le=1000)] = 4
+    """The most recent turns (a person's message and everything answering it) kept whole."""
 
 
 class SessionToolsConfig(ConfigModel):
-    #: Sessions the session tools see: "tree" (this one and its sub-agents), "agent", "all".
     visibility: Literal["tree", "agent", "all"] = "tree"
+    """Sessions the session tools see: `"tree"` (the session itself and the runs it
+    spawned, down the tree), `"agent"` (every session of the same agent), `"all"`."""
 
 
 class AgentDefaults(ConfigModel):
     model: str = "demo/scripted"
+    """`<provider>/<model id>` of a provider under `models.providers`."""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The system prompt of every agent that sets none of its own."""
     max_iterations: PositiveInt = 20
+    """Model calls one turn may make (each followed by its tool calls) before it ends."""
     timeout_seconds: PositiveFloat = 600
+    """Seconds a chat turn may take before it is stopped and answered with an apology."""
     max_concurrent: PositiveInt = 4
+    """Chat turns at once: the width of the `main` lane."""
     tools: AgentToolsConfig = AgentToolsConfig()
+    """The tool policy every agent starts from, and settings of the tools themselves."""
     session_tools: SessionToolsConfig = SessionToolsConfig()
+    """What the session tools (`sessions_list`, `sessions_history`, `sessions_send`)
+    may see."""
     compaction: CompactionConfig = CompactionConfig()
+    """What happens when a conversation would outgrow the model's context window."""
     subagents: SubagentDefaults = SubagentDefaults()
+    """Sub-agent runs started with `sessions_spawn`."""
     exec: ExecConfig = ExecConfig()
+    """Limits of the `exec` tool (off unless a tool policy's `allow` names it)."""
     web_fetch: WebFetchConfig = WebFetchConfig()
+    """Limits of the `web_fetch` tool."""
 
 
 class AgentSubagentsConfig(ConfigModel):
-    #: Agent ids this agent may target with ``sessions_spawn``; ``["*"]`` = any, ``[]`` = itself.
     allow_agents: list[str] = []
+    """Agent ids this agent may target with `sessions_spawn`'s `agentId`: `["*"]` any,
+    `[]` only itself."""
 
 
 class AgentConfig(ConfigModel):
     name: str | None = None
+    """Display name (`agents_list`); null: the agent id."""
     model: str | None = None
+    """`<provider>/<model id>`; null: `agent.model`."""
     system_prompt: str | None = None
-    #: Default: ``<stateDir>/workspaces/<agentId>``.
+    """The agent's system prompt; null: `agent.systemPrompt`."""
     workspace: str | None = None
+    """The folder the file and `exec` tools work in. Default:
+    `<stateDir>/workspaces/<agentId>`."""
     tools: ToolPolicyConfig = ToolPolicyConfig()
+    """The agent's own tool policy, intersected with `agent.tools`."""
     subagents: AgentSubagentsConfig = AgentSubagentsConfig()
+    """Which agents this agent may spawn sub-agents of."""
 
 
 def _default_agents() -> dict[str, AgentConfig]:
@@ -185,7 +238,10 @@ def _default_agents() -> dict[str, AgentConfig]:
 
 class RoutingConfig(ConfigModel):
     default_agent: str = "main"
+    """The agent of the API's and the CLI's default session (the default agent's main
+    session); one of `routing.agents`."""
     agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)
+    """The agents, by id (lowercase letters, digits, `_` and `-`)."""
 
     @field_validator("agents")
     @classmethod
@@ -212,18 +268,25 @@ class ModelCost(ConfigModel):
     """USD per million tokens."""
 
     input: NonNegativeFloat = 0
+    """USD per million prompt tokens (not read from or written to the cache)."""
     output: NonNegativeFloat = 0
+    """USD per million generated tokens."""
     cache_read: NonNegativeFloat = 0
+    """USD per million prompt tokens read from the provider's cache."""
     cache_write: NonNegativeFloat = 0
+    """USD per million prompt tokens written to the provider's cache."""
 
 
 class ModelConfig(ConfigModel):
     id: Annotated[str, Field(min_length=1)]
+    """The provider's model id (`gpt-4o-mini`); agents name it `<provider>/<id>`."""
     cost: ModelCost | None = None
+    """Prices, for the `est $` of stats lines; null: no cost figure."""
     max_tokens: PositiveInt = 4096
-    #: Tokens the model reads at most (prompt and reply). None: a known default for the
-    #: OpenAI and Anthropic models (:data:`KNOWN_CONTEXT_WINDOWS`), else unknown.
+    """Tokens a reply may have at most."""
     context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW)] | None = None
+    """Tokens the model reads at most (prompt and reply). Null: known for the OpenAI and
+    Anthropic models of the example, else unknown (then the newest 200 messages are sent)."""
 
 
 ProviderApi = Literal["openai-completions", "anthropic-messages", "scripted"]
@@ -231,13 +294,22 @@ ProviderApi = Literal["openai-completions", "anthropic-messages", "scripted"]
 
 class ProviderConfig(ConfigModel):
     api: ProviderApi
+    """The wire protocol: `"openai-completions"` (OpenAI and compatible servers),
+    `"anthropic-messages"`, or `"scripted"` (the offline demo model)."""
     base_url: str | None = None
+    """The API root (an OpenAI-compatible one ends in `/v1`); null: the vendor's own."""
     api_key: SecretStr | None = None
-    #: ``scripted`` only: the rules file, relative to the config file. Default: the demo script.
+    """The provider's API key; usually `"${OPENAI_API_KEY}"` or the like."""
     script: str | None = None
+    """`scripted` only: the rules file, relative to the config file. Default: the demo
+    script."""
     models: list[ModelConfig] = []
+    """The models agents may name as `<provider>/<id>`."""
     timeout_seconds: PositiveFloat = 120
+    """Seconds one model call may take."""
     max_retries: NonNegativeInt = 4
+    """Retries of a call that failed transiently (408, 409, 429, 5xx, timeouts, dropped
+    connections), with exponential backoff honouring `Retry-After`."""
 
     def model(self, model_id: str) -> ModelConfig | None:
         return next((m for m in self.models if m.id == model_id), None)
@@ -268,12 +340,16 @@ def _default_providers() -> dict[str, ProviderConfig]:
 
 class ModelsConfig(ConfigModel):
     providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
+    """Model providers, by the name agents use in `<provider>/<model id>`."""
 
 
 class ChannelsConfig(ConfigModel):
     webchat: WebchatConfig = WebchatConfig()
+    """The built-in web chat at `/`."""
     slack: SlackConfig = SlackConfig()
+    """Slack, through slack-bolt (Socket Mode or HTTP events)."""
     discord: DiscordConfig = DiscordConfig()
+    """Discord, through discord.py."""
 
 
 #: URL schemes libpq accepts for a PostgreSQL connection.
@@ -284,11 +360,12 @@ class ClusterConfig(ConfigModel):
     """Several replicas on one PostgreSQL database; without ``databaseUrl``, one process on
     SQLite."""
 
-    #: ``postgresql://user:password@host:port/database``: the state lives in PostgreSQL.
     database_url: SecretUrl | None = None
-    #: This replica's name (logs, the database's ``application_name``); default
-    #: ``<hostname>-<pid>``.
+    """`postgresql://user:password@host:port/database`: the state lives in PostgreSQL,
+    shared by every replica (only the password is masked); null: SQLite in `stateDir`."""
     replica_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`).
+    Default: `<hostname>-<pid>`."""
 
     @field_validator("database_url")
     @classmethod
@@ -318,14 +395,21 @@ class HeraldSettings(BaseSettings):
         frozen=True,
         validate_default=True,
         allow_inf_nan=ConfigModel.model_config["allow_inf_nan"],
+        use_attribute_docstrings=True,
     )
 
     gateway: GatewayConfig = GatewayConfig()
+    """The HTTP server and the state directory."""
     agent: AgentDefaults = AgentDefaults()
+    """Defaults for every agent: model, prompt, limits, tools, sub-agents."""
     routing: RoutingConfig = RoutingConfig()
+    """The agents and which one answers by default."""
     models: ModelsConfig = ModelsConfig()
+    """Model providers and their models."""
     channels: ChannelsConfig = ChannelsConfig()
+    """The chat surfaces: web chat, Slack, Discord."""
     cluster: ClusterConfig = ClusterConfig()
+    """Several replicas on one PostgreSQL database."""
 
     @classmethod
     def settings_customise_sources(

@@ -95,27 +95,39 @@ class PostgresServer:
                   "--locale=C", "--locale-provider=icu", "--icu-locale=en-US", "-N")  # fmt: skip
         for attempt in range(3):  # a free port can be taken between the probe and the bind
             self.port = _free_port()
-            options = " ".join(
-                [
-                    f"-p {self.port}",
-                    "-c listen_addresses=127.0.0.1",
-                    f"-k {self.root}",
-                    "-c fsync=off",
-                    "-c synchronous_commit=off",
-                    "-c full_page_writes=off",
-                    "-c max_connections=200",
-                ]
-            )
-            log = str(self.root / "server.log")
             try:
-                self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w",
-                          "-t", str(START_SECONDS), "start")  # fmt: skip
+                self._pg_ctl_start()
                 break
             except subprocess.CalledProcessError:
                 if attempt == 2:
                     raise
         with psycopg.connect(self.admin_url("postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
+
+    def halt(self) -> None:
+        """Stop the server as a crash or an operator would (``immediate``: every client is cut
+        off), keeping its data for :meth:`resume`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start a :meth:`halt`-ed server again, on the same port, with the same data."""
+        self._pg_ctl_start()
+
+    def _pg_ctl_start(self) -> None:
+        options = " ".join(
+            [
+                f"-p {self.port}",
+                "-c listen_addresses=127.0.0.1",
+                f"-k {self.root}",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+                "-c max_connections=300",
+            ]
+        )
+        log = str(self.root / "server.log")
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w",
+                  "-t", str(START_SECONDS), "start")  # fmt: skip
 
     def stop(self) -> None:
         if self.port and (self.data / "postmaster.pid").exists():
@@ -162,6 +174,13 @@ def _unprivileged_user() -> pwd.struct_passwd:
 def start() -> PostgresServer:
     """Start the session's server (failing, never skipping, when PostgreSQL is missing)."""
     global _running
+    _running = own_server()
+    return _running
+
+
+def own_server() -> PostgresServer:
+    """A server of the calling test's own (which it may halt and resume), failing as
+    :func:`start` does; the caller stops it."""
     binaries = bin_dir()
     if binaries is None:
         pytest.fail(missing_message(), pytrace=False)
@@ -171,7 +190,6 @@ def start() -> PostgresServer:
     except subprocess.CalledProcessError as exc:
         server.stop()
         pytest.fail(f"PostgreSQL did not start: {exc}\n{exc.stderr}", pytrace=False)
-    _running = server
     return server
 
 

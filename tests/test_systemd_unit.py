@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import load_settings
 from gateway.constants import EXIT_CONFIG
 from gateway.settings import GatewayConfig
 
@@ -175,3 +176,66 @@ def test_systemd_analyze_security_rates_the_sandbox_ok(verifiable_unit: Path) ->
     result = run_analyze("security", "--offline=true", "--threshold=20", os.fspath(verifiable_unit))
 
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+
+
+TEMPLATE = SYSTEMD_DIR / "herald@.service"
+CLUSTER_EXAMPLE = SYSTEMD_DIR.parent / "config" / "cluster.json5"
+CLUSTER_SECRETS = {
+    "HERALD_DATABASE_URL": "postgresql://herald:pw@db.example:5432/herald",
+    "HERALD_TOKEN": "t" * 32,
+}
+
+
+def test_the_replica_template_is_the_unit_plus_a_port_and_a_replica_name() -> None:
+    unit, template = parse_unit(UNIT.read_text()), parse_unit(TEMPLATE.read_text())
+    service, replica = unit["Service"], template["Service"]
+
+    # Everything the single unit sets, the template sets the same (sandbox, restarts,
+    # watchdog), so the two cannot drift apart...
+    def rest(section: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {k: v for k, v in section.items() if k not in ("Environment", "User")}
+
+    assert rest(replica) == rest(service)
+    # ...plus each instance's port and replica name, and one user for every instance.
+    assert replica["Environment"] == [
+        *service["Environment"],
+        "HERALD_GATEWAY__PORT=%i",
+        "HERALD_CLUSTER__REPLICA_ID=%H-%i",
+    ]
+    assert replica["User"] == ["herald"]
+    assert template["Install"] == unit["Install"]
+
+    def undescribed(section: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {k: v for k, v in section.items() if k != "Description"}
+
+    assert undescribed(template["Unit"]) == undescribed(unit["Unit"])
+
+
+def test_the_template_environment_sets_the_port_and_the_replica_id() -> None:
+    environ = {"HERALD_GATEWAY__PORT": "8788", "HERALD_CLUSTER__REPLICA_ID": "host-8788"}
+    settings = load_settings(CLUSTER_EXAMPLE, environ={**environ, **CLUSTER_SECRETS}).settings
+
+    assert settings.gateway.port == 8788
+    assert settings.cluster.resolved_replica_id() == "host-8788"
+
+
+def test_systemd_analyze_verify_accepts_an_instance_of_the_template(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed on this machine (package: systemd)")
+    executable = os.path.realpath(sys.executable)
+    text, count = re.subn(
+        r"^ExecStart=/usr/local/bin/herald ",
+        f"ExecStart={executable} ",
+        TEMPLATE.read_text(),
+        flags=re.M,
+    )
+    assert count == 1
+    (tmp_path / TEMPLATE.name).write_text(text)
+    instance = tmp_path / "herald@8788.service"
+    instance.symlink_to(tmp_path / TEMPLATE.name)
+
+    result = run_analyze("verify", os.fspath(instance))
+
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if "herald@" in line]
+    assert ours == []
+    assert result.returncode == 0, result.stderr

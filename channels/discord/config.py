@@ -9,13 +9,18 @@ from channels.config_base import ConfigModel
 
 class DiscordConfig(ConfigModel):
     enabled: bool = False
+    """Connect to Discord at start."""
     token: SecretStr | None = None
+    """The bot token (the bot needs the *Message Content* intent); required when enabled."""
     agent: str = "main"
+    """The agent that answers on Discord; one of `routing.agents`."""
     require_mention: bool = True
-    #: Versioned REST root, e.g. ``https://discord.com/api/v10`` (no trailing slash needed).
+    """In channels, answer only messages that mention the bot; DMs are always answered."""
     api_base_url: str | None = None
-    #: Gateway websocket, e.g. ``wss://gateway.discord.gg/``.
+    """Versioned REST root, e.g. `https://discord.com/api/v10` (no trailing slash
+    needed), for Discord-compatible servers; null: Discord's."""
     gateway_url: str | None = None
+    """Gateway websocket, e.g. `wss://gateway.discord.gg/`; null: Discord's."""
 
     @field_validator("api_base_url")
     @classmethod

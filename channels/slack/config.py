@@ -11,15 +11,25 @@ from channels.config_base import ConfigModel
 
 class SlackConfig(ConfigModel):
     enabled: bool = False
+    """Connect to Slack at start."""
     mode: Literal["socket", "http"] = "socket"
+    """`"socket"`: Socket Mode (needs `botToken` and `appToken`); `"http"`: events
+    at `POST /slack/events` (needs `botToken` and `signingSecret`)."""
     bot_token: SecretStr | None = None
+    """The bot token (`xoxb-…`); required when enabled."""
     app_token: SecretStr | None = None
+    """The app-level token (`xapp-…`); required in Socket Mode."""
     signing_secret: SecretStr | None = None
-    #: Web API root with its trailing slash; slack_sdk joins method names onto it.
+    """The app's signing secret, to verify events; required in HTTP mode."""
     api_base_url: str | None = None
+    """Web API root with its trailing slash (`https://slack.com/api/`), for
+    Slack-compatible servers; null: Slack's."""
     agent: str = "main"
+    """The agent that answers on Slack; one of `routing.agents`."""
     require_mention: bool = True
+    """In channels, answer only messages that mention the bot; DMs are always answered."""
     reply_in_thread: bool = True
+    """Answer a top-level mention in a new thread rather than in the channel."""
 
     def required_secrets(self) -> tuple[str, ...]:
         """The secret keys this configuration needs to start."""

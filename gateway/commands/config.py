@@ -51,10 +51,7 @@ def print_schema(args: argparse.Namespace) -> int:
     editors: ``"$schema"`` in a JSON file, or a YAML/TOML language server's settings."""
     import orjson
 
-    from gateway.settings import HeraldSettings
+    from gateway.config.reference import json_schema
 
-    schema = HeraldSettings.model_json_schema(by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "Herald configuration"
-    sys.stdout.write(orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(orjson.dumps(json_schema(), option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import WSMsgType, web
 
 BOT_TOKEN = "xoxb-fake-bot-token"
@@ -268,6 +269,29 @@ class FakeSlack:
             },
             connection=connection,
         )
+
+    async def send_event(
+        self,
+        request_url: str,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        retry_num: int | None = None,
+    ) -> int:
+        """HTTP mode: POST the signed ``event_callback`` around ``event`` to the app's Request
+        URL, as Slack does; returns the HTTP status the app answered (Slack retries a
+        non-2xx). A ``message`` event's message joins its conversation's history."""
+        if event.get("type") == "message" and "subtype" not in event:
+            self._store(str(event.get("channel")), dict(event))
+        body = json.dumps(self.event_callback(event, event_id=event_id)).encode()
+        headers = {"Content-Type": "application/json", **self.sign(body)}
+        if retry_num is not None:
+            headers |= {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "timeout"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(request_url, data=body, headers=headers) as response,
+        ):
+            return response.status
 
     async def push_command(
         self, command: str, text: str, *, channel_id: str = "C1", user_id: str = "U1"

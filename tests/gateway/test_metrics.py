@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY, generate_latest
@@ -217,3 +218,23 @@ async def test_the_wired_gateway_counts_a_run_end_to_end(tmp_path: Path) -> None
     assert value(s, "herald_announce_deliveries_total", result="delivered") == 1
     assert value(s, "herald_lane_wait_seconds_count", lane="subagent") == 1
     assert value(s, "herald_lane_wait_seconds_count", lane="main") == 1
+
+
+@pytest.mark.postgres
+async def test_a_cluster_replica_labels_every_series_with_its_id(
+    tmp_path: Path, pg_url: str
+) -> None:
+    config = {"cluster": {"replicaId": "replica-a"}}
+    async with running_gateway(tmp_path, config=config, database_url=pg_url) as gw:
+        samples = parse(await gw.metrics.render(host_of(gw, gw.metrics)))
+    assert samples, "the scrape is empty"
+    unlabelled = [name for name, labels in samples if ("replica", "replica-a") not in labels]
+    assert unlabelled == []
+    assert value(samples, "herald_runs", status="done", replica="replica-a") == 0
+    assert value(samples, "herald_channel_connected", channel="memory", replica="replica-a") == 1
+
+
+async def test_a_single_gateway_adds_no_replica_label(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        samples = parse(await gw.metrics.render(host_of(gw, gw.metrics)))
+    assert not [name for name, labels in samples if any(k == "replica" for k, _ in labels)]
