@@ -94,8 +94,8 @@ def build_app(
     app[TIMING] = timing or Timing()
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
-        cluster = cluster_links(holder.current, app[TIMING])
-        channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=cluster)
+        links = cluster_links(holder.current, app[TIMING])
+        channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=links)
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the
     # drain delivers while every channel is still connected.
