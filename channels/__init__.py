@@ -2,6 +2,7 @@
 
 from channels.base import (
     Channel,
+    ChannelState,
     ChatType,
     DeliveryLookup,
     InboundHandler,
@@ -13,18 +14,23 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelError, ChannelSendError, ChannelStartError
+from channels.leadership import AlwaysLeader, Leadership, Lease
 from channels.probe import ProbeOutcome, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
 
 __all__ = [
+    "AlwaysLeader",
     "Channel",
     "ChannelError",
     "ChannelSendError",
     "ChannelStartError",
+    "ChannelState",
     "ChatType",
     "DeliveryLookup",
     "InboundHandler",
     "InboundMessage",
+    "Leadership",
+    "Lease",
     "LookupOutcome",
     "MemorySeenKeys",
     "OutboundKind",

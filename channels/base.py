@@ -22,6 +22,9 @@ ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
 #: What a channel can say about an earlier send it may or may not have completed.
 LookupOutcome = Literal["found", "not_found", "unknown"]
+#: A channel's connection: ``standby`` — another replica of the cluster holds the inbound
+#: connection (Discord's gateway) and this one only sends, which is its job there.
+ChannelState = Literal["connected", "standby", "disconnected"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,12 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     def connected(self) -> bool:
         """True while the channel can receive and send."""
+
+    @property
+    def connection_state(self) -> ChannelState:
+        """``connected``, ``standby`` (sending only, another replica receives) or
+        ``disconnected``. Default: from :attr:`connected` (no standby)."""
+        return "connected" if self.connected else "disconnected"
 
     async def run_update(self, update: RunUpdate) -> None:
         """Show a run's new status. Default: nothing (chat surfaces get the announce only)."""

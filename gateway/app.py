@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from channels import Channel
+from channels import Channel, ChannelState
 from gateway.api.auth import auth_middleware
 from gateway.api.errors import error_middleware
 from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
@@ -39,6 +39,7 @@ from gateway.wiring import (
     Timing,
     build_channels,
     channels_of,
+    cluster_links,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ def build_app(
     app[TIMING] = timing or Timing()
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
-        channels = build_channels(holder.current, seen=StateSeenKeys(app))
+        links = cluster_links(holder.current, app[TIMING])
+        channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=links)
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the
     # drain delivers while every channel is still connected.
@@ -101,8 +103,8 @@ def build_app(
     for channel in app[CHANNELS].values():
         channel.add_routes(app)
 
-    def readiness() -> dict[str, bool]:
-        return {name: channel.connected for name, channel in app[CHANNELS].items()}
+    def readiness() -> dict[str, ChannelState]:
+        return {name: channel.connection_state for name, channel in app[CHANNELS].items()}
 
     def scrape() -> _Scrape:
         return _Scrape(app[STATE], app[LANES], channels_of(app), app[METRICS])

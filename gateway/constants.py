@@ -75,3 +75,8 @@ MIN_CONTEXT_WINDOW: Final = 256
 DEFAULT_MAX_RESULT_CHARS: Final = 20_000
 #: The smallest cut worth making: the marker alone is ~150 characters.
 MIN_RESULT_CHARS: Final = 500
+
+#: Cluster: seconds between a standby replica's tries for a channel's lock, between checks
+#: that a held lock's connection lives, and before a lost LISTEN connection is opened
+#: again. Small against the 30 s a dead holder's Discord connection may take to move.
+CLUSTER_POLL_SECONDS: Final = 5.0

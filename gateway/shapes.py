@@ -320,7 +320,13 @@ class Health(Closed):
 class Readiness(Closed):
     status: Literal["ready", "starting"]
     channels: dict[str, bool] = Field(
-        description="each enabled channel's connection state, by name"
+        description="each enabled channel, by name: true when it does its part here "
+        "(connected, or standing by while another replica holds its connection)"
+    )
+    channel_states: dict[str, Literal["connected", "standby", "disconnected"]] = Field(
+        description="each enabled channel's connection, by name: `standby` when another "
+        "replica of the cluster holds its one inbound connection (Discord's gateway) and "
+        "this one only sends"
     )
     storage: Literal["ok", "full"] = Field(
         description="`full` while the disk refuses the state's writes (the state directory's, "

@@ -15,12 +15,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from channels import Channel, SeenKeys
+from channels import Channel, Leadership, SeenKeys
+from channels.webchat.relay import Relay
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.cluster import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat, QueueTiming
 from gateway.constants import (
+    CLUSTER_POLL_SECONDS,
     CLUSTER_SESSION_LANE_WIDTH,
     MAIN_LANE,
     MAIN_LANE_MAX_QUEUED,
@@ -31,7 +33,7 @@ from gateway.constants import (
 )
 from gateway.delivery import DeliveryListener, Outbox
 from gateway.delivery.outbox import BASE_DELAY as OUTBOX_BASE_DELAY
-from gateway.delivery.outbox import CLUSTER_POLL_SECONDS
+from gateway.delivery.outbox import CLUSTER_POLL_SECONDS as OUTBOX_POLL_SECONDS
 from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
@@ -110,12 +112,14 @@ class Timing:
     outbox_base_delay: float = OUTBOX_BASE_DELAY
     provider_retry: RetryPolicy | None = None
     #: In a cluster: how often the outbox looks for items other replicas queued.
-    outbox_poll_seconds: float = CLUSTER_POLL_SECONDS
+    outbox_poll_seconds: float = OUTBOX_POLL_SECONDS
     #: In a cluster: seconds between heartbeats, and of silence after which a replica is dead.
     replica_heartbeat_seconds: float = HEARTBEAT_SECONDS
     replica_dead_seconds: float = DEAD_AFTER_SECONDS
 
     queue: QueueTiming = field(default_factory=QueueTiming)
+    #: Cluster: a standby's lock tries, a held lock's checks, LISTEN reconnects.
+    cluster_poll: float = CLUSTER_POLL_SECONDS
 
 
 class SessionLockPool(Protocol):
@@ -226,8 +230,40 @@ class StateSeenKeys:
         return await self._app[STATE].seen.first_sighting(keys, ttl_seconds)
 
 
-def build_channels(settings: HeraldSettings, *, seen: SeenKeys | None = None) -> dict[str, Channel]:
-    """The enabled channels, not yet started; ``seen`` remembers the events they handled."""
+@dataclass(frozen=True, slots=True)
+class ClusterLinks:
+    """What channels share with the other replicas of a cluster: the lock of a channel's
+    one inbound connection (Discord's gateway) and the web chat's notices."""
+
+    leadership: Leadership
+    relay: Relay
+
+
+def cluster_links(settings: HeraldSettings, timing: Timing) -> ClusterLinks | None:
+    """The cluster's links on ``cluster.databaseUrl``; None for a single process (then
+    nothing of PostgreSQL is imported)."""
+    url = settings.cluster.database_url
+    if url is None:
+        return None
+    from gateway.cluster.leader import PgLeadership
+    from gateway.cluster.notify import PgWebchatRelay
+
+    replica = settings.cluster.resolved_replica_id()
+    secret = url.get_secret_value()
+    return ClusterLinks(
+        leadership=PgLeadership(secret, replica, poll=timing.cluster_poll),
+        relay=PgWebchatRelay(secret, replica, poll=timing.cluster_poll),
+    )
+
+
+def build_channels(
+    settings: HeraldSettings,
+    *,
+    seen: SeenKeys | None = None,
+    cluster: ClusterLinks | None = None,
+) -> dict[str, Channel]:
+    """The enabled channels, not yet started; ``seen`` remembers the events they handled,
+    ``cluster`` links them to the other replicas."""
     channels: dict[str, Channel] = {}
     config = settings.channels
     if config.slack.enabled:
@@ -237,12 +273,14 @@ def build_channels(settings: HeraldSettings, *, seen: SeenKeys | None = None) ->
     if config.discord.enabled:
         from channels.discord import DiscordChannel
 
-        channels["discord"] = DiscordChannel(config.discord)
+        leadership = cluster.leadership if cluster is not None else None
+        channels["discord"] = DiscordChannel(config.discord, leadership=leadership)
     if config.webchat.enabled:
         from channels.webchat import WebchatChannel
 
         history = settings.gateway.resolved_state_dir() / "webchat"
-        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history)
+        relay = cluster.relay if cluster is not None else None
+        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history, relay=relay)
     return channels
 
 

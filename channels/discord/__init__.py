@@ -12,7 +12,8 @@ from channels.discord.config import DiscordConfig
 from channels.discord.format import DISCORD_MESSAGE_LIMIT, chunk_message
 
 if TYPE_CHECKING:
-    from channels.discord.channel import DiscordChannel, discord_intents
+    from channels.discord.channel import DiscordChannel
+    from channels.discord.client import discord_intents
 
 __all__ = [
     "DISCORD_MESSAGE_LIMIT",
@@ -24,8 +25,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("DiscordChannel", "discord_intents"):
-        from channels.discord import channel
+    if name == "DiscordChannel":
+        from channels.discord.channel import DiscordChannel
 
-        return getattr(channel, name)
+        return DiscordChannel
+    if name == "discord_intents":
+        from channels.discord.client import discord_intents
+
+        return discord_intents
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,10 @@ limit, with mentions that can never ping ``@everyone``, roles or users; rate lim
 to discord.py, which sleeps ``retry_after`` on a 429 and tries again. An announce's parts
 carry nonces made from its outbox item, so Discord itself drops a resend soon after a
 crash; :meth:`DiscordChannel.find_delivered` looks in the channel (:mod:`.lookup`).
+
+In a cluster (a :class:`~channels.leadership.Leadership` given) ``start()`` only logs in and
+returns: the replica holding the channel's lock connects to the gateway
+(:mod:`.leading`), the others stand by and send over REST.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import aiohttp
 
 from channels.base import (
     Channel,
+    ChannelState,
     DeliveryLookup,
     InboundHandler,
     InboundMessage,
@@ -32,6 +37,7 @@ from channels.base import (
 )
 from channels.config_base import secret_value
 from channels.discord._sdk import discord
+from channels.discord.client import Client, discord_intents
 from channels.discord.config import DiscordConfig
 from channels.discord.endpoints import (
     DEFAULT_API_BASE_URL,
@@ -43,9 +49,11 @@ from channels.discord.endpoints import (
 from channels.discord.errors import send_error, start_error
 from channels.discord.events import to_inbound
 from channels.discord.format import chunk_message
+from channels.discord.leading import hold_gateway
 from channels.discord.lookup import lookup
 from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
+from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 
 log = logging.getLogger(__name__)
@@ -73,40 +81,6 @@ PARTIAL_SENDS_KEPT = 128
 NO_PINGS = discord.AllowedMentions.none()
 
 
-def discord_intents() -> discord.Intents:
-    """Guilds, guild messages, DMs and message content (a privileged intent)."""
-    intents = discord.Intents.none()
-    intents.guilds = True
-    intents.guild_messages = True
-    intents.dm_messages = True
-    intents.message_content = True
-    return intents
-
-
-class _Client(discord.Client):
-    """A ``Client`` whose events go to its :class:`DiscordChannel`."""
-
-    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
-        super().__init__(**options)
-        self._owner = owner
-
-    async def setup_hook(self) -> None:
-        # discord.py calls this at the end of login, before it dials the gateway.
-        self._owner._logged_in = True
-
-    async def on_ready(self) -> None:
-        self._owner._set_connected(True, "ready")
-
-    async def on_resumed(self) -> None:
-        self._owner._set_connected(True, "resumed")
-
-    async def on_disconnect(self) -> None:
-        self._owner._set_connected(False, "disconnected")
-
-    async def on_message(self, message: discord.Message) -> None:
-        await self._owner._on_message(message)
-
-
 class DiscordChannel(Channel):
     """Herald's Discord surface. See the module docstring and :mod:`.events` for the rules."""
 
@@ -117,15 +91,21 @@ class DiscordChannel(Channel):
         name: str = "discord",
         start_timeout: float = START_TIMEOUT,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
+        leadership: Leadership | None = None,
     ) -> None:
+        """``leadership``: in a cluster, the lock that decides which replica connects to
+        the gateway (see the module docstring); without it this channel always connects."""
         self.name = name
+        self._leadership = leadership
+        self._leading = False
         self._config = config
         self._start_timeout = start_timeout
         self._guild_ready_timeout = guild_ready_timeout
-        self._client: _Client | None = None
+        self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._login = asyncio.Event()
         self._connected = False
         self._stopping = False
         self._failure: Exception | None = None
@@ -137,7 +117,7 @@ class DiscordChannel(Channel):
         self._claimed = False
 
     def __repr__(self) -> str:
-        state = "connected" if self.connected else "running" if self._task else "stopped"
+        state = self.connection_state if self._task else "stopped"
         return (
             f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inbound.qsize()}>"
         )
@@ -146,6 +126,17 @@ class DiscordChannel(Channel):
     def connected(self) -> bool:
         """True from READY (or RESUMED) until the gateway connection drops or stops."""
         return self._connected and self._client is not None and not self._client.is_closed()
+
+    @property
+    def connection_state(self) -> ChannelState:
+        """``standby`` while logged in (sending) and another replica holds the gateway."""
+        if self.connected:
+            return "connected"
+        client, task = self._client, self._task
+        running = client is not None and not client.is_closed() and task is not None
+        if running and self._leadership is not None and self._login.is_set() and not self._leading:
+            return "standby"
+        return "disconnected"
 
     @property
     def bot_user_id(self) -> str | None:
@@ -177,7 +168,8 @@ class DiscordChannel(Channel):
         self._failure = None
         self._logged_in = False
         self._ready = asyncio.Event()
-        self._client = _Client(
+        self._login = asyncio.Event()
+        self._client = Client(
             self,
             intents=discord_intents(),
             allowed_mentions=NO_PINGS,
@@ -187,8 +179,15 @@ class DiscordChannel(Channel):
             max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
         )
         self._consumer = asyncio.create_task(self._deliver(handler), name=f"{self.name}-inbound")
-        self._task = asyncio.create_task(self._run(self._client, token), name=f"{self.name}-client")
-        ready = asyncio.create_task(self._ready.wait())
+        run = (
+            self._run(self._client, token)
+            if self._leadership is None
+            else self._run_clustered(self._client, token, self._leadership)
+        )
+        self._task = asyncio.create_task(run, name=f"{self.name}-client")
+        # In a cluster, start-up needs the login only: the gateway is the lock holder's.
+        started = self._ready if self._leadership is None else self._login
+        ready = asyncio.create_task(started.wait())
         try:
             await asyncio.wait(
                 {ready, self._task},
@@ -201,16 +200,20 @@ class DiscordChannel(Channel):
         finally:
             ready.cancel()
             await asyncio.gather(ready, return_exceptions=True)
-        if self._ready.is_set() and not self._task.done():
-            log.info("%s channel connected as user %s", self.name, self._me)
+        if started.is_set() and not self._task.done():
+            if self._leadership is None:
+                log.info("%s channel connected as user %s", self.name, self._me)
+            else:
+                log.info("%s channel logged in as user %s", self.name, self._me)
             return
         failure = self._failure if self._task.done() else None
         await self.stop()
         if failure is not None:
             raise start_error(failure, self._talking_to()) from failure
+        what = "no READY" if self._leadership is None else "no answer to the login"
         raise ChannelStartError(
             f"Discord did not become ready within {self._start_timeout:g} s: "
-            f"no READY from {self._talking_to()}"
+            f"{what} from {self._talking_to()}"
         )
 
     async def stop(self) -> None:
@@ -312,7 +315,7 @@ class DiscordChannel(Channel):
 
     # internals: the client task and its events
 
-    async def _run(self, client: _Client, token: str) -> None:
+    async def _run(self, client: Client, token: str) -> None:
         # Failures are kept, not raised: start() reports one that comes before READY, and
         # one after READY is logged here, as nobody awaits this task until stop().
         try:
@@ -325,13 +328,40 @@ class DiscordChannel(Channel):
             self._connected = False
             await client.close()
 
+    async def _run_clustered(self, client: Client, token: str, leadership: Leadership) -> None:
+        # Log in (REST: sends work from here on), then hold the gateway while leading.
+        try:
+            await client.login(token)
+            await hold_gateway(client, leadership, self.name, on_leading=self._set_leading)
+        except Exception as exc:
+            self._failure = exc
+            if self._login.is_set() and not self._stopping:
+                log.error("%s channel is down: %s", self.name, start_error(exc, self._talking_to()))
+        finally:
+            self._connected = False
+            self._leading = False
+            await client.close()
+
+    def _set_leading(self, leading: bool) -> None:
+        self._leading = leading
+        if not leading:
+            self._connected = False
+
     def _talking_to(self) -> str:
         """What the client was talking to last: the REST API until logged in, then the gateway."""
         if self._logged_in:
             return f"the Discord gateway at {self._config.gateway_url or DEFAULT_GATEWAY_URL}"
         return f"the Discord API at {self._config.api_base_url or DEFAULT_API_BASE_URL}"
 
-    def _set_connected(self, connected: bool, why: str) -> None:
+    def client_logged_in(self, user_id: int | None) -> None:
+        """The client's login ended (REST works from here): called by :class:`.client.Client`."""
+        self._logged_in = True
+        if user_id is not None:
+            self._me = user_id
+        self._login.set()
+
+    def client_connected(self, connected: bool, why: str) -> None:
+        """READY, RESUMED or a dropped gateway connection: called by the client."""
         if self._stopping:
             return
         if connected and self._client is not None and self._client.user is not None:
@@ -341,7 +371,8 @@ class DiscordChannel(Channel):
             log.info("%s channel %s", self.name, why)
         self._connected = connected
 
-    async def _on_message(self, message: discord.Message) -> None:
+    async def client_message(self, message: discord.Message) -> None:
+        """A message the gateway delivered: called by the client."""
         client = self._client
         if client is None or client.user is None or self._stopping:
             return
@@ -372,7 +403,7 @@ class DiscordChannel(Channel):
                     "%s inbound handler failed for message %s", self.name, inbound.message_id
                 )
 
-    async def _keep_typing(self, client: _Client, channel_id: int) -> None:
+    async def _keep_typing(self, client: Client, channel_id: int) -> None:
         target = client.get_partial_messageable(channel_id)
         while True:
             try:

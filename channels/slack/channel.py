@@ -325,7 +325,15 @@ class SlackChannel(Channel):
         if self._context is None:
             return
         message = inbound_from_event(event, self._context)
-        if message is None or not self._seen.add(f"msg:{message.chat_id}:{message.message_id}"):
+        key = f"msg:{message.chat_id}:{message.message_id}" if message is not None else ""
+        if message is None or not self._seen.add(key):
+            return
+        # A mention comes twice (``message`` and ``app_mention``, each with its own event
+        # id), maybe to two replicas of a cluster: the message itself is remembered where
+        # every replica looks.
+        if message.message_id is not None and not await self._first_sighting(
+            [f"{self.name}:{key}"]
+        ):
             return
         if message.chat_type == "channel" and message.thread_id is not None:
             self._threads.add(f"{message.chat_id}:{message.thread_id}")

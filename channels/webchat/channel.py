@@ -19,6 +19,14 @@ An announce (an outbox item) gets a message id made from its item, the same on e
 attempt: a resend after a crash is dropped by the server's history (which already holds that
 id) and by the page (which shows each id once), and :meth:`WebchatChannel.find_delivered`
 answers from the history.
+
+In a cluster of gateway replicas (a :class:`~channels.webchat.relay.Relay` given) a
+client's pages may be on one replica while another sends to it: every send goes to the
+client's history file (a shared state directory) and is announced through the relay, and
+the replicas holding the client's pages read the file again and push what they lack
+(:mod:`.relay`). Before each send, lookup and hello the file is read again too, so the
+replay, the dedupe by message id and :meth:`WebchatChannel.find_delivered` see what every
+replica wrote.
 """
 
 from __future__ import annotations
@@ -30,12 +38,10 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from importlib import resources
 from pathlib import Path
 from typing import Final
 
 from aiohttp import WSCloseCode, WSMsgType, web
-from aiohttp.typedefs import Handler
 
 from channels.base import (
     Channel,
@@ -47,6 +53,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
+from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
 from channels.webchat.connection import Connection
@@ -63,6 +70,7 @@ from channels.webchat.protocol import (
     typing_frame,
     valid_client_id,
 )
+from channels.webchat.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -82,39 +90,25 @@ CLOSE_TIMEOUT: Final = 5.0
 #: Frames queued per page beyond a full replay before the page counts as too slow.
 QUEUE_HEADROOM: Final = 256
 
-_ASSETS: Final = {
-    "index.html": "text/html",
-    "app.js": "text/javascript",
-    "runs.js": "text/javascript",
-    "sessions.js": "text/javascript",
-    "style.css": "text/css",
-}
-#: The page loads only its own files; 'self' in connect-src covers the same-origin socket.
-_PAGE_HEADERS: Final = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
-
-
-def _load_assets() -> dict[str, bytes]:
-    folder = resources.files("channels.webchat").joinpath("static")
-    return {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
-
 
 class WebchatChannel(Channel):
     """The built-in web chat; every browser client is a DM chat whose id is its client id."""
 
     def __init__(
-        self, config: WebchatConfig, *, name: str = "webchat", history_dir: Path | None = None
+        self,
+        config: WebchatConfig,
+        *,
+        name: str = "webchat",
+        history_dir: Path | None = None,
+        relay: Relay | None = None,
     ) -> None:
         """``history_dir`` keeps each client's history on disk across restarts (the gateway
-        passes ``<stateDir>/webchat``); without it the history lives in memory only."""
+        passes ``<stateDir>/webchat``); without it the history lives in memory only.
+        ``relay``: in a cluster, the notices between replicas sharing ``history_dir``."""
+        if relay is not None and history_dir is None:
+            raise ValueError("a web chat relay needs a history_dir shared by the replicas")
         self.name = name
+        self._relay = relay
         self.config = config
         files = (
             HistoryFiles(history_dir, history_size=config.history_size, runs_kept=RUNS_KEPT)
@@ -132,7 +126,7 @@ class WebchatChannel(Channel):
         # gateway does not mistake new messages for ones it already shows.
         self._boot = secrets.token_hex(4)
         self._ids = itertools.count(1)
-        self._assets = _load_assets()
+        self._assets = load_assets()
 
     def __repr__(self) -> str:
         return (
@@ -148,15 +142,17 @@ class WebchatChannel(Channel):
         Sockets are closed in ``on_shutdown`` because aiohttp waits for open handlers before
         it runs the cleanup contexts that call :meth:`stop`.
         """
-        app.router.add_get(PAGE_PATH, self._asset_handler("index.html"))
-        for name in _ASSETS:
-            if name != "index.html":
-                app.router.add_get(STATIC_PREFIX + name, self._asset_handler(name))
+        app.router.add_get(PAGE_PATH, asset_handler(self._assets, PAGE))
+        for name in self._assets:
+            if name != PAGE:
+                app.router.add_get(STATIC_PREFIX + name, asset_handler(self._assets, name))
         app.router.add_get(SOCKET_PATH, self._socket)
         app.on_shutdown.append(self._on_shutdown)
 
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
+        if self._relay is not None:
+            await self._relay.start(self._on_relay)
         self._started = True
         self._stopped = False
         log.info("web chat ready", extra={"path": SOCKET_PATH})
@@ -164,6 +160,8 @@ class WebchatChannel(Channel):
     async def stop(self) -> None:
         """Close every open page with 1001 (going away). Idempotent."""
         self._stopped = True
+        if self._relay is not None:
+            await self._relay.stop()
         await self._close_all()
 
     @property
@@ -171,12 +169,17 @@ class WebchatChannel(Channel):
         return self._started and not self._stopped
 
     async def send(self, message: OutboundMessage) -> SentMessage:
-        """Show ``message`` on every open page of its client; keep it for the next hello."""
+        """Show ``message`` on every open page of its client; keep it for the next hello.
+
+        In a cluster the message is in the client's history once this returns; an outbox
+        item's send raises a retryable error when the other replicas could not be told (its
+        retry is shown once and tells them), other messages only log it."""
         client = self._client_for(message.chat_id)
         if client is None:
             raise ChannelSendError(
                 f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
             )
+        self._refresh(client)
         message_id = self._record(
             client, message.kind, message.text, message.run_id, _outbox_message_id(message)
         )
@@ -188,6 +191,10 @@ class WebchatChannel(Channel):
                 "pages": len(client.connections),
             },
         )
+        if message.outbox_id is None:
+            await self._tell_others(client)  # a retry would show it twice: never raise
+        elif self._relay is not None:  # a retry of an outbox item is shown once: raise
+            await self._relay.publish(client.client_id)
         return SentMessage(chat_id=message.chat_id, message_ids=(message_id,))
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
@@ -195,6 +202,8 @@ class WebchatChannel(Channel):
         message) holds the announce's message id."""
         client = self._client_for(message.chat_id)
         message_id = _outbox_message_id(message)
+        if client is not None:
+            self._refresh(client)
         if client is None or message_id is None or not client.has_message(message_id):
             return DeliveryLookup("not_found")
         return DeliveryLookup("found", (message_id,))
@@ -207,7 +216,9 @@ class WebchatChannel(Channel):
                 "run update for an invalid web chat client id", extra={"run": update.run_id}
             )
             return
+        self._refresh(client)
         client.set_run(update.run_id, run_frame(update, time.time()))
+        await self._tell_others(client)
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:
@@ -231,6 +242,37 @@ class WebchatChannel(Channel):
     def _client_for(self, chat_id: str) -> ClientState | None:
         return self._clients.get(chat_id) if valid_client_id(chat_id) else None
 
+    def _refresh(self, client: ClientState) -> None:
+        """In a cluster: take in what other replicas wrote to the client's history."""
+        if self._relay is not None:
+            client.refresh()
+
+    async def _tell_others(self, client: ClientState) -> None:
+        """In a cluster: announce the client's new frame; a failure is only logged (the
+        frame is in the history: pages elsewhere get it with the next notice or hello)."""
+        if self._relay is None:
+            return
+        try:
+            await self._relay.publish(client.client_id)
+        except Exception as exc:
+            log.warning(
+                "web chat: other replicas not told",
+                extra={"client": client.client_id, "error": str(exc)},
+            )
+
+    async def _on_relay(self, client_id: str | None) -> None:
+        """Another replica extended ``client_id``'s history (None: any client's, maybe):
+        pages open here get what they lack."""
+        if client_id is None:
+            clients = [c for c in self._clients.all() if c.connections]
+        elif client_id in self._clients and valid_client_id(client_id):
+            clients = [self._clients.get(client_id)]
+        else:
+            return  # no page of it here; a later hello reads the file
+        for client in clients:
+            if client.connections:
+                client.refresh()
+
     def _record(
         self,
         client: ClientState,
@@ -247,17 +289,6 @@ class WebchatChannel(Channel):
             message_frame(kind, text, message_id=message_id, ts=time.time(), run_id=run_id)
         )
         return message_id
-
-    def _asset_handler(self, name: str) -> Handler:
-        body = self._assets[name]
-        content_type = _ASSETS[name]
-
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(
-                body=body, content_type=content_type, charset="utf-8", headers=_PAGE_HEADERS
-            )
-
-        return handler
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
@@ -311,7 +342,9 @@ class WebchatChannel(Channel):
             connection.push(error_frame("unavailable", "the web chat is shutting down"))
             return
         client = self._clients.get(connection.client_id)
+        self._refresh(client)
         message_id = self._record(client, "user", frame.text, None)
+        await self._tell_others(client)
         inbound = InboundMessage(
             channel=self.name,
             account=ACCOUNT,
@@ -338,6 +371,7 @@ class WebchatChannel(Channel):
             await connection.close(WSCloseCode.POLICY_VIOLATION, b"too many pages")
             return
         connection.client_id = client_id
+        self._refresh(client)
         client.attach(connection)
         log.debug("web chat page connected", extra={"client": client_id})
 

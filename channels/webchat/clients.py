@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 import orjson
 
 from channels.webchat.connection import Connection
-from channels.webchat.history import HistoryFiles, Loaded
+from channels.webchat.history import HistoryFiles
 from channels.webchat.protocol import ready_frame, typing_frame
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,7 @@ class ClientState:
 
     def has_message(self, message_id: str) -> bool:
         """Whether the kept history holds a message with ``message_id``."""
-        return any(
-            message_id in frame and orjson.loads(frame).get("id") == message_id
-            for frame in self.history
-        )
+        return any(message_id in frame and _id_of(frame) == message_id for frame in self.history)
 
     def add_message(self, frame: str) -> None:
         """Remember a message frame and show it on every open page."""
@@ -66,21 +63,42 @@ class ClientState:
         self._persist(frame)
         self.broadcast(frame)
 
+    def refresh(self) -> int:
+        """Take in what other gateway replicas wrote to this client's history file: show
+        the messages this process lacks (by id) and the run statuses that changed on
+        every open page. Returns how many frames were new. Nothing without a file."""
+        if self._files is None:
+            return 0
+        loaded = self._files.load(self.client_id)
+        known = {_id_of(frame) for frame in self.history}
+        new = 0
+        for frame in loaded.messages:
+            if _id_of(frame) not in known:
+                self.history.append(frame)
+                self.broadcast(frame)
+                new += 1
+        for run_id, frame in loaded.runs.items():
+            if self.runs.get(run_id) != frame:
+                self._remember_run(run_id, frame)
+                self.broadcast(frame)
+                new += 1
+        return new
+
     def _persist(self, frame: str) -> None:
         if self._files is not None:
-            self._files.append(self.client_id, frame, self._kept)
-
-    def _kept(self) -> Loaded:
-        return Loaded(list(self.history), OrderedDict(self.runs))
+            self._files.append(self.client_id, frame)
 
     def set_run(self, run_id: str, frame: str) -> None:
         """Remember a run's latest status frame and show it on every open page."""
+        self._remember_run(run_id, frame)
+        self._persist(frame)
+        self.broadcast(frame)
+
+    def _remember_run(self, run_id: str, frame: str) -> None:
         self.runs[run_id] = frame
         self.runs.move_to_end(run_id)
         while len(self.runs) > RUNS_KEPT:
             self.runs.popitem(last=False)
-        self._persist(frame)
-        self.broadcast(frame)
 
     def attach(self, connection: Connection) -> None:
         """A page said hello: answer ``ready``, then replay messages, runs and typing."""
@@ -140,3 +158,9 @@ class ClientRegistry:
 
     def all(self) -> list[ClientState]:
         return list(self._clients.values())
+
+
+def _id_of(frame: str) -> object:
+    """A message frame's id (None when it has none)."""
+    data = orjson.loads(frame)
+    return data.get("id") if isinstance(data, dict) else None

@@ -11,17 +11,22 @@ rewritten with just that once it has grown to several times the history size, so
 bounded.
 
 Appends are one short line each, written in the event loop: the web chat carries a few
-frames per turn, and a local append of that size takes microseconds.
+frames per turn, and a local append of that size takes microseconds. Several gateway
+replicas may share the directory (a cluster), so each append and each compaction holds an
+exclusive ``flock`` on the directory's lock file, and a compaction keeps what the file
+holds — every replica's lines — not what this process remembers.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -40,6 +45,8 @@ COMPACT_FACTOR: Final = 4
 _PLAIN_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Hex digits of SHA-256 in the name of any other id: 64 bits, no accidental collision.
 _HASH_DIGITS: Final = 16
+#: The lock file of the directory (no client's file: those never start with a dot).
+LOCK_NAME: Final = ".lock"
 
 
 def file_name(client_id: str) -> str:
@@ -108,26 +115,38 @@ class HistoryFiles:
             loaded.runs.popitem(last=False)
         return loaded
 
-    def append(self, client_id: str, frame: str, keep: Callable[[], Loaded]) -> None:
-        """Add one frame to the client's file; compact it to ``keep()`` when it has grown."""
+    def append(self, client_id: str, frame: str) -> None:
+        """Add one frame to the client's file; compact the file first when it has grown."""
         path = self._path(client_id)
         try:
             self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            count = self._lines.get(client_id, 0)
-            if count >= COMPACT_FACTOR * (self._history_size + self._runs_kept):
-                kept = keep()
-                self._rewrite(path, [*kept.messages, *kept.runs.values()])
-                count = len(kept.messages) + len(kept.runs)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
-            try:
-                os.write(fd, frame.encode() + b"\n")
-            finally:
-                os.close(fd)
+            with self._locked():
+                count = self._lines.get(client_id, 0)
+                if count >= COMPACT_FACTOR * (self._history_size + self._runs_kept):
+                    kept = self.load(client_id)
+                    self._rewrite(path, [*kept.messages, *kept.runs.values()])
+                    count = len(kept.messages) + len(kept.runs)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+                fd = os.open(path, flags, FILE_MODE)
+                try:
+                    os.write(fd, frame.encode() + b"\n")
+                finally:
+                    os.close(fd)
             self._lines[client_id] = count + 1
         except OSError as exc:  # the page still gets the frame; only the replay loses it
             log.warning(
                 "web chat history not written", extra={"client": client_id, "error": str(exc)}
             )
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Held for one append (microseconds), so waiting for another replica's is brief.
+        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     @staticmethod
     def _rewrite(path: Path, frames: list[str]) -> None:

@@ -1,10 +1,10 @@
 """The operator's endpoints: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics``.
 
 Liveness answers while the process serves; readiness needs every enabled channel
-connected and, on PostgreSQL, the database answering; it also reports whether the disk is
-full (without turning unready: the gateway still answers, with an apology for a chat it
-cannot record). Each reads what it needs from the
-app (:mod:`gateway.api.keys`).
+connected — or, in a cluster, standing by while another replica holds its one connection
+(Discord's gateway) — and, on PostgreSQL, the database answering; it also reports whether
+the disk is full (without turning unready: the gateway still answers, with an apology for a
+chat it cannot record). Each reads what it needs from the app (:mod:`gateway.api.keys`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,23 @@ async def healthz(_: web.Request, __: None) -> web.Response:
 
 
 async def readyz(request: web.Request, _: None) -> web.Response:
-    channels = request.app[READINESS]()
+    states = request.app[READINESS]()
+    channels = {name: state != "disconnected" for name, state in states.items()}
     reachable = await request.app[DATABASE]()
     ready = all(channels.values()) and reachable is not False
     status = "ready" if ready else "starting"
     storage = "full" if request.app[DISK_FULL]() else "ok"
     if reachable is None:  # SQLite: a local file, nothing to report
-        body = Readiness(status=status, channels=channels, storage=storage)
+        body = Readiness(status=status, channels=channels, channel_states=states, storage=storage)
     else:
         database = "ok" if reachable else "unavailable"
-        body = Readiness(status=status, channels=channels, storage=storage, database=database)
+        body = Readiness(
+            status=status,
+            channels=channels,
+            channel_states=states,
+            storage=storage,
+            database=database,
+        )
     return reply(body, status=200 if ready else 503)
 
 

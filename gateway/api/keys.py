@@ -11,6 +11,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from channels import ChannelState
 from gateway.agent import ToolInvoker
 from gateway.metrics import MetricsHost
 from gateway.sessions import SessionStore
@@ -27,7 +28,7 @@ class RunControl(Protocol):
 class ReadinessProbe(Protocol):
     """Each enabled channel's connection state, by name."""
 
-    def __call__(self) -> dict[str, bool]: ...
+    def __call__(self) -> dict[str, ChannelState]: ...
 
 
 class DatabaseProbe(Protocol):

@@ -1,13 +1,18 @@
 """What runs only when ``cluster.databaseUrl`` is set: several replicas on one PostgreSQL.
 
+One module per concept:
+
 - :mod:`~gateway.cluster.timing`: the queue's heartbeat, stalled and sweep periods;
 - :mod:`~gateway.cluster.queue`: the ``subagent`` lane on procrastinate;
 - :mod:`~gateway.cluster.locks`: one turn at a time per session across replicas;
 - :mod:`~gateway.cluster.replicas`: replica liveness (heartbeats) and taking over what a dead
-  replica left.
+  replica left;
+- :mod:`~gateway.cluster.leader`: which replica holds a channel's one inbound connection
+  (Discord's gateway);
+- :mod:`~gateway.cluster.notify`: the web chat's LISTEN/NOTIFY relay.
 
-``queue`` and ``locks`` import psycopg (and procrastinate), so they are imported lazily, only
-by a gateway configured for a cluster: a gateway on SQLite never loads them.
+Those that import psycopg (and procrastinate) are imported lazily, only by a gateway
+configured for a cluster: a gateway on SQLite never loads them.
 """
 
 from gateway.cluster.replicas import DEAD_AFTER_SECONDS, HEARTBEAT_SECONDS, Heartbeat, Reaper

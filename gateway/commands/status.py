@@ -1,7 +1,8 @@
 """``herald status``: is the gateway up, and what is it doing.
 
 The pid comes from the state directory's lock (held by a running ``herald run``), readiness
-and channels from ``GET /readyz``, lane depths and runs from ``GET /metrics`` — the same
+and channels (``connected``, or in a cluster ``standby``: another replica holds its
+connection) from ``GET /readyz``, lane depths and runs from ``GET /metrics`` — the same
 figures an operator would scrape. Exit status: 0 running and ready, 1 running but not ready
 or not answering, 3 not running (as ``systemctl status``).
 """
@@ -43,6 +44,8 @@ class Status:
     ready: bool = False
     error: str | None = None
     channels: dict[str, bool] = field(default_factory=dict)
+    #: connected, standby (another replica holds its connection) or disconnected.
+    channel_states: dict[str, str] = field(default_factory=dict)
     lanes: dict[str, dict[str, int]] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
 
@@ -61,6 +64,7 @@ class Status:
             "stateDir": self.state_dir,
             "url": self.url,
             "channels": self.channels,
+            "channelStates": self.channel_states,
             "lanes": self.lanes,
             "runs": self.runs,
         }
@@ -150,6 +154,8 @@ async def _probe(state: Status, headers: dict[str, str]) -> None:
                 state.answering = True
                 state.ready = response.status == 200
                 state.channels = {str(k): bool(v) for k, v in body.get("channels", {}).items()}
+                states = body.get("channelStates", {})
+                state.channel_states = {str(k): str(v) for k, v in states.items()}
             async with http.get(f"{state.url}/metrics") as response:
                 if response.status == 200:
                     read_metrics(state, await response.text())
@@ -172,6 +178,13 @@ def read_metrics(state: Status, text: str) -> None:
     state.lanes = dict(lanes)
 
 
+def _channel_state(state: Status, name: str, up: bool) -> str:
+    shown = state.channel_states.get(name)
+    if shown == "standby":  # a cluster: another replica holds the connection
+        return "standby (another replica holds its connection)"
+    return "connected" if up else "not connected"
+
+
 def render(state: Status) -> str:
     if not state.running:
         head = "herald: not running"
@@ -186,7 +199,7 @@ def render(state: Status) -> str:
         lines.append(f"error      {state.error}")
     if state.channels:
         shown = ", ".join(
-            f"{name} {'connected' if up else 'not connected'}"
+            f"{name} {_channel_state(state, name, up)}"
             for name, up in sorted(state.channels.items())
         )
         lines.append(f"channels   {shown}")

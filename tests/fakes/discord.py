@@ -264,6 +264,11 @@ class FakeDiscord:
         return f"ws://127.0.0.1:{self._port}{GATEWAY_PATH}"
 
     @property
+    def open_connections(self) -> int:
+        """Gateway websockets open now (a bot should hold one)."""
+        return len(self._all)
+
+    @property
     def session_id(self) -> str | None:
         return None if self._session is None else self._session.session_id
 

@@ -226,14 +226,21 @@ class FakeSlack:
         async with asyncio.timeout(WAIT):
             await self._connected.wait()
 
-    async def push(self, envelope: dict[str, Any]) -> str:
-        """Send an envelope on the newest websocket; its ack can be awaited by envelope id."""
+    @property
+    def open_sockets(self) -> int:
+        """Socket Mode connections open now (an app may hold up to 10)."""
+        return len([ws for ws in self._sockets if not ws.closed])
+
+    async def push(self, envelope: dict[str, Any], *, connection: int = -1) -> str:
+        """Send an envelope on one websocket — the newest, or the ``connection``-th open one
+        (Slack spreads an app's events over its connections) — and return its envelope id,
+        whose ack can be awaited."""
         live = [ws for ws in self._sockets if not ws.closed]
         if not live:
             raise ConnectionError("no Socket Mode client is connected")
         envelope_id = str(envelope["envelope_id"])
         self._ack_waiters[envelope_id] = asyncio.get_running_loop().create_future()
-        await live[-1].send_str(json.dumps(envelope))
+        await live[connection].send_str(json.dumps(envelope))
         return envelope_id
 
     async def push_event(
@@ -243,8 +250,10 @@ class FakeSlack:
         event_id: str | None = None,
         retry_attempt: int = 0,
         retry_reason: str = "",
+        connection: int = -1,
     ) -> str:
-        """Push an ``events_api`` envelope around ``event``; returns the envelope id.
+        """Push an ``events_api`` envelope around ``event`` (on ``connection``, as
+        :meth:`push`); returns the envelope id.
 
         A ``message`` event's message joins its conversation's history."""
         if event.get("type") == "message" and "subtype" not in event:
@@ -257,7 +266,8 @@ class FakeSlack:
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": retry_reason,
-            }
+            },
+            connection=connection,
         )
 
     async def send_event(

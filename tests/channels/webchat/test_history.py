@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from pathlib import Path
 
 import orjson
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 from channels.base import OutboundMessage, RunUpdate
 from channels.webchat import WebchatChannel, WebchatConfig
-from channels.webchat.history import COMPACT_FACTOR, HistoryFiles, Loaded, file_name
+from channels.webchat.history import COMPACT_FACTOR, HistoryFiles, file_name
 from channels.webchat.protocol import CLIENT_ID_PATTERN
 
 
@@ -64,22 +63,50 @@ def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
 def test_only_the_last_history_size_messages_are_loaded(tmp_path: Path) -> None:
     files = HistoryFiles(tmp_path, history_size=3, runs_kept=2)
     for n in range(5):
-        files.append("c1", orjson.dumps({"type": "message", "id": str(n)}).decode(), Loaded)
+        files.append("c1", orjson.dumps({"type": "message", "id": str(n)}).decode())
     for run in ("r1", "r2", "r3"):
-        files.append("c1", orjson.dumps({"type": "run", "runId": run}).decode(), Loaded)
+        files.append("c1", orjson.dumps({"type": "run", "runId": run}).decode())
     loaded = files.load("c1")
     assert [orjson.loads(m)["id"] for m in loaded.messages] == ["2", "3", "4"]
     assert list(loaded.runs) == ["r2", "r3"]
 
 
+def message(message_id: str) -> str:
+    return orjson.dumps({"type": "message", "id": message_id}).decode()
+
+
+def run(run_id: str, status: str) -> str:
+    return orjson.dumps({"type": "run", "runId": run_id, "status": status}).decode()
+
+
 def test_a_grown_file_is_compacted_to_what_is_kept(tmp_path: Path) -> None:
     files = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
-    keep = Loaded(["m1", "m2"], OrderedDict(r1="run"))
     limit = COMPACT_FACTOR * (2 + 1)
-    for n in range(limit + 1):
-        files.append("c1", f"line {n}", lambda: keep)
+    frames = [message(f"m{n}") for n in range(limit - 2)] + [run("r1", "a"), run("r2", "b")]
+    for frame in frames:
+        files.append("c1", frame)
+    files.append("c1", message("last"))
     lines = (tmp_path / "c1.jsonl").read_text(encoding="utf-8").splitlines()
-    assert lines == ["m1", "m2", "run", f"line {limit}"]
+    assert lines == [
+        message(f"m{limit - 4}"),
+        message(f"m{limit - 3}"),
+        run("r2", "b"),
+        message("last"),
+    ]
+
+
+def test_a_compaction_keeps_what_another_replica_appended(tmp_path: Path) -> None:
+    """Two gateways share the directory (a cluster): one compacting the file must keep
+    the lines the other wrote, which it never had in memory."""
+    mine = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
+    theirs = HistoryFiles(tmp_path, history_size=2, runs_kept=1)
+    limit = COMPACT_FACTOR * (2 + 1)
+    for n in range(limit):
+        mine.append("c1", message(f"m{n}"))
+    theirs.append("c1", message("theirs"))
+    mine.append("c1", message("after"))
+    lines = (tmp_path / "c1.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines == [message(f"m{limit - 1}"), message("theirs"), message("after")]
 
 
 @pytest.mark.parametrize("client", ["../x", "a/b", "", "x" * 65, "a\nb"])
@@ -114,8 +141,8 @@ def test_lowercase_ids_are_their_own_names_and_ids_differing_in_case_never_share
 def test_clients_differing_in_case_keep_separate_histories(tmp_path: Path) -> None:
     files = HistoryFiles(tmp_path, history_size=10, runs_kept=10)
     for client in ("Ab", "aB"):
-        files.append(client, orjson.dumps({"type": "message", "id": client}).decode(), Loaded)
+        files.append(client, orjson.dumps({"type": "message", "id": client}).decode())
     for client in ("Ab", "aB"):
         loaded = files.load(client)
         assert [orjson.loads(m)["id"] for m in loaded.messages] == [client]
-    assert len({p.name.casefold() for p in tmp_path.iterdir()}) == 2
+    assert len({p.name.casefold() for p in tmp_path.glob("*.jsonl")}) == 2

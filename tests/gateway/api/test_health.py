@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from channels import ChannelState
 from gateway.api.keys import DATABASE, DISK_FULL, READINESS
 from gateway.api.routes import route_defs
 from tests.gateway.harness import running_gateway
@@ -18,8 +19,16 @@ async def _sqlite() -> bool | None:
     return None  # no shared database to ask
 
 
+def webchat_connected() -> dict[str, ChannelState]:
+    return {"webchat": "connected"}
+
+
+def discord_standing_by() -> dict[str, ChannelState]:
+    return {"discord": "standby", "webchat": "connected"}
+
+
 async def test_readiness_follows_every_enabled_channel() -> None:
-    channels = {"webchat": True, "slack": False}
+    channels: dict[str, ChannelState] = {"webchat": "connected", "slack": "disconnected"}
     app = web.Application()
     app[READINESS] = lambda: dict(channels)
     app[DATABASE] = _sqlite
@@ -33,14 +42,15 @@ async def test_readiness_follows_every_enabled_channel() -> None:
         assert starting.status == 503
         assert await starting.json() == {
             "status": "starting",
-            "channels": channels,
+            "channels": {"webchat": True, "slack": False},
+            "channelStates": channels,
             "storage": "ok",
         }
-        channels["slack"] = True
+        channels["slack"] = "connected"
         ready = await client.get("/readyz")
         assert ready.status == 200
         assert (await ready.json())["status"] == "ready"
-        channels["webchat"] = False  # a channel that drops makes the gateway unready again
+        channels["webchat"] = "disconnected"  # a channel that drops: unready again
         assert (await client.get("/readyz")).status == 503
         assert (await client.get("/healthz")).status == 200
 
@@ -53,7 +63,7 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
 
     full = {"now": False}
     app = web.Application()
-    app[READINESS] = lambda: {"webchat": True}
+    app[READINESS] = webchat_connected
     app[DATABASE] = database
     app[DISK_FULL] = lambda: full["now"]
     app.add_routes(route_defs("/readyz"))
@@ -64,6 +74,7 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
         assert await ready.json() == {
             "status": "ready",
             "channels": {"webchat": True},
+            "channelStates": {"webchat": "connected"},
             "storage": "ok",
             "database": "ok",
         }
@@ -77,9 +88,26 @@ async def test_readiness_on_postgresql_needs_the_database_answering() -> None:
         assert await lost.json() == {
             "status": "starting",
             "channels": {"webchat": True},
+            "channelStates": {"webchat": "connected"},
             "storage": "full",
             "database": "unavailable",
         }
+
+
+async def test_a_channel_standing_by_in_a_cluster_is_ready_and_named_so() -> None:
+    """Another replica holds Discord's connection: this one sends only, which is its part."""
+    app = web.Application()
+    app[READINESS] = discord_standing_by
+    app[DATABASE] = _sqlite
+    app[DISK_FULL] = lambda: False
+    app.add_routes(route_defs("/readyz"))
+    client: TestClient[Any, Any]
+    async with TestClient(TestServer(app)) as client:
+        ready = await client.get("/readyz")
+        assert ready.status == 200
+        body = await ready.json()
+        assert body["channels"] == {"discord": True, "webchat": True}
+        assert body["channelStates"] == {"discord": "standby", "webchat": "connected"}
 
 
 @pytest.mark.postgres

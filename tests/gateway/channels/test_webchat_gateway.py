@@ -50,6 +50,6 @@ async def test_client_ids_that_differ_only_in_case_are_separate_conversations(
         for page in pages.values():
             await page.close()
     # Three history files whose names differ even where a filesystem ignores case.
-    files = sorted(p.name for p in (state / "webchat").iterdir())
+    files = sorted(p.name for p in (state / "webchat").glob("*.jsonl"))
     assert len({name.lower() for name in files}) == 3
     assert "ab.jsonl" in files

@@ -4,8 +4,12 @@ expired rows go."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+
+import pytest
 
 from gateway.state import StateDB
+from gateway.state.pg import PgStateDB
 from tests.gateway.state.conftest import StateTarget
 
 
@@ -45,3 +49,24 @@ async def test_keys_survive_reopening(state_target: StateTarget) -> None:
     await first.close()
     second = await state_target.open()
     assert not await second.seen.first_sighting(["event:1"], 600)
+
+
+@pytest.mark.postgres
+async def test_two_replicas_delivering_one_event_at_once_make_one_new_event(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Two processes on one PostgreSQL database (each its own writer connection): for each
+    event, racing sightings from both, exactly one is new (serializable writes, retried)."""
+    replicas = [
+        await PgStateDB.connect(pg_url, replica_id=name, state_dir=tmp_path) for name in ("a", "b")
+    ]
+    try:
+        events = [f"event:{n}" for n in range(40)]
+        answers = await asyncio.gather(
+            *(db.seen.first_sighting([event], 60) for event in events for db in replicas)
+        )
+        news = [answers[2 * n] + answers[2 * n + 1] for n in range(len(events))]
+        assert news == [1] * len(events)
+    finally:
+        for db in replicas:
+            await db.close()

@@ -1,0 +1,63 @@
+"""Dedicated asynchronous PostgreSQL connections of the cluster's long-lived tasks (a
+channel's lock, the web chat's LISTEN), each named in ``pg_stat_activity``.
+
+A session-level lock or a LISTEN lives exactly as long as its connection, so these are
+never pooled. TCP keepalives on both ends make a silently dead peer (a replica's host gone,
+a cut network) show as a dropped connection within seconds instead of hours: the server
+then frees the replica's locks for another to take.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import psycopg
+
+from channels.config_base import redact_url
+
+#: PostgreSQL truncates application_name to 63 bytes.
+APPLICATION_NAME_MAX: Final = 63
+#: Seconds to wait for the server to answer a connect (libpq would wait for the OS).
+CONNECT_TIMEOUT: Final = 10
+#: Idle seconds before the first keepalive probe, seconds between probes, probes lost
+#: before the connection counts as dead: about 11 s from silence to a freed lock, well
+#: within the 30 s a vanished holder's Discord connection may take to move.
+KEEPALIVE_IDLE: Final = 5
+KEEPALIVE_INTERVAL: Final = 2
+KEEPALIVE_COUNT: Final = 3
+
+
+def application_name(replica_id: str, role: str) -> str:
+    """``herald:<replica>:<role>``: how operators (and tests) find the connection."""
+    return f"herald:{replica_id}:{role}"[:APPLICATION_NAME_MAX]
+
+
+async def connect(
+    url: str, replica_id: str, role: str
+) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """An autocommit connection for ``role``; psycopg's errors propagate (their messages
+    carry no password: libpq never prints it)."""
+    conn = await psycopg.AsyncConnection.connect(
+        url,
+        autocommit=True,
+        application_name=application_name(replica_id, role),
+        connect_timeout=CONNECT_TIMEOUT,
+        keepalives=1,
+        keepalives_idle=KEEPALIVE_IDLE,
+        keepalives_interval=KEEPALIVE_INTERVAL,
+        keepalives_count=KEEPALIVE_COUNT,
+    )
+    # The server's side of the same: it frees a vanished replica's locks.
+    for setting, value in (
+        ("tcp_keepalives_idle", KEEPALIVE_IDLE),
+        ("tcp_keepalives_interval", KEEPALIVE_INTERVAL),
+        ("tcp_keepalives_count", KEEPALIVE_COUNT),
+    ):
+        await conn.execute(f"SET {setting} = {value}")
+    return conn
+
+
+def describe(url: str, exc: BaseException) -> str:
+    """An error about ``url`` for logs: the URL with its password masked, and what failed."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{redact_url(url)}: {detail}"
