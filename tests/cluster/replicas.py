@@ -157,6 +157,26 @@ class Cluster:
             if daemon is not None:
                 await daemon.kill()
 
+    async def channel_states(self, index: int) -> dict[str, str]:
+        """``/readyz``'s ``channelStates`` of a replica (connected, standby, disconnected)."""
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+                http.get(f"{self.url(index)}/readyz") as response,
+            ):
+                body = await response.json()
+                return {str(k): str(v) for k, v in body.get("channelStates", {}).items()}
+        return {}
+
+    async def holder_of(self, channel: str) -> int:
+        """The live replica holding ``channel``'s one connection (waiting until one does)."""
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while True:
+                for index in self.live():
+                    if (await self.channel_states(index)).get(channel) == "connected":
+                        return index
+                await asyncio.sleep(0.2)
+
     async def readyz(self, index: int) -> int:
         """``GET /readyz``'s status; 0 when the replica does not answer at all."""
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):

@@ -1,8 +1,9 @@
 """Losing a replica, or the database for a while, loses no run and announces none twice.
 
-- ``kill -9`` of one replica with runs in flight, then of another: the survivors resume the
-  dead replicas' runs (procrastinate sees their workers stop beating) from their
-  transcripts; every run ends, and Slack receives each announce exactly once.
+- ``kill -9`` of one replica with runs in flight, then of another, each time the one holding
+  Discord's gateway connection: the survivors resume the dead replicas' runs (procrastinate
+  sees their workers stop beating) from their transcripts; every run ends, Slack receives
+  each announce exactly once, and Discord's connection moves to a survivor each time.
 - The database stopped under load (``pg_ctl stop -m immediate``) and started again: every
   replica answers ``/readyz`` 503 while it is gone and 200 once it is back, and every run
   ends and is announced once.
@@ -18,7 +19,9 @@ import psycopg
 import pytest
 
 from tests import postgres
+from tests.channels.discord.conftest import add_test_guild
 from tests.cluster.replicas import Cluster, announces, batch_script, running_cluster
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -80,19 +83,46 @@ async def test_two_replicas_killed_in_turn_lose_and_repeat_no_run(
     batches, per_batch = 12, 10
     runs = batches * per_batch
     script = batch_script(batches, per_batch, job_seconds=1.5)
-    async with running_cluster(
-        tmp_path, database_url=pg_url, slack=slack, script=script, replicas=3, width=4
-    ) as cluster:
-        for batch in range(batches):
-            await cluster.mention(f"batch {batch:02d}")
-        for victim, after in ((0, runs // 5), (1, runs // 2)):
-            await slack.wait_for(announced_at_least(slack, after), within=GUARD_SECONDS)
-            in_flight = [s for s in run_statuses(pg_url).values() if s in ("queued", "running")]
-            assert in_flight, "the kill must find runs in flight"
-            await cluster.kill(victim)
-        await slack.wait_for(lambda: len(announces(slack.posts)) >= runs, within=GUARD_SECONDS)
-        # Anything announced twice would show up now, while the survivor settles.
-        await asyncio.sleep(2)
+    async with FakeDiscord() as discord:
+        add_test_guild(discord)
+        channels = {
+            "discord": {
+                "enabled": True,
+                "token": discord.token,
+                "apiBaseUrl": discord.api_base_url,
+                "gatewayUrl": discord.gateway_url,
+            }
+        }
+        async with running_cluster(
+            tmp_path,
+            database_url=pg_url,
+            slack=slack,
+            script=script,
+            replicas=3,
+            width=4,
+            config={"channels": channels},
+        ) as cluster:
+            for batch in range(batches):
+                await cluster.mention(f"batch {batch:02d}")
+            holders = []
+            for after in (runs // 5, runs // 2):
+                await slack.wait_for(announced_at_least(slack, after), within=GUARD_SECONDS)
+                in_flight = [s for s in run_statuses(pg_url).values() if s in ("queued", "running")]
+                assert in_flight, "the kill must find runs in flight"
+                # The replica holding Discord's gateway connection dies each time.
+                holders.append(await cluster.holder_of("discord"))
+                identified = len(discord.identifies)
+                await cluster.kill(holders[-1])
+                # A survivor takes the lock the dead one's connection held, and identifies.
+                survivor = await cluster.holder_of("discord")
+                assert survivor != holders[-1]
+                assert len(discord.identifies) > identified
+                assert discord.open_connections == 1
+            await slack.wait_for(announced_at_least(slack, runs), within=GUARD_SECONDS)
+            # Anything announced twice would show up now, while the survivor settles.
+            await asyncio.sleep(2)
+
+    assert len(set(holders)) == 2, "two different replicas were killed"
 
     statuses = run_statuses(pg_url)
     assert len(statuses) == runs
