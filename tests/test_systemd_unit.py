@@ -120,6 +120,7 @@ def test_env_example_names_every_secret_and_no_values() -> None:
         "SLACK_APP_TOKEN",
         "SLACK_SIGNING_SECRET",
         "DISCORD_TOKEN",
+        "HERALD_DATABASE_URL",
     }
     # An example must not ship something that looks like a working credential.
     assert all(value == "" for value in assignments.values())
