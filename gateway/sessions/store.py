@@ -164,20 +164,33 @@ class SessionStore:
         model: str | None,
         origin: Origin | None,
     ) -> SessionRecord:
-        session_id = new_session_id()
-        now = self._clock()
-        path = transcript_path(self.state_dir, key.agent_id, session_id)
-        header = header_record(
-            session_id=session_id,
-            key=str(key),
-            agent_id=key.agent_id,
-            parent_key=parent_key,
-            at=now,
+        record = self.new_record(
+            key, parent_key=parent_key, label=label, model=model, origin=origin
         )
-        await self.writer.append(path, header, wait=True)
-        record = SessionRecord(
+        path = self.transcript_path(record)
+        await self.writer.append(path, self._header(record), wait=True)
+        stored, created = await self.db.sessions.create(record)
+        if created:
+            log.info("session %s created (%s)", stored.key, stored.session_id)
+        else:  # another process created it first; our header file is an orphan
+            log.warning("session %s existed already; transcript %s unused", stored.key, path)
+        return stored
+
+    def new_record(
+        self,
+        key: SessionKey,
+        *,
+        parent_key: str | None = None,
+        label: str | None = None,
+        model: str | None = None,
+        origin: Origin | None = None,
+    ) -> SessionRecord:
+        """A new session for ``key`` that nothing has recorded yet (no I/O): its row is the
+        caller's to write (a spawn writes it with its run), then :meth:`adopt` it."""
+        now = self._clock()
+        return SessionRecord(
             key=str(key),
-            session_id=session_id,
+            session_id=new_session_id(),
             agent_id=key.agent_id,
             kind=key.session_kind,
             created_at=now,
@@ -187,12 +200,43 @@ class SessionStore:
             model=model,
             origin=origin,
         )
-        stored, created = await self.db.sessions.create(record)
-        if created:
-            log.info("session %s created (%s)", stored.key, stored.session_id)
-        else:  # another process created it first; our header file is an orphan
-            log.warning("session %s existed already; transcript %s unused", stored.key, path)
-        return stored
+
+    async def adopt(self, record: SessionRecord, *first: tuple[str, Mapping[str, Any]]) -> None:
+        """Take in a session whose row the caller just committed: remember the row and
+        queue its transcript header and ``first`` events (not waited for: whoever turns
+        the session next calls :meth:`ensure_transcript`, which writes them again if a crash
+        or a full disk kept them from the file)."""
+        self.db.sessions.remember(record)
+        path = self.transcript_path(record)
+        await self.writer.append(path, self._header(record))
+        for name, data in first:
+            await self.writer.append(path, event_record(name, data, at=record.created_at))
+
+    async def ensure_transcript(
+        self, record: SessionRecord, *first: tuple[str, Mapping[str, Any]]
+    ) -> None:
+        """Make sure ``record``'s transcript has begun: wait for its queued lines and, if
+        the file is missing or empty (the process died before the header of an
+        :meth:`adopt` was written), write the header and ``first`` events now. Raises the
+        ``OSError`` of a line the disk refused."""
+        path = self.transcript_path(record)
+        await self.writer.sync(path)
+        if await asyncio.to_thread(_has_content, path):
+            return
+        log.info("session %s: transcript begun again (%s)", record.key, path)
+        await self.writer.append(path, self._header(record))
+        for name, data in first:
+            await self.writer.append(path, event_record(name, data, at=record.created_at))
+        await self.writer.sync(path)
+
+    def _header(self, record: SessionRecord) -> dict[str, Any]:
+        return header_record(
+            session_id=record.session_id,
+            key=record.key,
+            agent_id=record.agent_id,
+            parent_key=record.parent_key,
+            at=record.created_at,
+        )
 
     async def get(self, key: str) -> SessionRecord | None:
         """The session with ``key`` (archived ones included), or None."""
@@ -478,3 +522,10 @@ class SessionStore:
         """Write everything queued; close the writer if this store made it. Idempotent."""
         if self._owns_writer:
             await self.writer.aclose()
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False

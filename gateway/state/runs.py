@@ -26,7 +26,9 @@ from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_COLUMNS,
     RunRecord,
+    SessionRecord,
     run_from_row,
+    session_to_columns,
     to_column_value,
 )
 from gateway.state.schema import LIVE_STATUS_SQL
@@ -44,18 +46,35 @@ class RunsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def insert(self, run: RunRecord, *, max_live_siblings: int | None = None) -> RunRecord:
+    async def insert(
+        self,
+        run: RunRecord,
+        *,
+        max_live_siblings: int | None = None,
+        child_session: SessionRecord | None = None,
+    ) -> RunRecord:
         """Insert a new run; a duplicate ``run_id`` raises :class:`RecordConflictError`, an
         unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`. With
         ``max_live_siblings``, a requester session that already has that many runs not yet
-        final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
+        final raises :class:`ChildLimitError` instead (checked in the same transaction).
+        With ``child_session``, the run's new session is inserted in the same transaction
+        (a spawn records both rows or neither; an existing key raises
+        :class:`RecordConflictError`)."""
         sql = insert_sql("runs", RUN_COLUMNS)
         values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
         parent = run.parent_session_key
+        session_columns = session_to_columns(child_session) if child_session else None
 
         def run_insert(conn: sqlite3.Connection) -> RunRecord:
             if max_live_siblings is not None and parent is not None:
                 _require_room(conn, parent, max_live_siblings)
+            if session_columns is not None:
+                try:
+                    conn.execute(
+                        insert_sql("sessions", session_columns), list(session_columns.values())
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise integrity_error("sessions", exc) from exc
             try:
                 conn.execute(sql, values)
             except sqlite3.IntegrityError as exc:
@@ -241,16 +260,20 @@ class RunsTable:
         return await self._db.read(run)
 
 
+# Literal statuses, exactly as the partial index ``runs_live`` names them.
+_LIVE_WHERE = f"parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
+
+
 def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
-    # Literal statuses, exactly as the partial index ``runs_live`` names them.
-    sql = (
-        f"SELECT COUNT(*) FROM runs WHERE parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
-    )
+    sql = f"SELECT COUNT(*) FROM runs WHERE {_LIVE_WHERE}"
     return int(conn.execute(sql, (parent_session_key,)).fetchone()[0])
 
 
 def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:
-    if _live_children(conn, parent_session_key) >= limit:
+    # Counting stops at the limit: a session's many queued runs are not all walked again
+    # on every spawn.
+    sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE {_LIVE_WHERE} LIMIT ?) AS live"
+    if int(conn.execute(sql, (parent_session_key, limit)).fetchone()[0]) >= limit:
         raise ChildLimitError(parent_session_key, limit)
 
 
