@@ -2,9 +2,12 @@
 
 :class:`SessionStore` is what the runtime, the tools and the API use. A session is created
 on first use (:meth:`SessionStore.ensure`): the transcript header is written first, then
-the row is inserted, so a crash in between leaves at most an orphan file, never a row
-without a transcript. Concurrent ``ensure`` calls for one key in this process share one
-creation.
+the row is inserted, so a crash in between leaves at most an orphan file. Concurrent
+``ensure`` calls for one key in this process share one creation. A sub-agent's session is
+the exception: its row is written with its run (one transaction, the spawn's durable
+record) and taken in with :meth:`SessionStore.adopt`; its transcript begins later, with its
+first line. Whatever the session, no line is written before its header: the first append
+of a session not known to have begun writes the header first if the file is missing.
 
 Appends go through the process's :class:`TranscriptWriter` and return once queued (see
 its module for the guarantees); readers here (:meth:`history`, :meth:`read`) first wait
@@ -59,6 +62,8 @@ log = logging.getLogger(__name__)
 #: Transcript paths remembered by session id: the active sessions' (each stat-free to rebuild).
 _PATH_CACHE_SIZE: Final = 1024
 _ARCHIVED_KEYS_KEPT: Final = 4096
+#: Sessions remembered as begun (or adopted): far more than are active at once.
+_BEGUN_KEPT: Final = 16384
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -90,6 +95,12 @@ class SessionStore:
         # can be raced: the set is bounded.
         self._archived: OrderedDict[str, None] = OrderedDict()
         self._paths: dict[str, Path] = {}
+        # Session ids whose transcript has its header (this process wrote it or saw it), and
+        # ids taken in by adopt() whose file is yet to be begun. Bounded: a session that
+        # falls out is checked again (one stat) at its next first append.
+        self._begun: OrderedDict[str, None] = OrderedDict()
+        self._unwritten: OrderedDict[str, None] = OrderedDict()
+        self._beginning: dict[str, asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
@@ -169,6 +180,7 @@ class SessionStore:
         )
         path = self.transcript_path(record)
         await self.writer.append(path, self._header(record), wait=True)
+        self._mark(self._begun, record.session_id)
         stored, created = await self.db.sessions.create(record)
         if created:
             log.info("session %s created (%s)", stored.key, stored.session_id)
@@ -201,33 +213,46 @@ class SessionStore:
             origin=origin,
         )
 
-    async def adopt(self, record: SessionRecord, *first: tuple[str, Mapping[str, Any]]) -> None:
-        """Take in a session whose row the caller just committed: remember the row and
-        queue its transcript header and ``first`` events (not waited for: whoever turns
-        the session next calls :meth:`ensure_transcript`, which writes them again if a crash
-        or a full disk kept them from the file)."""
+    def adopt(self, record: SessionRecord) -> None:
+        """Take in a session whose row the caller just committed (a spawn writes its run's
+        session with the run). No I/O: its transcript begins with its first line or with
+        :meth:`ensure_transcript`, off the caller's path."""
         self.db.sessions.remember(record)
-        path = self.transcript_path(record)
-        await self.writer.append(path, self._header(record))
-        for name, data in first:
-            await self.writer.append(path, event_record(name, data, at=record.created_at))
+        self._mark(self._unwritten, record.session_id)
 
     async def ensure_transcript(
         self, record: SessionRecord, *first: tuple[str, Mapping[str, Any]]
     ) -> None:
-        """Make sure ``record``'s transcript has begun: wait for its queued lines and, if
-        the file is missing or empty (the process died before the header of an
-        :meth:`adopt` was written), write the header and ``first`` events now. Raises the
-        ``OSError`` of a line the disk refused."""
-        path = self.transcript_path(record)
-        await self.writer.sync(path)
-        if await asyncio.to_thread(_has_content, path):
+        """Begin ``record``'s transcript unless it has begun: a missing or empty file gets
+        its header and then the ``first`` events (the header of a session :meth:`adopt`
+        took in, or one a crash kept from the file). Waits for the header; raises the
+        ``OSError`` of a write the disk refused. Every append calls it first, so no line
+        is ever written before the header."""
+        if record.session_id in self._begun:
             return
-        log.info("session %s: transcript begun again (%s)", record.key, path)
-        await self.writer.append(path, self._header(record))
-        for name, data in first:
-            await self.writer.append(path, event_record(name, data, at=record.created_at))
-        await self.writer.sync(path)
+        task = self._beginning.get(record.session_id)
+        if task is None:
+            task = asyncio.create_task(self._begin(record, first))
+            self._beginning[record.session_id] = task
+            task.add_done_callback(lambda _: self._beginning.pop(record.session_id, None))
+        await asyncio.shield(task)
+
+    async def _begin(
+        self, record: SessionRecord, first: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> None:
+        path = self.transcript_path(record)
+        known_new = self._unwritten.pop(record.session_id, False) is None
+        if known_new or not await asyncio.to_thread(_has_content, path):
+            await self.writer.append(path, self._header(record))
+            for name, data in first:
+                await self.writer.append(path, event_record(name, data, at=record.created_at))
+            await self.writer.sync(path)
+        self._mark(self._begun, record.session_id)
+
+    def _mark(self, marks: OrderedDict[str, None], session_id: str) -> None:
+        marks[session_id] = None
+        while len(marks) > _BEGUN_KEPT:
+            marks.popitem(last=False)
 
     def _header(self, record: SessionRecord) -> dict[str, Any]:
         return header_record(
@@ -345,6 +370,8 @@ class SessionStore:
     async def _append(self, session: SessionRecord, record: dict[str, Any], wait: bool) -> None:
         if session.archived or session.session_id in self._archived:
             raise SessionArchivedError(session.key)
+        if session.session_id not in self._begun:
+            await self.ensure_transcript(session)
         await self.writer.append(self.transcript_path(session), record, wait=wait)
 
     async def sync(self, session: SessionRecord) -> None:
@@ -501,6 +528,7 @@ class SessionStore:
         await self.writer.append(
             transcript_path(self.state_dir, record.agent_id, session_id), header, wait=True
         )
+        self._mark(self._begun, session_id)
         await self.db.sessions.renew(key, session_id, at=now)
         self._retire(record)
         live = self.transcript_path(record)

@@ -211,7 +211,7 @@ class RunRunner:
         self, run: RunRecord, *, resume: bool, batch: BatchRecord | None, box: RunBox
     ) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
-        # The spawn answered before the transcript's first lines were written.
+        # The spawn answered before its transcript was begun.
         await self._store.ensure_transcript(child, spawned_event(run, task=True))
         setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
         history = await self._children.history(child, run, resume=resume)

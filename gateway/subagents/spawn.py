@@ -272,8 +272,8 @@ class Spawner:
                 await self._store.append_message(child, message)
             await self._store.sync(child)
         else:
-            # Recorded with the run, in its transaction; its transcript is begun after the
-            # commit, off the accept path (the runner begins it again if a crash lost it).
+            # Recorded with the run, in its transaction. Its transcript is begun by its runner,
+            # off the accept path: the run row is the durable record of the spawn.
             child = new_child = self._store.new_record(
                 child_key,
                 parent_key=parent.key,
@@ -312,7 +312,7 @@ class Spawner:
                 await self._store.archive(child.key)
             return SpawnRefused("error", too_many_children(limit))
         if new_child is not None:
-            await self._store.adopt(new_child, spawned_event(run, task=True))
+            self._store.adopt(new_child)  # its runner begins the transcript
         else:
             await self._store.append_event(child, *spawned_event(run, task=True))
         self._feed.publish(run)
