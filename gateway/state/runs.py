@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.llm import Usage
@@ -46,42 +46,38 @@ class RunsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def insert(
-        self,
-        run: RunRecord,
-        *,
-        max_live_siblings: int | None = None,
-        child_session: SessionRecord | None = None,
-    ) -> RunRecord:
+    async def insert(self, run: RunRecord, *, max_live_siblings: int | None = None) -> RunRecord:
         """Insert a new run; a duplicate ``run_id`` raises :class:`RecordConflictError`, an
         unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`. With
         ``max_live_siblings``, a requester session that already has that many runs not yet
-        final raises :class:`ChildLimitError` instead (checked in the same transaction).
-        With ``child_session``, the run's new session is inserted in the same transaction
-        (a spawn records both rows or neither; an existing key raises
-        :class:`RecordConflictError`)."""
-        sql = insert_sql("runs", RUN_COLUMNS)
-        values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
-        parent = run.parent_session_key
-        session_columns = session_to_columns(child_session) if child_session else None
+        final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
+        write = _insert_run(run, max_live_siblings)
 
         def run_insert(conn: sqlite3.Connection) -> RunRecord:
-            if max_live_siblings is not None and parent is not None:
-                _require_room(conn, parent, max_live_siblings)
-            if session_columns is not None:
-                try:
-                    conn.execute(
-                        insert_sql("sessions", session_columns), list(session_columns.values())
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise integrity_error("sessions", exc) from exc
-            try:
-                conn.execute(sql, values)
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("runs", exc) from exc
+            write(conn)
             return _get(conn, run.run_id)
 
         return await self._db.write(run_insert)
+
+    async def insert_spawn(
+        self, run: RunRecord, child_session: SessionRecord, *, max_live_siblings: int
+    ) -> None:
+        """Record a spawn: the run's new session and the run, in one transaction (both rows
+        or neither), as :meth:`insert` checks them; an existing session key raises
+        :class:`RecordConflictError`. Nothing is read back: the caller holds both rows."""
+        columns = session_to_columns(child_session)
+        session_sql = insert_sql("sessions", columns)
+        session_values = list(columns.values())
+        write = _insert_run(run, max_live_siblings)
+
+        def spawn_insert(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(session_sql, session_values)
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("sessions", exc) from exc
+            write(conn)
+
+        await self._db.write(spawn_insert)
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run with ``run_id``, or None."""
@@ -258,6 +254,24 @@ class RunsTable:
             return [run_from_row(row) for row in conn.execute(sql, statuses)]
 
         return await self._db.read(run)
+
+
+def _insert_run(
+    run: RunRecord, max_live_siblings: int | None
+) -> Callable[[sqlite3.Connection], None]:
+    sql = insert_sql("runs", RUN_COLUMNS)
+    values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
+    parent = run.parent_session_key
+
+    def write(conn: sqlite3.Connection) -> None:
+        if max_live_siblings is not None and parent is not None:
+            _require_room(conn, parent, max_live_siblings)
+        try:
+            conn.execute(sql, values)
+        except sqlite3.IntegrityError as exc:
+            raise integrity_error("runs", exc) from exc
+
+    return write
 
 
 # Literal statuses, exactly as the partial index ``runs_live`` names them.

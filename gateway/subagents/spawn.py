@@ -306,7 +306,10 @@ class Spawner:
             context=request.context,
         )
         try:
-            await self._db.runs.insert(run, max_live_siblings=limit, child_session=new_child)
+            if new_child is None:
+                await self._db.runs.insert(run, max_live_siblings=limit)
+            else:
+                await self._db.runs.insert_spawn(run, new_child, max_live_siblings=limit)
         except ChildLimitError:  # another spawn of this session took the last place
             if new_child is None:
                 await self._store.archive(child.key)
