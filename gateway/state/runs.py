@@ -31,7 +31,6 @@ from gateway.state.rows import (
     session_to_columns,
     to_column_value,
 )
-from gateway.state.schema import LIVE_STATUS_SQL
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
@@ -93,14 +92,25 @@ class RunsTable:
         assignments, values = update_assignments("runs", changes, _UPDATABLE)
         sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
 
+        status = changes.get("status")
+
         def run(conn: sqlite3.Connection) -> RunRecord:
+            before = (
+                conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                if status is not None
+                else None
+            )
             try:
                 changed = conn.execute(sql, [*values, run_id]).rowcount
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("runs", exc) from exc
             if changed != 1:
                 raise RecordNotFoundError("runs", run_id)
-            return _get(conn, run_id)
+            after = _get(conn, run_id)
+            if before is not None:
+                delta = is_live(after.status) - is_live(before[0])
+                count_live(conn, after.parent_session_key, delta)
+            return after
 
         return await self._db.write(run)
 
@@ -263,6 +273,8 @@ def _insert_run(
     values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
     parent = run.parent_session_key
 
+    live = is_live(run.status)
+
     def write(conn: sqlite3.Connection) -> None:
         if max_live_siblings is not None and parent is not None:
             _require_room(conn, parent, max_live_siblings)
@@ -270,24 +282,38 @@ def _insert_run(
             conn.execute(sql, values)
         except sqlite3.IntegrityError as exc:
             raise integrity_error("runs", exc) from exc
+        count_live(conn, parent, 1 if live else 0)
 
     return write
 
 
-# Literal statuses, exactly as the partial index ``runs_live`` names them.
-_LIVE_WHERE = f"parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
+_LIVE_COUNT_SQL = (
+    "INSERT INTO live_runs (parent_session_key, live) VALUES (?, ?)"
+    " ON CONFLICT (parent_session_key) DO UPDATE SET live = live + excluded.live"
+)
+
+
+def is_live(status: str) -> bool:
+    """Whether a run in ``status`` is not final yet (it counts against its requester)."""
+    return status not in FINISHED_STATUSES
+
+
+def count_live(conn: sqlite3.Connection, parent_session_key: str | None, delta: int) -> None:
+    """Move ``parent_session_key``'s count of live runs by ``delta``, in the caller's
+    transaction: every write that inserts a run or changes its status calls it."""
+    if parent_session_key is not None and delta:
+        conn.execute(_LIVE_COUNT_SQL, (parent_session_key, delta))
 
 
 def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
-    sql = f"SELECT COUNT(*) FROM runs WHERE {_LIVE_WHERE}"
-    return int(conn.execute(sql, (parent_session_key,)).fetchone()[0])
+    row = conn.execute(
+        "SELECT live FROM live_runs WHERE parent_session_key = ?", (parent_session_key,)
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:
-    # Counting stops at the limit: a session's many queued runs are not all walked again
-    # on every spawn.
-    sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE {_LIVE_WHERE} LIMIT ?) AS live"
-    if int(conn.execute(sql, (parent_session_key, limit)).fetchone()[0]) >= limit:
+    if _live_children(conn, parent_session_key) >= limit:
         raise ChildLimitError(parent_session_key, limit)
 
 

@@ -26,6 +26,10 @@ Version 5 records how a run's conversation began (``context``): ``isolated`` (th
 only) or ``fork`` (a copy of the requester's conversation in the child's transcript, then
 the task), so a starting run reads its transcript only when there is something to read,
 and indexes the runs not yet final by requester (``maxChildrenPerSession``).
+
+Version 6 keeps that number per requester session in ``live_runs``, so a spawn's check of
+``maxChildrenPerSession`` is one lookup however many runs the session has queued; the
+writes that insert a run or change its status keep it (``gateway.state.runs.count_live``).
 """
 
 from __future__ import annotations
@@ -204,5 +208,19 @@ _V5: Final = (
     f"CREATE INDEX runs_live ON runs (parent_session_key) WHERE status IN ({LIVE_STATUS_SQL})",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
+_V6: Final = (
+    # A spawn checks its requester's room without counting: the count is kept, per
+    # requester session, by the writes that insert a run or change its status.
+    """
+    CREATE TABLE live_runs (
+        parent_session_key TEXT PRIMARY KEY,
+        live INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO live_runs (parent_session_key, live) SELECT parent_session_key, COUNT(*)"
+    f" FROM runs WHERE parent_session_key IS NOT NULL AND status IN ({LIVE_STATUS_SQL})"
+    " GROUP BY parent_session_key",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST_VERSION: Final = len(MIGRATIONS)
