@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,7 +22,13 @@ from gateway.agent import resolve_agent, subagent_model_ref
 from gateway.agent.context_window import cap_messages
 from gateway.llm import ChatMessage
 from gateway.reload import SettingsHolder
-from gateway.sessions import INTERRUPTED_TOOL_RESULT, SessionError, SessionKey, SessionStore
+from gateway.sessions import (
+    INTERRUPTED_TOOL_RESULT,
+    SessionError,
+    SessionKey,
+    SessionStore,
+    new_uuid,
+)
 from gateway.settings import HeraldSettings
 from gateway.state import (
     ChildLimitError,
@@ -282,7 +287,7 @@ class Spawner:
                 origin=origin,
             )
         run = RunRecord(
-            run_id=str(uuid.uuid4()),
+            run_id=new_uuid(),
             child_session_key=child.key,
             child_session_id=child.session_id,
             parent_session_key=parent.key,
