@@ -62,8 +62,9 @@ log = logging.getLogger(__name__)
 #: Transcript paths remembered by session id: the active sessions' (each stat-free to rebuild).
 _PATH_CACHE_SIZE: Final = 1024
 _ARCHIVED_KEYS_KEPT: Final = 4096
-#: Sessions remembered as begun (or adopted): far more than are active at once.
-_BEGUN_KEPT: Final = 16384
+#: Sessions remembered as begun (or adopted), each: more than are active at once; one that
+#: falls out costs a stat at its next first line.
+_BEGUN_KEPT: Final = 4096
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
