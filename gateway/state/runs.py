@@ -25,6 +25,7 @@ from gateway.state.errors import ChildLimitError, RecordNotFoundError
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_COLUMNS,
+    SESSION_COLUMNS,
     RunRecord,
     SessionRecord,
     run_from_row,
@@ -34,6 +35,8 @@ from gateway.state.rows import (
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+_RUN_INSERT = insert_sql("runs", RUN_COLUMNS)
+_SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
 #: Bound of a walk up the parent links: far past the deepest configurable tree, so a
 #: corrupted link cycle ends instead of looping.
 _MAX_CHAIN = 64
@@ -65,13 +68,12 @@ class RunsTable:
         or neither), as :meth:`insert` checks them; an existing session key raises
         :class:`RecordConflictError`. Nothing is read back: the caller holds both rows."""
         columns = session_to_columns(child_session)
-        session_sql = insert_sql("sessions", columns)
-        session_values = list(columns.values())
+        session_values = [columns[name] for name in SESSION_COLUMNS]
         write = _insert_run(run, max_live_siblings)
 
         def spawn_insert(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute(session_sql, session_values)
+                conn.execute(_SESSION_INSERT, session_values)
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("sessions", exc) from exc
             write(conn)
