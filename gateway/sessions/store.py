@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
@@ -47,6 +49,7 @@ from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
     chat_messages_from_records,
+    encode_line,
     event_record,
     header_record,
     is_compaction_record,
@@ -65,6 +68,8 @@ _ARCHIVED_KEYS_KEPT: Final = 4096
 #: Sessions remembered as begun (or adopted), each: more than are active at once; one that
 #: falls out costs a stat at its next first line.
 _BEGUN_KEPT: Final = 4096
+#: Bytes read of a transcript's first line to tell whether it has begun (a header is ~250).
+_FIRST_LINE_MAX: Final = 64 * 1024
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -228,9 +233,12 @@ class SessionStore:
         its header and then the ``first`` events (the header of a session :meth:`adopt`
         took in, or one a crash kept from the file). Waits for the header; raises the
         ``OSError`` of a write the disk refused. Every append calls it first, so no line
-        is ever written before the header."""
+        is ever written before the header. Raises :class:`SessionArchivedError` for an
+        archived session."""
         if record.session_id in self._begun:
             return
+        if record.archived or record.session_id in self._archived:
+            raise SessionArchivedError(record.key)  # no file may appear under its old name
         task = self._beginning.get(record.session_id)
         if task is None:
             task = asyncio.create_task(self._begin(record, first))
@@ -243,11 +251,12 @@ class SessionStore:
     ) -> None:
         path = self.transcript_path(record)
         known_new = self._unwritten.pop(record.session_id, False) is None
-        if known_new or not await asyncio.to_thread(_has_content, path):
-            await self.writer.append(path, self._header(record))
-            for name, data in first:
-                await self.writer.append(path, event_record(name, data, at=record.created_at))
-            await self.writer.sync(path)
+        if known_new or not await asyncio.to_thread(_has_first_line, path):
+            # One chunk, one write(): the header never fails apart from the lines after it,
+            # and none of this session's lines is queued before it is written.
+            lines = [self._header(record)]
+            lines += [event_record(name, data, at=record.created_at) for name, data in first]
+            await self.writer.write(path, b"".join(encode_line(line) for line in lines), wait=True)
         self._mark(self._begun, record.session_id)
 
     def _mark(self, marks: OrderedDict[str, None], session_id: str) -> None:
@@ -553,8 +562,17 @@ class SessionStore:
             await self.writer.aclose()
 
 
-def _has_content(path: Path) -> bool:
+def _has_first_line(path: Path) -> bool:
+    """Whether ``path`` has a whole first line (a missing file, an empty one or a torn first
+    line — which the writer cuts before its next write — have none)."""
     try:
-        return path.stat().st_size > 0
+        with path.open("rb") as file:
+            head = file.readline(_FIRST_LINE_MAX)
     except FileNotFoundError:
+        return False
+    if head.endswith(b"\n") or len(head) >= _FIRST_LINE_MAX:
+        return True
+    try:  # a whole object without its newline: the writer's repair keeps it
+        return isinstance(orjson.loads(head), dict)
+    except orjson.JSONDecodeError:
         return False
