@@ -136,13 +136,21 @@ class WriteGroups:
             outcomes.extend((w, None, exc) for w in todo)
             return []
         done: list[tuple[_Write, Any]] = []
+        # A write alone in its transaction needs no savepoint: its failure rolls back all.
+        alone = len(todo) == 1
         for index, write in enumerate(todo):
             try:
-                conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+                if not alone:
+                    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
                 result = write.fn(conn)
-                conn.execute(f"RELEASE {_SAVEPOINT}")
+                if not alone:
+                    conn.execute(f"RELEASE {_SAVEPOINT}")
             except BaseException as exc:
                 outcomes.append((write, None, exc))
+                if alone:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    return []
                 if _undo_one(conn):
                     continue
                 # The transaction is gone, and the writes before this one with it.
