@@ -55,6 +55,9 @@ class ToolInvoker:
         self._runs = runs
         self._tools = tools
         self._contexts = contexts
+        # An agent's own tool set, with the settings and registry (and its version) it was
+        # computed from: a reload replaces both objects, so identity says when it is stale.
+        self._agent_tools: dict[str, tuple[object, object, int, frozenset[str]]] = {}
 
     def default_session_key(self) -> str:
         """The default agent's main session: where a call without ``sessionKey`` runs."""
@@ -77,7 +80,17 @@ class ToolInvoker:
         settings = self._holder.current
         registry = self._tools()
         if not session.is_subagent:
-            return tools_for_agent(settings, session.agent_id, registry)
+            cached = self._agent_tools.get(session.agent_id)
+            if (
+                cached is not None
+                and cached[0] is settings
+                and cached[1] is registry
+                and cached[2] == registry.version
+            ):
+                return cached[3]
+            names = tools_for_agent(settings, session.agent_id, registry)
+            self._agent_tools[session.agent_id] = (settings, registry, registry.version, names)
+            return names
         run = await self._run_of(session)
         if run is None:
             return tools_for_subagent(settings, session.agent_id, session.agent_id, registry)

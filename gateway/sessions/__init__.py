@@ -19,6 +19,7 @@ from gateway.sessions.keys import (
     is_valid_id,
     key_for_inbound,
     new_session_id,
+    new_uuid,
     normalize_id,
     parse_key,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "location_of",
     "message_record",
     "new_session_id",
+    "new_uuid",
     "normalize_id",
     "optional_iso",
     "parse_key",

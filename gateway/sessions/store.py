@@ -2,9 +2,12 @@
 
 :class:`SessionStore` is what the runtime, the tools and the API use. A session is created
 on first use (:meth:`SessionStore.ensure`): the transcript header is written first, then
-the row is inserted, so a crash in between leaves at most an orphan file, never a row
-without a transcript. Concurrent ``ensure`` calls for one key in this process share one
-creation.
+the row is inserted, so a crash in between leaves at most an orphan file. Concurrent
+``ensure`` calls for one key in this process share one creation. A sub-agent's session is
+the exception: its row is written with its run (one transaction, the spawn's durable
+record) and taken in with :meth:`SessionStore.adopt`; its transcript begins later, with its
+first line. Whatever the session, no line is written before its header: the first append
+of a session not known to have begun writes the header first if the file is missing.
 
 Appends go through the process's :class:`TranscriptWriter` and return once queued (see
 its module for the guarantees); readers here (:meth:`history`, :meth:`read`) first wait
@@ -38,6 +41,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
@@ -47,6 +52,7 @@ from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
     chat_messages_from_records,
+    encode_line,
     event_record,
     header_record,
     is_compaction_record,
@@ -63,6 +69,11 @@ _PATH_CACHE_SIZE: Final = 1024
 _ARCHIVED_KEYS_KEPT: Final = 4096
 #: The claimant's name of a process alone on its database (SQLite).
 LOCAL_REPLICA: Final = "local"
+#: Sessions remembered as begun (or adopted), each: more than are active at once; one that
+#: falls out costs a stat at its next first line.
+_BEGUN_KEPT: Final = 4096
+#: Bytes read of a transcript's first line to tell whether it has begun (a header is ~250).
+_FIRST_LINE_MAX: Final = 64 * 1024
 DEFAULT_HISTORY_LIMIT: Final = 50
 MAX_HISTORY_LIMIT: Final = 1000
 
@@ -97,6 +108,12 @@ class SessionStore:
         # can be raced: the set is bounded.
         self._archived: OrderedDict[str, None] = OrderedDict()
         self._paths: dict[str, Path] = {}
+        # Session ids whose transcript has its header (this process wrote it or saw it), and
+        # ids taken in by adopt() whose file is yet to be begun. Bounded: a session that
+        # falls out is checked again (one stat) at its next first append.
+        self._begun: OrderedDict[str, None] = OrderedDict()
+        self._unwritten: OrderedDict[str, None] = OrderedDict()
+        self._beginning: dict[str, asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
@@ -171,20 +188,34 @@ class SessionStore:
         model: str | None,
         origin: Origin | None,
     ) -> SessionRecord:
-        session_id = new_session_id()
-        now = self._clock()
-        path = transcript_path(self.state_dir, key.agent_id, session_id)
-        header = header_record(
-            session_id=session_id,
-            key=str(key),
-            agent_id=key.agent_id,
-            parent_key=parent_key,
-            at=now,
+        record = self.new_record(
+            key, parent_key=parent_key, label=label, model=model, origin=origin
         )
-        await self.writer.append(path, header, wait=True)
-        record = SessionRecord(
+        path = self.transcript_path(record)
+        await self.writer.append(path, self._header(record), wait=True)
+        self._mark(self._begun, record.session_id)
+        stored, created = await self.db.sessions.create(record)
+        if created:
+            log.info("session %s created (%s)", stored.key, stored.session_id)
+        else:  # another process created it first; our header file is an orphan
+            log.warning("session %s existed already; transcript %s unused", stored.key, path)
+        return stored
+
+    def new_record(
+        self,
+        key: SessionKey,
+        *,
+        parent_key: str | None = None,
+        label: str | None = None,
+        model: str | None = None,
+        origin: Origin | None = None,
+    ) -> SessionRecord:
+        """A new session for ``key`` that nothing has recorded yet (no I/O): its row is the
+        caller's to write (a spawn writes it with its run), then :meth:`adopt` it."""
+        now = self._clock()
+        return SessionRecord(
             key=str(key),
-            session_id=session_id,
+            session_id=new_session_id(),
             agent_id=key.agent_id,
             kind=key.session_kind,
             created_at=now,
@@ -194,12 +225,60 @@ class SessionStore:
             model=model,
             origin=origin,
         )
-        stored, created = await self.db.sessions.create(record)
-        if created:
-            log.info("session %s created (%s)", stored.key, stored.session_id)
-        else:  # another process created it first; our header file is an orphan
-            log.warning("session %s existed already; transcript %s unused", stored.key, path)
-        return stored
+
+    def adopt(self, record: SessionRecord) -> None:
+        """Take in a session whose row the caller just committed (a spawn writes its run's
+        session with the run). No I/O: its transcript begins with its first line or with
+        :meth:`ensure_transcript`, off the caller's path."""
+        self.db.sessions.remember(record)
+        self._mark(self._unwritten, record.session_id)
+
+    async def ensure_transcript(
+        self, record: SessionRecord, *first: tuple[str, Mapping[str, Any]]
+    ) -> None:
+        """Begin ``record``'s transcript unless it has begun: a missing or empty file gets
+        its header and then the ``first`` events (the header of a session :meth:`adopt`
+        took in, or one a crash kept from the file). Waits for the header; raises the
+        ``OSError`` of a write the disk refused. Every append calls it first, so no line
+        is ever written before the header. Raises :class:`SessionArchivedError` for an
+        archived session."""
+        if record.session_id in self._begun:
+            return
+        if record.archived or record.session_id in self._archived:
+            raise SessionArchivedError(record.key)  # no file may appear under its old name
+        task = self._beginning.get(record.session_id)
+        if task is None:
+            task = asyncio.create_task(self._begin(record, first))
+            self._beginning[record.session_id] = task
+            task.add_done_callback(lambda _: self._beginning.pop(record.session_id, None))
+        await asyncio.shield(task)
+
+    async def _begin(
+        self, record: SessionRecord, first: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> None:
+        path = self.transcript_path(record)
+        known_new = self._unwritten.pop(record.session_id, False) is None
+        if known_new or not await asyncio.to_thread(_has_first_line, path):
+            # One chunk, one write(): the header never fails apart from the lines after it,
+            # and none of this session's lines is queued before it is written.
+            lines = [self._header(record)]
+            lines += [event_record(name, data, at=record.created_at) for name, data in first]
+            await self.writer.write(path, b"".join(encode_line(line) for line in lines), wait=True)
+        self._mark(self._begun, record.session_id)
+
+    def _mark(self, marks: OrderedDict[str, None], session_id: str) -> None:
+        marks[session_id] = None
+        while len(marks) > _BEGUN_KEPT:
+            marks.popitem(last=False)
+
+    def _header(self, record: SessionRecord) -> dict[str, Any]:
+        return header_record(
+            session_id=record.session_id,
+            key=record.key,
+            agent_id=record.agent_id,
+            parent_key=record.parent_key,
+            at=record.created_at,
+        )
 
     async def get(self, key: str) -> SessionRecord | None:
         """The session with ``key`` (archived ones included), or None."""
@@ -308,6 +387,8 @@ class SessionStore:
     async def _append(self, session: SessionRecord, record: dict[str, Any], wait: bool) -> None:
         if session.archived or session.session_id in self._archived:
             raise SessionArchivedError(session.key)
+        if session.session_id not in self._begun:
+            await self.ensure_transcript(session)
         await self.writer.append(self.transcript_path(session), record, wait=wait)
 
     async def sync(self, session: SessionRecord) -> None:
@@ -500,6 +581,7 @@ class SessionStore:
         await self.writer.append(
             transcript_path(self.state_dir, record.agent_id, session_id), header, wait=True
         )
+        self._mark(self._begun, session_id)
         await self.db.sessions.renew(key, session_id, at=now)
         self._retire(record)
         live = self.transcript_path(record)
@@ -521,3 +603,19 @@ class SessionStore:
         """Write everything queued; close the writer if this store made it. Idempotent."""
         if self._owns_writer:
             await self.writer.aclose()
+
+
+def _has_first_line(path: Path) -> bool:
+    """Whether ``path`` has a whole first line (a missing file, an empty one or a torn first
+    line — which the writer cuts before its next write — have none)."""
+    try:
+        with path.open("rb") as file:
+            head = file.readline(_FIRST_LINE_MAX)
+    except FileNotFoundError:
+        return False
+    if head.endswith(b"\n") or len(head) >= _FIRST_LINE_MAX:
+        return True
+    try:  # a whole object without its newline: the writer's repair keeps it
+        return isinstance(orjson.loads(head), dict)
+    except orjson.JSONDecodeError:
+        return False

@@ -34,6 +34,7 @@ from gateway.state.rows import (
     run_from_row,
     to_column_value,
 )
+from gateway.state.runs import count_live, is_live
 
 _SELECT = f"SELECT {column_list(BATCH_COLUMNS)} FROM batches"
 _RUN_SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
@@ -192,7 +193,9 @@ class BatchesTable:
                 _insert_item(conn, item)
             assignments, values = update_assignments("runs", update, allowed)
             conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
-            return _run(conn, run_id)
+            after = _run(conn, run_id)
+            count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
+            return after
 
         return await self._db.write(run)
 

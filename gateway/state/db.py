@@ -1,8 +1,11 @@
 """The state database: SQLite at ``<stateDir>/herald.db``, the source of truth after a restart.
 
 One dedicated writer thread owns the read-write connection: every write runs there, one at
-a time, in its own ``BEGIN IMMEDIATE`` transaction, so there is exactly one writer and the
-event loop never blocks on SQLite. Reads run on a second thread with its own read-only
+a time, so there is exactly one writer and the event loop never blocks on SQLite. Writes
+that queue up while a transaction commits share the next ``BEGIN IMMEDIATE`` transaction
+(group commit, :mod:`gateway.state._group`): each runs in a savepoint of its own, so a
+failing write rolls back alone and raises to its own caller, and every caller hears of its
+write only after the commit that kept it. Reads run on a second thread with its own read-only
 connection; WAL lets them proceed while a write is in progress, and a read issued after a
 write's awaitable resolved sees that write. ``herald`` CLI commands open the same file
 read-only while the daemon runs.
@@ -38,6 +41,7 @@ from urllib.parse import quote
 
 from gateway.backoff import backoff
 from gateway.state import diskfull
+from gateway.state._group import WriteGroups
 from gateway.state.batches import BatchesTable
 from gateway.state.diskfull import Headroom, SpaceMonitor, is_sqlite_full
 from gateway.state.errors import (
@@ -85,6 +89,8 @@ class StateDB:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-reader")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        #: The writer thread's queue of writes, committed in groups (once open).
+        self.write_groups: WriteGroups | None = None
         self.sessions = SessionsTable(self)
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
@@ -113,6 +119,8 @@ class StateDB:
         try:
             if not readonly:
                 db._wconn = await db._run(db._writer, db._open_writer)
+                if db._writer is not None:
+                    db.write_groups = WriteGroups(db._writer, db._wconn)
                 db.space.attach(asyncio.get_running_loop())
             db._rconn = await db._run(db._reader, db._open_reader)
         except BaseException:
@@ -129,21 +137,25 @@ class StateDB:
         return await self._run(self._reader, lambda: fn(conn))
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(connection)`` on the writer thread inside one transaction.
+        """Run ``fn(connection)`` on the writer thread inside a transaction.
 
-        Commits when ``fn`` returns, rolls back and re-raises when it raises. A write the
-        disk has no room for raises :class:`DiskFullError` (nothing of it was kept).
+        Returns once the transaction that ran ``fn`` committed (writes queued together share
+        one); when ``fn`` raises, its changes are rolled back, the others' are not, and the
+        exception is re-raised here. ``fn`` may run more than once (a locked database, a
+        group whose transaction a full disk ended), so it must not have effects outside the
+        connection. A write the disk has no room for raises :class:`DiskFullError`
+        (nothing of it was kept).
         """
         self._check_open()
-        if self.readonly or self._wconn is None:
+        groups = self.write_groups
+        if self.readonly or self._wconn is None or groups is None:
             raise ReadOnlyStateError(f"{self.path} is open read-only")
-        conn = self._wconn
         deadline = time.monotonic() + LOCKED_RETRY_SECONDS
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = await self._run(self._writer, lambda: _in_transaction(conn, fn))
+                result = await self._queue_write(groups, fn)
             except sqlite3.OperationalError as exc:
                 if is_sqlite_full(exc):
                     # Not retried here: a chat turn answers at once, a run's bookkeeping
@@ -196,6 +208,14 @@ class StateDB:
                 raise StateClosedError(f"the state database {self.path} is closed") from None
             raise
 
+    async def _queue_write(self, groups: WriteGroups, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            future = groups.submit(fn)
+        except RuntimeError:
+            # The executor refuses work after shutdown: report it as the typed error.
+            raise StateClosedError(f"the state database {self.path} is closed") from None
+        return await future
+
     async def _probe_space(self) -> Headroom | None:
         """Checkpoint and measure on the writer's thread (:class:`SpaceMonitor`'s probe)."""
         conn = self._wconn
@@ -246,7 +266,7 @@ class StateDB:
 
 
 def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
-    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in _in_transaction).
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in the write groups).
     conn = sqlite3.connect(
         target,
         uri=uri,
@@ -263,21 +283,6 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
-
-
-def _in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        # SQLite may have rolled back already (it does on SQLITE_FULL, and a ROLLBACK then
-        # fails, hiding the real error); a COMMIT that failed may leave the transaction open,
-        # and every later BEGIN would fail with it.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
 
 
 def _current_version(conn: sqlite3.Connection) -> int:

@@ -13,6 +13,9 @@ blocks on the database). What differs:
   write at a time (a run's completion reads and updates its row in one transaction); with
   several replicas writing at once, serializable isolation keeps that promise: a write that
   would break it fails with a serialization error and is run again whole, with backoff.
+  Writes are not grouped as on SQLite: a serialization failure condemns the whole
+  transaction, so one conflicting write would make every write of its group run again,
+  and a group's wider read and write sets would conflict with other replicas more often.
 - Reads run in autocommit, one snapshot per statement, as the SQLite reader does.
 - A lost connection raises :class:`StateUnavailableError` and is opened again by the next
   operation; nothing is retried behind the caller's back, since a write cut off at its

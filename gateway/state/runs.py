@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.llm import Usage
@@ -25,14 +25,18 @@ from gateway.state.errors import ChildLimitError, RecordNotFoundError
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_COLUMNS,
+    SESSION_COLUMNS,
     RunRecord,
+    SessionRecord,
     run_from_row,
+    session_to_columns,
     to_column_value,
 )
-from gateway.state.schema import LIVE_STATUS_SQL
 
 _SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+_RUN_INSERT = insert_sql("runs", RUN_COLUMNS)
+_SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
 #: Bound of a walk up the parent links: far past the deepest configurable tree, so a
 #: corrupted link cycle ends instead of looping.
 _MAX_CHAIN = 64
@@ -49,20 +53,32 @@ class RunsTable:
         unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`. With
         ``max_live_siblings``, a requester session that already has that many runs not yet
         final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
-        sql = insert_sql("runs", RUN_COLUMNS)
-        values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
-        parent = run.parent_session_key
+        write = _insert_run(run, max_live_siblings)
 
         def run_insert(conn: sqlite3.Connection) -> RunRecord:
-            if max_live_siblings is not None and parent is not None:
-                _require_room(conn, parent, max_live_siblings)
-            try:
-                conn.execute(sql, values)
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("runs", exc) from exc
+            write(conn)
             return _get(conn, run.run_id)
 
         return await self._db.write(run_insert)
+
+    async def insert_spawn(
+        self, run: RunRecord, child_session: SessionRecord, *, max_live_siblings: int
+    ) -> None:
+        """Record a spawn: the run's new session and the run, in one transaction (both rows
+        or neither), as :meth:`insert` checks them; an existing session key raises
+        :class:`RecordConflictError`. Nothing is read back: the caller holds both rows."""
+        columns = session_to_columns(child_session)
+        session_values = [columns[name] for name in SESSION_COLUMNS]
+        write = _insert_run(run, max_live_siblings)
+
+        def spawn_insert(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(_SESSION_INSERT, session_values)
+            except sqlite3.IntegrityError as exc:
+                raise integrity_error("sessions", exc) from exc
+            write(conn)
+
+        await self._db.write(spawn_insert)
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run with ``run_id``, or None."""
@@ -78,14 +94,25 @@ class RunsTable:
         assignments, values = update_assignments("runs", changes, _UPDATABLE)
         sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
 
+        status = changes.get("status")
+
         def run(conn: sqlite3.Connection) -> RunRecord:
+            before = (
+                conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                if status is not None
+                else None
+            )
             try:
                 changed = conn.execute(sql, [*values, run_id]).rowcount
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("runs", exc) from exc
             if changed != 1:
                 raise RecordNotFoundError("runs", run_id)
-            return _get(conn, run_id)
+            after = _get(conn, run_id)
+            if before is not None:
+                delta = is_live(after.status) - is_live(before[0])
+                count_live(conn, after.parent_session_key, delta)
+            return after
 
         return await self._db.write(run)
 
@@ -241,12 +268,50 @@ class RunsTable:
         return await self._db.read(run)
 
 
+def _insert_run(
+    run: RunRecord, max_live_siblings: int | None
+) -> Callable[[sqlite3.Connection], None]:
+    sql = insert_sql("runs", RUN_COLUMNS)
+    values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
+    parent = run.parent_session_key
+
+    live = is_live(run.status)
+
+    def write(conn: sqlite3.Connection) -> None:
+        if max_live_siblings is not None and parent is not None:
+            _require_room(conn, parent, max_live_siblings)
+        try:
+            conn.execute(sql, values)
+        except sqlite3.IntegrityError as exc:
+            raise integrity_error("runs", exc) from exc
+        count_live(conn, parent, 1 if live else 0)
+
+    return write
+
+
+_LIVE_COUNT_SQL = (
+    "INSERT INTO live_runs (parent_session_key, live) VALUES (?, ?)"
+    " ON CONFLICT (parent_session_key) DO UPDATE SET live = live + excluded.live"
+)
+
+
+def is_live(status: str) -> bool:
+    """Whether a run in ``status`` is not final yet (it counts against its requester)."""
+    return status not in FINISHED_STATUSES
+
+
+def count_live(conn: sqlite3.Connection, parent_session_key: str | None, delta: int) -> None:
+    """Move ``parent_session_key``'s count of live runs by ``delta``, in the caller's
+    transaction: every write that inserts a run or changes its status calls it."""
+    if parent_session_key is not None and delta:
+        conn.execute(_LIVE_COUNT_SQL, (parent_session_key, delta))
+
+
 def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
-    # Literal statuses, exactly as the partial index ``runs_live`` names them.
-    sql = (
-        f"SELECT COUNT(*) FROM runs WHERE parent_session_key = ? AND status IN ({LIVE_STATUS_SQL})"
-    )
-    return int(conn.execute(sql, (parent_session_key,)).fetchone()[0])
+    row = conn.execute(
+        "SELECT live FROM live_runs WHERE parent_session_key = ?", (parent_session_key,)
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:

@@ -37,6 +37,11 @@ Version 7 is PostgreSQL's alone: the job queue of the cluster's sub-agent lane
 (procrastinate's own tables and functions, :data:`JOB_QUEUE_SCHEMA`), applied with the other
 migrations under their advisory lock, so ``herald db status`` and ``herald db migrate``
 cover it. SQLite records the version and has nothing to do.
+
+Version 8 keeps the number of live runs per requester session in ``live_runs``, so a
+spawn's check of ``maxChildrenPerSession`` is one lookup however many runs the session has
+queued; the writes that insert a run or change its status keep it
+(``gateway.state.runs.count_live``).
 """
 
 from __future__ import annotations
@@ -236,11 +241,26 @@ _V6: Final = (
     """,
 )
 
+
 #: The statement PostgreSQL replaces with procrastinate's schema (when its tables are
 #: missing); to SQLite it is a comment.
 JOB_QUEUE_SCHEMA: Final = "-- the job queue of the cluster's sub-agent lane (PostgreSQL only)"
 
 _V7: Final = (JOB_QUEUE_SCHEMA,)
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8: Final = (
+    # A spawn checks its requester's room without counting: the count is kept, per
+    # requester session, by the writes that insert a run or change its status.
+    """
+    CREATE TABLE live_runs (
+        parent_session_key TEXT PRIMARY KEY,
+        live INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO live_runs (parent_session_key, live) SELECT parent_session_key, COUNT(*)"
+    f" FROM runs WHERE parent_session_key IS NOT NULL AND status IN ({LIVE_STATUS_SQL})"
+    " GROUP BY parent_session_key",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 LATEST_VERSION: Final = len(MIGRATIONS)

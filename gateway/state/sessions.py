@@ -53,6 +53,11 @@ class SessionsTable:
         self._db = db
         self._cache: OrderedDict[str, SessionRecord] = OrderedDict()
 
+    def remember(self, record: SessionRecord) -> SessionRecord:
+        """Cache ``record``, a row just committed by a write outside this table (a spawn
+        inserts its run's session with the run)."""
+        return self._remember(record)
+
     def _remember(self, record: SessionRecord) -> SessionRecord:
         self._cache[record.key] = record
         self._cache.move_to_end(record.key)

@@ -10,12 +10,26 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from typing import Any
 
 from gateway.agent import StoreSink, TurnFactory, TurnSetup, agents_above, resolve_agent
 from gateway.llm import ChatMessage
 from gateway.sessions import chat_messages_from_records
 from gateway.state import RunRecord, SessionRecord
 from gateway.tools import ToolRegistry, tools_for_subagent
+
+
+def spawned_event(run: RunRecord, *, task: bool) -> tuple[str, dict[str, Any]]:
+    """The ``spawned`` event of ``run``: in its requester's transcript, and (``task``)
+    first after the header of the child's own."""
+    data: dict[str, Any] = {
+        "runId": run.run_id,
+        "childSessionKey": run.child_session_key,
+        "label": run.label,
+    }
+    if task:
+        data["task"] = run.task
+    return "spawned", data
 
 
 @functools.cache

@@ -32,7 +32,7 @@ from gateway.sessions import SessionError, SessionStore
 from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
 from gateway.subagents.announce import Announcer
 from gateway.subagents.batches import BatchCoordinator
-from gateway.subagents.child import ChildSessions
+from gateway.subagents.child import ChildSessions, spawned_event
 from gateway.subagents.completions import Completions
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunBox, RunInbox
@@ -211,6 +211,8 @@ class RunRunner:
         self, run: RunRecord, *, resume: bool, batch: BatchRecord | None, box: RunBox
     ) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
+        # The spawn answered before its transcript was begun.
+        await self._store.ensure_transcript(child, spawned_event(run, task=True))
         setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
         history = await self._children.history(child, run, resume=resume)
         if batch is not None and self._batches is not None:

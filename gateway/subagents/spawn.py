@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,9 +22,23 @@ from gateway.agent import resolve_agent, subagent_model_ref
 from gateway.agent.context_window import cap_messages
 from gateway.llm import ChatMessage
 from gateway.reload import SettingsHolder
-from gateway.sessions import INTERRUPTED_TOOL_RESULT, SessionError, SessionKey, SessionStore
+from gateway.sessions import (
+    INTERRUPTED_TOOL_RESULT,
+    SessionError,
+    SessionKey,
+    SessionStore,
+    new_uuid,
+)
 from gateway.settings import HeraldSettings
-from gateway.state import ChildLimitError, RunContext, RunRecord, StateDB, StateError
+from gateway.state import (
+    ChildLimitError,
+    RunContext,
+    RunRecord,
+    SessionRecord,
+    StateDB,
+    StateError,
+)
+from gateway.subagents.child import spawned_event
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
 from gateway.tools import ToolContext
@@ -236,32 +249,45 @@ class Spawner:
         )
         parent = await self._store.require(requester.session_key)
         limit = settings.agent.subagents.max_children_per_session
-        if await self._db.runs.live_children(parent.key) >= limit:
-            return SpawnRefused("error", too_many_children(limit))
         forked: list[ChatMessage] = []
         if request.context == "fork":
+            # Checked before the conversation is copied; the insert checks again.
+            if await self._db.runs.live_children(parent.key) >= limit:
+                return SpawnRefused("error", too_many_children(limit))
             forked = forked_conversation(await self._store.chat_messages(parent.key))
             if not forked:
                 return SpawnRefused("error", FORK_EMPTY)
         origin = parent.origin  # captured now, never re-read
-        run_id = str(uuid.uuid4())
-        child = await self._store.ensure(
-            SessionKey.subagent(target_id),
-            parent_key=parent.key,
-            label=request.label,
-            model=model_ref,
-            origin=origin,
-            fresh=True,
-        )
+        child_key = SessionKey.subagent(target_id)
+        new_child: SessionRecord | None = None
         if forked:
+            # The copy is written before the run exists: one the disk refused must not run.
+            child = await self._store.ensure(
+                child_key,
+                parent_key=parent.key,
+                label=request.label,
+                model=model_ref,
+                origin=origin,
+                fresh=True,
+            )
             await self._store.append_event(
                 child, "forked", {"sessionKey": parent.key, "messages": len(forked)}
             )
             for message in forked:
                 await self._store.append_message(child, message)
-            await self._store.sync(child)  # a copy the disk refused must not start the run
+            await self._store.sync(child)
+        else:
+            # Recorded with the run, in its transaction. Its transcript is begun by its runner,
+            # off the accept path: the run row is the durable record of the spawn.
+            child = new_child = self._store.new_record(
+                child_key,
+                parent_key=parent.key,
+                label=request.label,
+                model=model_ref,
+                origin=origin,
+            )
         run = RunRecord(
-            run_id=run_id,
+            run_id=new_uuid(),
             child_session_key=child.key,
             child_session_id=child.session_id,
             parent_session_key=parent.key,
@@ -285,17 +311,28 @@ class Spawner:
             context=request.context,
         )
         try:
-            await self._db.runs.insert(run, max_live_siblings=limit)
+            if new_child is None:
+                await self._db.runs.insert(run, max_live_siblings=limit)
+            else:
+                await self._db.runs.insert_spawn(run, new_child, max_live_siblings=limit)
         except ChildLimitError:  # another spawn of this session took the last place
-            await self._store.archive(child.key)
+            if new_child is None:
+                await self._store.archive(child.key)
             return SpawnRefused("error", too_many_children(limit))
+        if new_child is not None:
+            self._store.adopt(new_child)  # its runner begins the transcript
+        else:
+            await self._store.append_event(child, *spawned_event(run, task=True))
         self._feed.publish(run)
-        spawned = {"runId": run_id, "childSessionKey": child.key, "label": request.label}
-        await self._store.append_event(parent, "spawned", spawned)
-        await self._store.append_event(child, "spawned", {**spawned, "task": request.task})
-        self._manager.submit(run_id)
+        await self._store.append_event(parent, *spawned_event(run, task=False))
+        self._manager.submit(run.run_id)
         logger.info(
             "sub-agent spawned",
-            extra={"run_id": run_id, "agent": target_id, "model": model_ref, "depth": run.depth},
+            extra={
+                "run_id": run.run_id,
+                "agent": target_id,
+                "model": model_ref,
+                "depth": run.depth,
+            },
         )
-        return SpawnAccepted(run_id, child.key, model_applied, warning)
+        return SpawnAccepted(run.run_id, child.key, model_applied, warning)

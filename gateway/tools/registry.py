@@ -35,6 +35,8 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         self._specs: dict[str, ToolSpec] = {}
+        #: Moves with every registration: what was derived from the tools may be stale.
+        self.version = 0
 
     def __repr__(self) -> str:
         return f"<ToolRegistry tools={len(self._tools)}>"
@@ -61,6 +63,7 @@ class ToolRegistry:
         spec = ToolSpec(tool.name, tool.description, parameters_schema(tool.params))
         self._tools[tool.name] = tool
         self._specs[tool.name] = spec
+        self.version += 1
 
     def get(self, name: str) -> Tool[Any] | None:
         """The tool called ``name``, or None."""

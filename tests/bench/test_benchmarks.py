@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, fanin, sessions, spawn, turns
+from bench import batches, fanin, queued, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -45,6 +45,15 @@ def test_spawn_rows() -> None:
     figures = " ".join(row["figure"] for row in rows)
     for part in ("p50", "p99", "RSS", "tracemalloc", "runs per second", "CPU ms per run"):
         assert part in figures
+
+
+def test_queued_rows() -> None:
+    rows = queued.run(**queued.QUICK)
+    check_rows(rows, 6, memory=("RSS",))
+    assert "enqueue µs per run (100 queued)" in rows[0]["figure"]
+    assert "bytes RSS per queued run (400 queued)" in rows[3]["figure"]
+    assert "400 queued vs 100" in rows[4]["figure"]
+    assert rows[4]["goal"] == rows[5]["goal"] == "ratio <= 1.5"
 
 
 def test_fanin_rows() -> None:
@@ -88,6 +97,6 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions"} <= set(names)
+    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued"} <= set(names)
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names

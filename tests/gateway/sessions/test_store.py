@@ -307,3 +307,68 @@ async def test_archive_due_takes_only_sessions_whose_time_came(store: SessionSto
     assert list(results) == [due.key]
     assert not (await store.require(later.key)).archived
     assert not (await store.require(unset.key)).archived
+
+
+async def test_an_adopted_session_begins_its_transcript_with_its_first_line(
+    store: SessionStore,
+) -> None:
+    record = store.new_record(SessionKey.subagent("main"), parent_key="agent:main:main", label="x")
+    await store.db.sessions.create(record)  # the caller's own write (a spawn's, with its run)
+    store.adopt(record)
+    path = store.transcript_path(record)
+    await store.flush()
+    assert not path.exists()  # nothing written when it was taken in
+    assert await store.get(record.key) == record
+    await store.append_event(record, "status", {"n": 1})
+    await store.sync(record)
+    header, event = _lines(path)
+    assert (header["type"], header["id"], header["key"]) == (
+        "session",
+        record.session_id,
+        record.key,
+    )
+    assert header["parentSessionKey"] == "agent:main:main"
+    assert (event["type"], event["event"]) == ("event", "status")
+
+
+async def test_ensure_transcript_writes_the_header_and_first_events_once(
+    store: SessionStore,
+) -> None:
+    record = store.new_record(SessionKey.subagent("main"))
+    await store.db.sessions.create(record)
+    store.adopt(record)
+    first = ("spawned", {"runId": "r1", "task": "t"})
+    await asyncio.gather(*(store.ensure_transcript(record, first) for _ in range(3)))
+    await store.ensure_transcript(record, first)
+    await store.append_event(record, "status")
+    await store.sync(record)
+    kinds = [(line["type"], line.get("event")) for line in _lines(store.transcript_path(record))]
+    assert kinds == [("session", None), ("event", "spawned"), ("event", "status")]
+
+
+async def test_a_missing_transcript_gets_its_header_back_before_the_next_line(
+    tmp_path: Path,
+) -> None:
+    """A process that never saw the session begun (a restart) finds the file missing (the
+    crash came before the header was written) and writes the header first."""
+    async with opened_store(tmp_path / "state") as first:
+        record = first.new_record(SessionKey.subagent("main"))
+        await first.db.sessions.create(record)
+        first.adopt(record)
+    async with opened_store(tmp_path / "state") as second:
+        again = await second.require(record.key)
+        await second.append_event(again, "status")
+        await second.sync(again)
+        kinds = [line["type"] for line in _lines(second.transcript_path(again))]
+    assert kinds == ["session", "event"]
+
+
+async def test_ensure_transcript_refuses_an_archived_session(store: SessionStore) -> None:
+    record = store.new_record(SessionKey.subagent("main"))
+    await store.db.sessions.create(record)
+    store.adopt(record)
+    await store.archive(record.key)
+    archived = await store.require(record.key)
+    with pytest.raises(SessionArchivedError):
+        await store.ensure_transcript(archived)
+    assert not store.transcript_path(record).exists()

@@ -240,6 +240,12 @@ class Orchestration(RuleBasedStateMachine):
     def no_session_exceeds_its_live_children(self) -> None:
         live = self.run(self.db.runs.live_children(REQUESTER))
         assert live == sum(1 for r in self.runs if r not in self.final)
+        # The kept count is the count of the runs themselves.
+        sql = (
+            "SELECT COUNT(*) FROM runs WHERE parent_session_key = ?"
+            " AND status IN ('queued', 'running', 'announcing')"
+        )
+        assert live == self.run(self.db.read(lambda c: c.execute(sql, (REQUESTER,)).fetchone()[0]))
         assert live <= MAX_CHILDREN
 
     @invariant()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,10 @@ from gateway.state import (
     SessionRecord,
     StateDB,
 )
+from gateway.state import db as db_module
+from gateway.state._sql import insert_sql
+from gateway.state.rows import RUN_COLUMNS, to_column_value
+from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 
 
 async def _child(db: StateDB) -> SessionRecord:
@@ -120,3 +126,82 @@ async def test_list_filters_and_order(db: StateDB) -> None:
     assert await db.runs.list(statuses=["done"]) == []
     assert [r.run_id for r in await db.runs.list(parent_session_key="agent:ops:main")] == [c.run_id]
     assert len(await db.runs.list(child_session_key=child.key)) == 3
+
+
+async def _counted(db: StateDB, parent: str) -> int:
+    """A session's live runs, counted from the runs themselves."""
+    sql = (
+        "SELECT COUNT(*) FROM runs WHERE parent_session_key = ?"
+        " AND status IN ('queued', 'running', 'announcing')"
+    )
+    return int(await db.read(lambda c: c.execute(sql, (parent,)).fetchone()[0]))
+
+
+async def _kept(db: StateDB, parent: str) -> int:
+    """A session's live runs as the ``live_runs`` table keeps them."""
+    sql = "SELECT live FROM live_runs WHERE parent_session_key = ?"
+    row = await db.read(lambda c: c.execute(sql, (parent,)).fetchone())
+    return int(row[0]) if row is not None else 0
+
+
+async def test_live_runs_are_counted_per_requester_through_every_status_change(
+    db: StateDB,
+) -> None:
+    person, other = "agent:main:main", "agent:main:webchat:other"
+
+    async def assert_live(expected: int, parent: str = person) -> None:
+        assert await _kept(db, parent) == expected
+        assert await _counted(db, parent) == expected
+        assert await db.runs.live_children(parent) == expected
+
+    a = await db.runs.insert(_run(await _child(db)))
+    b = await db.runs.insert(_run(await _child(db), status="running"))
+    c = await db.runs.insert(_run(await _child(db), status="done"))
+    await db.runs.insert(_run(await _child(db), parent_session_key=other))
+    await assert_live(2)
+    await assert_live(1, other)
+    await db.runs.update(a.run_id, status="announcing")  # live to live
+    await assert_live(2)
+    await db.runs.update(a.run_id, status="done", ended_at=20.0)
+    await assert_live(1)
+    await db.runs.update(c.run_id, status="queued")  # final back to live (a repair)
+    await assert_live(2)
+    await db.runs.update(c.run_id, label="relabelled")  # no status: no change
+    await assert_live(2)
+    await db.batches.finish_run(b.run_id, {"status": "error"}, None)
+    await assert_live(1)
+    with pytest.raises(RecordNotFoundError):
+        await db.runs.update("missing", status="done")
+    await assert_live(1)
+    await assert_live(1, other)
+
+
+async def test_migration_counts_the_live_runs_an_older_database_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "herald.db"
+    older = MIGRATIONS[: LATEST_VERSION - 1]
+    monkeypatch.setattr(db_module, "MIGRATIONS", older)
+    monkeypatch.setattr(db_module, "LATEST_VERSION", len(older))
+    db = await StateDB.open(path)
+    statuses = ["queued", "running", "announcing", "done", "error", "queued"]
+    children = [await _child(db) for _ in statuses]
+    runs = [
+        _run(child, status=status, parent_session_key="agent:main:main" if n < 4 else "p:other")
+        for n, (child, status) in enumerate(zip(children, statuses, strict=True))
+    ]
+
+    def insert_old(conn: sqlite3.Connection) -> None:  # as the older code did: no count kept
+        for run in runs:
+            values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
+            conn.execute(insert_sql("runs", RUN_COLUMNS), values)
+
+    await db.write(insert_old)
+    await db.close()
+    monkeypatch.undo()
+    db = await StateDB.open(path)
+    try:
+        assert await _kept(db, "agent:main:main") == 3
+        assert await _kept(db, "p:other") == 1
+    finally:
+        await db.close()

@@ -1,0 +1,204 @@
+"""Group commit: the writes that queue up while one transaction commits share the next.
+
+A write is a function of the connection. :meth:`WriteGroups.submit` queues it and returns
+a future; the writer thread takes everything queued (at most :data:`MAX_GROUP`), opens one
+transaction, runs each write inside a savepoint of its own and commits once. Under load
+that turns N commits (each writing the same table and index pages again) into one, while a
+write on its own still commits at once: nothing waits for company.
+
+Each write keeps its own outcome:
+
+- a write that raises is rolled back to its savepoint and gets its exception; the others
+  in its group commit as if it had never run;
+- if the failure ended the whole transaction (SQLite rolls back by itself on
+  ``SQLITE_FULL``, for one), the writes of the group that had succeeded are run again in a
+  new transaction, so none is lost with it — a write is a function of the connection and
+  may run more than once, as the lock and conflict retries already require;
+- a ``BEGIN`` or a ``COMMIT`` that fails fails every write of the group (nothing of it was
+  kept), and each caller's own retry decides what happens next.
+
+Nothing is settled before its commit: results (and errors) reach the callers after the
+group's ``COMMIT`` returned, with one ``call_soon_threadsafe`` per group and event loop.
+A write cancelled before its group was formed never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
+
+T = TypeVar("T")
+
+#: Writes per transaction at most: bounds how long the first of a group waits for its
+#: commit, and how much one ``SQLITE_FULL`` makes the group run again.
+MAX_GROUP: Final = 128
+_SAVEPOINT: Final = "herald_write"
+
+
+@dataclass(slots=True)
+class _Write:
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+_Outcome = tuple[_Write, Any, BaseException | None]
+
+
+class WriteGroups:
+    """The write queue of ``connection``, served on ``executor``'s single thread (the
+    only thread that may use the connection). ``begin`` is the
+    statement that opens a write transaction (``BEGIN IMMEDIATE`` on SQLite, so the write
+    lock is taken before the first write of the group runs).
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        connection: sqlite3.Connection,
+        *,
+        begin: str = "BEGIN IMMEDIATE",
+        max_group: int = MAX_GROUP,
+    ) -> None:
+        self._executor = executor
+        self._connection = connection
+        self._begin = begin
+        self._max_group = max_group
+        self._lock = threading.Lock()
+        self._queue: deque[_Write] = deque()
+        self._draining = False
+        #: Transactions committed and writes run (for tests and benchmarks).
+        self.commits = 0
+        self.writes = 0
+
+    def __repr__(self) -> str:
+        return f"<WriteGroups queued={len(self._queue)} commits={self.commits}>"
+
+    @property
+    def queued(self) -> int:
+        """Writes waiting for a group."""
+        return len(self._queue)
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn``; the future resolves after the transaction that ran it committed.
+
+        Raises ``RuntimeError`` when the executor has been shut down.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            self._queue.append(_Write(fn, cast(asyncio.Future[Any], future), loop))
+            if self._draining:
+                return future  # the running drain takes it with the next group
+            self._draining = True
+        try:
+            self._executor.submit(self._drain)
+        except BaseException:
+            with self._lock:
+                self._draining = False
+                self._queue.clear()
+            raise
+        return future
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                count = min(len(self._queue), self._max_group)
+                group = [self._queue.popleft() for _ in range(count)]
+            outcomes: list[_Outcome] = []
+            todo = [w for w in group if not w.future.cancelled()]
+            try:
+                while todo:
+                    todo = self._run_group(todo, outcomes)
+            except BaseException as exc:  # a ROLLBACK failed: the connection is unusable
+                seen = {id(w) for w, _, _ in outcomes}
+                outcomes.extend((w, None, exc) for w in group if id(w) not in seen)
+            _settle_all(outcomes)
+
+    def _run_group(self, todo: list[_Write], outcomes: list[_Outcome]) -> list[_Write]:
+        """Run ``todo`` in one transaction; returns the writes to run again (in a new one)."""
+        conn = self._connection
+        try:
+            conn.execute(self._begin)
+        except BaseException as exc:
+            outcomes.extend((w, None, exc) for w in todo)
+            return []
+        done: list[tuple[_Write, Any]] = []
+        # A write alone in its transaction needs no savepoint: its failure rolls back all.
+        alone = len(todo) == 1
+        for index, write in enumerate(todo):
+            try:
+                if not alone:
+                    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+                result = write.fn(conn)
+                if not alone:
+                    conn.execute(f"RELEASE {_SAVEPOINT}")
+            except BaseException as exc:
+                outcomes.append((write, None, exc))
+                if alone:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    return []
+                if _undo_one(conn):
+                    continue
+                # The transaction is gone, and the writes before this one with it.
+                return [w for w, _ in done] + todo[index + 1 :]
+            done.append((write, result))
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            # A COMMIT that failed may leave the transaction open; every later BEGIN
+            # would fail with it.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            outcomes.extend((w, None, exc) for w, _ in done)
+            return []
+        self.commits += 1
+        self.writes += len(done)
+        outcomes.extend((w, result, None) for w, result in done)
+        return []
+
+
+def _undo_one(conn: sqlite3.Connection) -> bool:
+    """Roll back to the failed write's savepoint; False when the transaction is gone."""
+    if not conn.in_transaction:
+        return False
+    try:
+        conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+        conn.execute(f"RELEASE {_SAVEPOINT}")
+    except sqlite3.Error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return False
+    return True
+
+
+def _settle_all(outcomes: list[_Outcome]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(outcomes: list[_Outcome]) -> None:
+    for write, result, error in outcomes:
+        if write.future.done():  # cancelled while its group ran
+            continue
+        if error is not None:
+            write.future.set_exception(error)
+        else:
+            write.future.set_result(result)
