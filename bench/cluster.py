@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import os
 import signal
 import tempfile
 import time
@@ -111,10 +112,41 @@ def _check_once(slack: FakeSlack, runs: int) -> None:
         raise SystemExit(f"bench.cluster: {len(counts)} runs announced of {runs}; twice: {twice}")
 
 
+def _cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far, with those of its
+    children it has waited for when ``reaped`` (Linux ``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # Fields 14-17 of proc(5), counted here from field 3: utime, stime, cutime, cstime.
+    ticks = sum(int(f) for f in fields[11 : 15 if reaped else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu_seconds(server: postgres.PostgresServer) -> float:
+    """CPU seconds of the whole PostgreSQL server: the postmaster, the backends it reaped
+    (connections that ended) and those alive now."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    total = _cpu_seconds(postmaster, reaped=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == postmaster:
+                total += _cpu_seconds(int(entry.name))
+    return total
+
+
+def _cluster_cpu_seconds(server: postgres.PostgresServer, cluster: Cluster) -> float:
+    replicas = sum(_cpu_seconds(cluster.daemon(i).process.pid) for i in range(len(cluster)))
+    return replicas + _server_cpu_seconds(server)
+
+
 async def _runs_per_second(
     server: postgres.PostgresServer, replicas: int, batches: int, per_batch: int
-) -> float:
-    """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``."""
+) -> tuple[float, float]:
+    """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``, and
+    CPU ms per run of the replicas and PostgreSQL together."""
     script = batch_script(replicas + batches, per_batch, job_seconds=MODEL_SECONDS)
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
         async with (
@@ -133,22 +165,26 @@ async def _runs_per_second(
             warm = replicas * per_batch
             await slack.wait_for(lambda: len(announces(slack.posts)) >= warm, within=GUARD_SECONDS)
             total = warm + batches * per_batch
+            cpu = _cluster_cpu_seconds(server, cluster)
             started = time.perf_counter()
             await asyncio.gather(
                 *(cluster.mention(f"batch {b:02d}") for b in range(replicas, replicas + batches))
             )
             await slack.wait_for(lambda: len(announces(slack.posts)) >= total, within=GUARD_SECONDS)
             elapsed = time.perf_counter() - started
+            cpu = _cluster_cpu_seconds(server, cluster) - cpu
             await asyncio.sleep(1)  # an announce posted twice would show up now
             _check_once(slack, total)
-    return batches * per_batch / elapsed
+    runs = batches * per_batch
+    return runs / elapsed, 1000 * cpu / runs
 
 
 async def _throughput(
     server: postgres.PostgresServer, replicas: tuple[int, ...], batches: int, per_batch: int
 ) -> list[Row]:
-    rates = {n: await _runs_per_second(server, n, batches, per_batch) for n in replicas}
-    base = replicas[0]
+    measured = {n: await _runs_per_second(server, n, batches, per_batch) for n in replicas}
+    rates = {n: rate for n, (rate, _) in measured.items()}
+    base, top = replicas[0], replicas[-1]
     label = f"{batches * per_batch:,} runs, model {MODEL_SECONDS:g} s, width {WIDTH} each"
     rows = []
     for n in replicas[1:]:
@@ -162,6 +198,15 @@ async def _throughput(
                 digits=1,
             )
         )
+    rows.append(
+        row(
+            f"  CPU ms per run, replicas + PostgreSQL, {top} replicas vs {base}",
+            measured[top][1],
+            measured[base][1],
+            "(information)",
+            digits=2,
+        )
+    )
     return rows
 
 
