@@ -86,8 +86,11 @@ QUICK: dict[str, Any] = {
 #: Guards against a hung benchmark; never statements about speed.
 GUARD_SECONDS = 600.0
 POLL_SECONDS = 0.02
-#: Runs a worker holds now, cluster-wide.
-_DOING = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+#: Runs recorded, and runs a worker holds now, cluster-wide.
+_COUNTS = (
+    "SELECT (SELECT count(*) FROM runs),"
+    " (SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing')"
+)
 
 T = TypeVar("T")
 
@@ -335,8 +338,10 @@ async def _failover(server: postgres.PostgresServer, batches: int, per_batch: in
                 busy = min(runs, FAILOVER_REPLICAS * WIDTH)
 
                 async def all_busy() -> bool | None:
-                    doing = await _query(url, _DOING)
-                    full = doing[0][0] == busy and await _executing(cluster, holder) > 0
+                    # Every mention's runs recorded (a mention whose turn had not run yet
+                    # would die with the replica: Slack had its 200), every slot busy.
+                    counts = await _query(url, _COUNTS)
+                    full = counts[0] == (runs, busy) and await _executing(cluster, holder) > 0
                     return True if full else None
 
                 await _until(all_busy)
