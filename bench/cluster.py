@@ -24,13 +24,15 @@ the same run. Ratio PostgreSQL ÷ SQLite; reported.
 
 **Failover.** Three replicas, Discord enabled against the wire-level fake Discord
 (:mod:`tests.fakes.discord`), default timings (a worker heartbeat every 10 s, dead after
-30 s, checked every 10 s; a standby tries Discord's lock every 5 s). Once every worker has
-all its slots busy with runs of :data:`FAILOVER_RUN_SECONDS`, the replica holding Discord's
-gateway connection (``/readyz`` ``channelStates``) is killed with SIGKILL. Figures: seconds
-from the kill to the first ``resumed`` event in a transcript (a run of the dead replica
-taken over and resumed by a survivor), and to the next IDENTIFY Discord receives (a
-survivor connected). Every run must end ``done``, announced once. These are absolute
-seconds; the baseline column is the goal, so a ratio ≤ 1 meets it.
+30 s, checked every 10 s; a standby tries Discord's lock every 5 s). Once every mention's
+runs are recorded (a mention whose turn has not run yet would die with its replica) and
+every worker has all its slots busy with runs of :data:`FAILOVER_RUN_SECONDS`, the replica
+holding Discord's gateway connection (``/readyz`` ``channelStates``) is killed with
+SIGKILL. Figures: seconds from the kill to the first ``resumed`` event in a transcript (a
+run of the dead replica taken over and resumed by a survivor), and to the next IDENTIFY
+Discord receives (a survivor connected). Every run must end ``done``, announced once, and
+Discord be held by a survivor. These are absolute seconds; the baseline column is the
+goal, so a ratio ≤ 1 meets it.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ MODEL_SECONDS = 0.2
 SPEEDUP_GOAL = 2.5
 CALLS = 10_000
 CLIENTS = 64
-#: Failover: runs per replica's slots, and how long each run's model call takes.
+#: Failover: mentions (of ``per_batch`` runs each), each run's model call, the goals.
 FAILOVER_BATCHES = 6
 FAILOVER_RUN_SECONDS = 5.0
 RESUME_GOAL_SECONDS = 60.0
