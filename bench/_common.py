@@ -201,9 +201,11 @@ def bench_settings(
     subagent_width: int = 1,
     model: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
 ) -> HeraldSettings:
     """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts;
-    ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config."""
+    ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config,
+    ``cluster`` is the ``cluster`` section (a PostgreSQL state database)."""
     data: dict[str, Any] = {
         "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
         "agent": {
@@ -230,6 +232,7 @@ def bench_settings(
         },
         "routing": {"defaultAgent": "main", "agents": {"main": {"name": "Main"}}},
         "channels": {"webchat": {"enabled": False}},
+        **({"cluster": cluster} if cluster is not None else {}),
     }
     settings = HeraldSettings.model_validate(data)
     # The fs tools work inside the agent's workspace; give `ls` something to list.

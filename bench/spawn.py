@@ -102,11 +102,15 @@ async def _spawn(manager: Spawner, ctx: ToolContext, task: str) -> str:
 # -- accept latency --------------------------------------------------------------------
 
 
-async def _accept(calls: int, clients: int) -> list[Row]:
+async def accept_latencies(
+    calls: int, clients: int, *, cluster: dict[str, Any] | None = None
+) -> tuple[list[float], list[float]]:
+    """Seconds per accepted ``sessions_spawn`` and per ``GET /healthz`` (see the module
+    docstring), on SQLite, or on PostgreSQL with ``cluster`` as the ``cluster`` section."""
     spawn_body = {"tool": "sessions_spawn", "args": {"task": "queued work", "label": "bench"}}
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
         async with fake_openai() as fake:
-            settings = bench_settings(Path(tmp) / "state", fake.base_url)
+            settings = bench_settings(Path(tmp) / "state", fake.base_url, cluster=cluster)
             async with running_app(settings, Path(tmp)) as (url, services):
                 async with aiohttp.ClientSession() as client:
                     hold = {"tool": "sessions_spawn", "args": {"task": HOLD_TASK}}
@@ -127,9 +131,21 @@ async def _accept(calls: int, clients: int) -> list[Row]:
                 spawns = await load_from_process(
                     spawn_url, method="POST", count=calls, clients=clients, body=spawn_body
                 )
-                queued = services.lanes.subagent.queued
-                if queued != warm + calls:
-                    raise SystemExit(f"bench.spawn: {queued} runs queued, not {warm + calls}")
+                await _check_queued(services, warm + calls)
+    return spawns, health
+
+
+async def _check_queued(services: Gateway, count: int) -> None:
+    """Every accepted spawn is a run waiting its turn (behind the held one)."""
+    queued = len(await services.db.runs.list(statuses=["queued"]))
+    # One process: the lane holds them too (in a cluster, procrastinate's queue does).
+    lane = services.lanes.subagent.queued if services.cluster is None else queued
+    if queued != count or lane != count:
+        raise SystemExit(f"bench.spawn: {queued} runs queued ({lane} in the lane), not {count}")
+
+
+async def _accept(calls: int, clients: int) -> list[Row]:
+    spawns, health = await accept_latencies(calls, clients)
     label = f"{calls:,} calls, {clients} clients"
     ms = 1000.0
     return [

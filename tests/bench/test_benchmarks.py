@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, fanin, queued, sessions, spawn, turns
+from bench import batches, cluster, fanin, queued, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -56,6 +56,25 @@ def test_queued_rows() -> None:
     assert rows[4]["goal"] == rows[5]["goal"] == "ratio <= 1.5"
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_cluster_rows() -> None:
+    # Real replicas on a PostgreSQL server of the benchmark's own; the failover part waits
+    # out the default stalled-worker timeout (30 s), so this takes about a minute.
+    rows = cluster.run(**cluster.QUICK)
+    check_rows(rows, 6)
+    figures = [row["figure"] for row in rows]
+    assert figures[0] == "runs/s, 2 replicas vs 1 (16 runs, model 0.2 s, width 8 each)"
+    assert "CPU ms per run, replicas + PostgreSQL, 2 replicas vs 1" in figures[1]
+    assert "spawn accept p50 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[2]
+    assert "spawn accept p99 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[3]
+    resumed, discord = rows[4], rows[5]
+    assert "kill -9 to first run resumed on a survivor (3 replicas, 12 runs" in resumed["figure"]
+    assert (resumed["baseline"], resumed["goal"]) == (60.0, "herald <= 60")
+    assert "kill -9 of Discord's holder to a survivor's IDENTIFY" in discord["figure"]
+    assert (discord["baseline"], discord["goal"]) == (30.0, "herald <= 30")
+
+
 def test_fanin_rows() -> None:
     rows = fanin.run(**fanin.QUICK)
     check_rows(rows, 3)
@@ -97,6 +116,8 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued"} <= set(names)
+    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued", "cluster"} <= set(
+        names
+    )
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names
