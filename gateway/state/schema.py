@@ -37,6 +37,12 @@ Version 7 is PostgreSQL's alone: the job queue of the cluster's sub-agent lane
 (procrastinate's own tables and functions, :data:`JOB_QUEUE_SCHEMA`), applied with the other
 migrations under their advisory lock, so ``herald db status`` and ``herald db migrate``
 cover it. SQLite records the version and has nothing to do.
+
+Version 8 records which replica owns the orchestration work in flight, so a replica starting
+while others run takes up only its own, and a dead replica's is taken over by one survivor:
+``runs.held_by`` (the replica whose ``subagents wait`` holds the run), ``runs.completion_by``
+(the replica handing the run's pending completion on) and ``batches.claimed_by`` (the
+replica running the batch's follow-up). One process on SQLite records its own name.
 """
 
 from __future__ import annotations
@@ -242,5 +248,13 @@ JOB_QUEUE_SCHEMA: Final = "-- the job queue of the cluster's sub-agent lane (Pos
 
 _V7: Final = (JOB_QUEUE_SCHEMA,)
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8: Final = (
+    "ALTER TABLE runs ADD COLUMN held_by TEXT",
+    "ALTER TABLE runs ADD COLUMN completion_by TEXT",
+    "ALTER TABLE batches ADD COLUMN claimed_by TEXT",
+    # The takeover after every heartbeat looks for the few held runs, not every run.
+    "CREATE INDEX runs_held ON runs (held_by) WHERE held = 1 OR announce_state = 'held'",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 LATEST_VERSION: Final = len(MIGRATIONS)
