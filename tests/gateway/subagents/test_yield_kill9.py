@@ -14,12 +14,18 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.constants import STATE_DB_NAME
 from gateway.delivery import UNCERTAIN
 from gateway.sessions import read_transcript
-from gateway.state import OutboxRecord, StateDB
-from gateway.state.pg import PgStateDB
-from tests.gateway.daemon_process import Daemon, free_port, herald, webchat_page, write_config
+from gateway.state import OutboxRecord
+from tests.gateway.daemon_process import (
+    Daemon,
+    daemon_state,
+    free_port,
+    herald,
+    on_backend,
+    webchat_page,
+    write_config,
+)
 from tests.gateway.harness import HANG_GUARD_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -67,18 +73,7 @@ def config(tmp_path: Path, port: int, database_url: str | None) -> Path:
             "providers": {"t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}}
         },
     }
-    if database_url is not None:
-        data["cluster"] = {"databaseUrl": database_url, "replicaId": "r1"}
-    return write_config(tmp_path / "herald.json", data)
-
-
-async def open_state(tmp_path: Path, database_url: str | None) -> StateDB:
-    """The gateway's state database, read-only, on its backend."""
-    if database_url is None:
-        return await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
-    return await PgStateDB.connect(
-        database_url, readonly=True, replica_id="test-reader", state_dir=tmp_path / "state"
-    )
+    return write_config(tmp_path / "herald.json", on_backend(data, database_url))
 
 
 def combined(frames: list[dict[str, object]]) -> dict[str, str]:
@@ -94,7 +89,7 @@ async def settled_followup(tmp_path: Path, database_url: str | None) -> OutboxRe
     """Poll the live gateway's database until the batch's follow-up item has settled."""
     async with asyncio.timeout(RESUME_GUARD_SECONDS):
         while True:
-            db = await open_state(tmp_path, database_url)
+            db = await daemon_state(tmp_path / "state", database_url)
             try:
                 items = [i for i in await db.outbox.list() if i.batch_id is not None]
             finally:
@@ -133,7 +128,7 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
                 seen.update(combined(client.frames))
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
-    db = await open_state(tmp_path, database_url)
+    db = await daemon_state(tmp_path / "state", database_url)
     try:
         assert await db.batches.open_batches() == []
         runs = await db.runs.list()
