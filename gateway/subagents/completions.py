@@ -224,11 +224,13 @@ class Completions:
         )
 
     def take_due(self, run_id: str) -> bool:
-        """Whether completions arrived for ``run_id`` since it last looked (and clear it)."""
+        """Whether completions arrived for ``run_id`` since it last looked (and clear it).
+        In a cluster always: a child that ended on another replica was handed on there,
+        where this replica's turn cannot hear of it, so the turn looks in the database."""
         if run_id in self._due:
             self._due.discard(run_id)
             return True
-        return False
+        return not self._owner.alone
 
     async def recover(self) -> int:
         """Start-up: hand on the completions this gateway left pending when it stopped,
