@@ -242,7 +242,13 @@ class ProcrastinateQueue:
             job_id = int(row["id"])
             if not await manager.cancel_job_by_id_async(job_id, abort=True):
                 continue  # it ended meanwhile
-            if await manager.get_job_status_async(job_id) is Status.DOING:
+            try:
+                status = await manager.get_job_status_async(job_id)
+            except pq_errors.NoResult:
+                # Gone: a running job stopped by the abort and ended (a waiting one that is
+                # cancelled keeps its row), so it was running, and ended cancelled there.
+                status = Status.DOING
+            if status is Status.DOING:
                 running_elsewhere = True  # a waiting job is cancelled; a running one aborted
         return running_elsewhere
 
