@@ -26,7 +26,7 @@ from channels import Channel
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
-from gateway.cluster import Heartbeat
+from gateway.cluster import Heartbeat, Reaper
 from gateway.delivery import Outbox, Replier
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, Router
@@ -43,6 +43,7 @@ from gateway.subagents import (
     BatchCoordinator,
     ChildSessions,
     Completions,
+    Owner,
     RunFeed,
     RunInbox,
     RunManager,
@@ -247,9 +248,15 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     holder, db, store = app[SETTINGS], app[STATE], app[SESSION_STORE]
     feed = RunFeed(db.runs, channels_of(app), app[METRICS])
     children = ChildSessions(app[TURN_FACTORY])
-    lanes = app[LANES]
+    lanes, cluster = app[LANES], app.get(CLUSTER)
+    # In a cluster the holds, completions and follow-ups this replica takes carry its id.
+    owner = Owner(cluster.replica_id if cluster is not None else None)
     completions = Completions(
-        db=db, store=store, conversations=app[CONVERSATIONS], session_lane=lanes.session
+        db=db,
+        store=store,
+        conversations=app[CONVERSATIONS],
+        session_lane=lanes.session,
+        owner=owner,
     )
     batches = BatchCoordinator(
         db=db,
@@ -259,6 +266,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         main_lane=lanes.main,
         outbox=app[OUTBOX],
         completions=completions,
+        owner=owner,
     )
     announcer = Announcer(
         holder=holder,
@@ -270,6 +278,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         feed=feed,
         metrics=app[METRICS],
         on_final=batches.hand_on,
+        owner=owner,
     )
     inbox = RunInbox()
     runner = RunRunner(
@@ -296,7 +305,13 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     batches.expire_run = manager.expire
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     control = SubagentControl(
-        db=db, manager=manager, inbox=inbox, feed=feed, outbox=app[OUTBOX], hand_on=batches.hand_on
+        db=db,
+        manager=manager,
+        inbox=inbox,
+        feed=feed,
+        outbox=app[OUTBOX],
+        hand_on=batches.hand_on,
+        owner=owner,
     )
     app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches, control)
     app[RUN_CONTROL] = manager
@@ -365,6 +380,8 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
 async def _channels(app: web.Application) -> AsyncIterator[None]:
     router = app[CHAT].router
     started: list[tuple[str, Channel]] = []
+    reapers: list[Reaper] = []
+    cluster = app.get(CLUSTER)
     try:
         for name, channel in channels_of(app).items():
             started.append((name, channel))
@@ -384,11 +401,22 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
         )
         await subagents.completions.recover()
         await subagents.batches.recover()
+        if cluster is not None:  # from here on, this replica takes up what dead ones left
+            reapers += [
+                subagents.control.take_over,
+                subagents.completions.take_over,
+                subagents.batches.take_over,
+            ]
+            for reaper in reapers:
+                cluster.heartbeat.add_reaper(reaper)
         # Last: in a cluster, this replica takes runs from the shared queue from here on.
         await subagents.manager.start()
         logger.info("gateway ready")
         yield
     finally:
+        if cluster is not None:
+            for reaper in reapers:
+                cluster.heartbeat.remove_reaper(reaper)
         for name, channel in reversed(started):
             try:
                 await channel.stop()

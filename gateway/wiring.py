@@ -362,6 +362,10 @@ class AppParts:
         return self.app[TOOL_INVOKER]
 
     @property
+    def subagents(self) -> SubagentParts:
+        return self.app[SUBAGENTS]
+
+    @property
     def runs(self) -> RunManager:
         return self.app[SUBAGENTS].manager
 

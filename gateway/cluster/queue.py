@@ -6,7 +6,8 @@ Every replica runs one procrastinate worker on the queue, as wide as
 stop work as in one process. A job's ``lock`` is its run id (a run never executes on two
 replicas at once) and so is its ``queueing_lock`` (a run never has two waiting jobs: a
 second defer is a no-op). Everything that executes a run goes through a job — its start,
-its resumption, the announce of a stopped run (with a higher priority, ahead of queued runs).
+its resumption, the announce of a stopped run (a job of the queue ``subagent-urgent``,
+whose own worker makes it at once, outside the lane: never behind the runs).
 
 - **Abort from any replica.** :meth:`withdraw` cancels a waiting job (it never starts) or
   asks procrastinate to abort a running one. Procrastinate 3 aborts an async job by
@@ -56,6 +57,12 @@ from lanes import JobCancelled, JobHandle, LaneClosed
 logger = logging.getLogger(__name__)
 
 QUEUE: Final = SUBAGENT_LANE
+#: The announces of stopped runs: a queue of their own with a worker of its own, so a stop
+#: never waits for a slot of the runs' worker (the runs below a timed-out orchestrator may
+#: hold every one of them, and they end only once that announce stops them).
+URGENT_QUEUE: Final = f"{SUBAGENT_LANE}-urgent"
+#: How many such announces a replica makes at once.
+URGENT_WIDTH: Final = 4
 TASK_NAME: Final = "herald.subagent_run"
 #: The announce of a stopped run goes ahead of every queued run.
 URGENT_PRIORITY: Final = 10
@@ -77,7 +84,8 @@ SELECT r.run_id
 
 _LIVE_JOBS: Final[LiteralString] = """
 SELECT id FROM procrastinate_jobs
- WHERE lock = %(run_id)s AND queue_name = %(queue)s AND status IN ('todo', 'doing')
+ WHERE lock = %(run_id)s AND queue_name IN (%(queue)s, %(urgent)s)
+   AND status IN ('todo', 'doing')
 """
 
 
@@ -88,6 +96,8 @@ class RunHost(Protocol):
     def run_here(self, run_id: str, attempt: int) -> JobHandle[None]: ...
 
     def announce_here(self, run_id: str) -> None: ...
+
+    async def announce_now(self, run_id: str) -> None: ...
 
     async def stop_requested(self, run_id: str) -> None: ...
 
@@ -130,9 +140,12 @@ class ProcrastinateQueue:
             name=TASK_NAME, queue=QUEUE, pass_context=True, retry=_HandBackOnly()
         )(self._job)
         self._host: RunHost | None = None
-        self._worker: Worker | None = None
+        #: The worker of each queue (while it runs).
+        self._workers: dict[str, Worker] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._defers: set[asyncio.Task[bool]] = set()
+        #: The defer in flight of each run, which an abort waits for before it looks.
+        self._deferring: dict[str, asyncio.Task[bool]] = {}
         #: Runs found without a job by the last sweep (deferred if the next finds them too).
         self._suspects: set[str] = set()
         self._executing: dict[str, int] = {}
@@ -164,7 +177,8 @@ class ProcrastinateQueue:
             return
         self._started = True
         for coro, name in (
-            (self._work(), "worker"),
+            (self._work(QUEUE, self._width), "worker"),
+            (self._work(URGENT_QUEUE, URGENT_WIDTH), "urgent worker"),
             (self._every(self._timing.stalled_check_seconds, self.retry_stalled), "stalled"),
             (self._every(self._timing.sweep_seconds, self.sweep), "sweep"),
             (self._keep_heartbeat(), "heartbeat"),
@@ -181,16 +195,25 @@ class ProcrastinateQueue:
         """Defer a job for ``run_id`` (in the background; the sweep catches a lost one)."""
         task = asyncio.ensure_future(self.defer(run_id, attempt=attempt, urgent=urgent))
         self._defers.add(task)
+        self._deferring[run_id] = task
         task.add_done_callback(self._defers.discard)
+        task.add_done_callback(lambda done: self._forget_defer(run_id, done))
+
+    def _forget_defer(self, run_id: str, task: asyncio.Task[bool]) -> None:
+        if self._deferring.get(run_id) is task:
+            del self._deferring[run_id]
 
     async def defer(self, run_id: str, *, attempt: int = 1, urgent: bool = False) -> bool:
         """Defer a job for ``run_id`` now; False when one waits already or the database
         refused (logged; the sweep defers it later)."""
         deferrer = self._task.configure(
-            lock=run_id, queueing_lock=run_id, priority=URGENT_PRIORITY if urgent else 0
+            queue=URGENT_QUEUE if urgent else QUEUE,
+            lock=run_id,
+            queueing_lock=run_id,
+            priority=URGENT_PRIORITY if urgent else 0,
         )
         try:
-            await deferrer.defer_async(run_id=run_id, attempt=attempt)
+            await deferrer.defer_async(run_id=run_id, attempt=attempt, urgent=urgent)
         except pq_errors.AlreadyEnqueued:
             return False  # a job of this run waits already: it does the work
         except Exception as exc:
@@ -204,16 +227,28 @@ class ProcrastinateQueue:
     async def withdraw(self, run_id: str) -> bool:
         """Cancel the run's waiting job, or ask the replica running it to abort it; True
         when a replica runs it (it ends ``cancelled`` there)."""
+        deferring = self._deferring.get(run_id)
+        if deferring is not None:
+            # A run spawned a moment ago: its job must exist before it can be found (else
+            # the job would run later, and keep the stop's announce waiting behind it).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(deferring)
         manager = self._app.job_manager
         rows = await self._connector.execute_query_all_async(
-            query=_LIVE_JOBS, run_id=run_id, queue=QUEUE
+            query=_LIVE_JOBS, run_id=run_id, queue=QUEUE, urgent=URGENT_QUEUE
         )
         running_elsewhere = False
         for row in rows:
             job_id = int(row["id"])
             if not await manager.cancel_job_by_id_async(job_id, abort=True):
                 continue  # it ended meanwhile
-            if await manager.get_job_status_async(job_id) is Status.DOING:
+            try:
+                status = await manager.get_job_status_async(job_id)
+            except pq_errors.NoResult:
+                # Gone: a running job stopped by the abort and ended (a waiting one that is
+                # cancelled keeps its row), so it was running, and ended cancelled there.
+                status = Status.DOING
+            if status is Status.DOING:
                 running_elsewhere = True  # a waiting job is cancelled; a running one aborted
         return running_elsewhere
 
@@ -229,13 +264,17 @@ class ProcrastinateQueue:
         """Put back the jobs of workers silent for ``stalled_seconds`` (dead replicas);
         returns how many this replica put back (another may have been first)."""
         manager = self._app.job_manager
-        own = self._worker.worker_id if self._worker is not None else None
-        stalled = await manager.get_stalled_jobs(
-            queue=QUEUE, seconds_since_heartbeat=self._timing.stalled_seconds
-        )
+        own = {worker.worker_id for worker in self._workers.values()}
+        stalled = [
+            job
+            for queue in (QUEUE, URGENT_QUEUE)
+            for job in await manager.get_stalled_jobs(
+                queue=queue, seconds_since_heartbeat=self._timing.stalled_seconds
+            )
+        ]
         retried = 0
         for job in stalled:
-            if own is not None and job.worker_id == own:
+            if job.worker_id is not None and job.worker_id in own:
                 continue  # this replica lives: its heartbeat only lagged
             try:
                 await manager.retry_job(job)
@@ -275,22 +314,23 @@ class ProcrastinateQueue:
         this keeps it going until the worker is gone, so draining runs stay this replica's."""
         while True:
             await asyncio.sleep(self._timing.heartbeat_seconds)
-            worker_id = self._worker.worker_id if self._worker is not None else None
-            if worker_id is not None:
-                with contextlib.suppress(Exception):
-                    await self._app.job_manager.update_heartbeat(worker_id)
+            for worker in list(self._workers.values()):
+                if worker.worker_id is not None:
+                    with contextlib.suppress(Exception):
+                        await self._app.job_manager.update_heartbeat(worker.worker_id)
 
     # -- the worker -------------------------------------------------------------------------
 
-    async def _work(self) -> None:
-        """Run the worker; start a new one if it stops on its own (a lost connection)."""
+    async def _work(self, queue: str, width: int) -> None:
+        """Run the worker of ``queue``; start a new one if it stops on its own (a lost
+        connection)."""
         delay = self._timing.poll_seconds
         while not self._closing:
-            self._worker = Worker(
+            worker = self._workers[queue] = Worker(
                 app=self._app,
-                queues=[QUEUE],
-                name=f"herald-{self._replica_id}",
-                concurrency=self._width,
+                queues=[queue],
+                name=f"herald-{self._replica_id}" + ("" if queue == QUEUE else "-urgent"),
+                concurrency=width,
                 fetch_job_polling_interval=self._timing.poll_seconds,
                 abort_job_polling_interval=self._timing.poll_seconds,
                 shutdown_graceful_timeout=None,  # the lane's drain decides, then hands back
@@ -301,17 +341,23 @@ class ProcrastinateQueue:
                 stalled_worker_timeout=self._timing.stalled_seconds,
             )
             try:
-                await self._worker.run()  # type: ignore[no-untyped-call]
+                await worker.run()  # type: ignore[no-untyped-call]
             except Exception:
                 logger.warning("sub-agent queue worker stopped; starting again", exc_info=True)
             if not self._closing:
                 await asyncio.sleep(delay)
 
-    async def _job(self, context: JobContext, run_id: str, attempt: int = 1) -> None:
+    async def _job(
+        self, context: JobContext, run_id: str, attempt: int = 1, urgent: bool = False
+    ) -> None:
         """One job: execute the run on this replica's lane and wait for it (see the module
-        docstring for an abort and a stop)."""
+        docstring for an abort and a stop); ``urgent``: a stopped run's announce, made at
+        once outside the lane (it never waits behind the runs the lane holds)."""
         if self._host is None or self._closing:
             raise HandBackError(run_id)
+        if urgent:
+            await self._host.announce_now(run_id)
+            return
         if context.job.attempts > 0:  # handed back, or taken from a dead replica
             await self._host.taken_over(run_id)
         try:

@@ -69,6 +69,11 @@ class Heartbeat:
     def add_reaper(self, reaper: Reaper) -> None:
         self._reapers.append(reaper)
 
+    def remove_reaper(self, reaper: Reaper) -> None:
+        """Stop running ``reaper`` (its part is shutting down); absent: nothing."""
+        if reaper in self._reapers:
+            self._reapers.remove(reaper)
+
     async def start(self) -> None:
         """Register (before this replica claims anything), then beat in the background."""
         await self._register()

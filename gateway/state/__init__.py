@@ -10,6 +10,7 @@ from gateway.state.backend import (
     schema_status,
 )
 from gateway.state.batches import BatchesTable
+from gateway.state.claims import ClaimsTable
 from gateway.state.db import StateDB
 from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
@@ -54,6 +55,7 @@ __all__ = [
     "BatchState",
     "BatchesTable",
     "ChildLimitError",
+    "ClaimsTable",
     "Cleanup",
     "Completion",
     "DiskFullError",

@@ -105,13 +105,14 @@ class BatchesTable:
         return await self._db.write(run)
 
     async def claim(
-        self, batch_id: str, now: float, *, timed_out: bool
+        self, batch_id: str, now: float, *, timed_out: bool, by: str | None = None
     ) -> tuple[BatchRecord, builtins.list[str]] | None:
         """Start the batch's follow-up if it is ``waiting`` and every run of it is final — or,
         ``timed_out``, whatever its runs' state (the live ones leave the batch): the batch
-        becomes ``following`` and is returned with the runs that left it. None when it is
-        not due, or another caller claimed it first. One transaction: the check and the
-        claim cannot be split by a run ending or a second caller."""
+        becomes ``following``, claimed ``by`` the replica that runs the follow-up, and is
+        returned with the runs that left it. None when it is not due, or another caller
+        claimed it first. One transaction: the check and the claim cannot be split by a run
+        ending or a second caller."""
 
         def run(conn: sqlite3.Connection) -> tuple[BatchRecord, builtins.list[str]] | None:
             batch = _find(conn, batch_id)
@@ -134,9 +135,9 @@ class BatchesTable:
                     f"UPDATE runs SET batch_id = NULL WHERE run_id IN {live_marks}", live_ids
                 )
             conn.execute(
-                "UPDATE batches SET state = 'following', followup_started_at = ?"
-                " WHERE batch_id = ?",
-                (now, batch_id),
+                "UPDATE batches SET state = 'following', followup_started_at = ?,"
+                " claimed_by = ? WHERE batch_id = ?",
+                (now, by, batch_id),
             )
             return _get(conn, batch_id), live
 
@@ -171,19 +172,25 @@ class BatchesTable:
         return await self._db.write(run)
 
     async def finish_run(
-        self, run_id: str, changes: dict[str, Any], item: OutboxRecord | None
+        self,
+        run_id: str,
+        changes: dict[str, Any],
+        item: OutboxRecord | None,
+        *,
+        by: str | None = None,
     ) -> RunRecord:
         """Make a run final: apply ``changes`` (its status and announce text), mark its
-        completion pending, and queue ``item`` — unless the run belongs to a batch (its
-        announce is ``consumed``: the batch's follow-up speaks for it) or a ``wait`` holds it
-        (``held``: the waiter takes it, or releases it with :meth:`release`)."""
+        completion pending (handed on ``by`` this replica), and queue ``item`` — unless the
+        run belongs to a batch (its announce is ``consumed``: the batch's follow-up speaks
+        for it) or a ``wait`` holds it (``held``: the waiter takes it, or releases it with
+        :meth:`release`)."""
         allowed = frozenset(RUN_COLUMNS) - {"run_id"}
 
         def run(conn: sqlite3.Connection) -> RunRecord:
             current = _run(conn, run_id)
             if current.finished:  # a final run never changes; a second completion is refused
                 raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
-            update = {**changes, "completion": "pending"}
+            update = {**changes, "completion": "pending", "completion_by": by}
             if current.batch_id is not None:
                 update["announce_state"] = "consumed"
             elif current.held:
@@ -199,15 +206,15 @@ class BatchesTable:
 
         return await self._db.write(run)
 
-    async def hold(self, run_ids: Sequence[str]) -> None:
-        """Mark live runs as waited for (a ``wait`` began)."""
+    async def hold(self, run_ids: Sequence[str], *, by: str | None = None) -> None:
+        """Mark live runs as waited for (a ``wait`` began on replica ``by``)."""
         marks, ids = in_clause(run_ids)
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"UPDATE runs SET held = 1 WHERE run_id IN {marks}"
+                f"UPDATE runs SET held = 1, held_by = ? WHERE run_id IN {marks}"
                 f" AND status NOT IN {_FINAL_MARKS}",
-                [*ids, *_FINISHED],
+                [by, *ids, *_FINISHED],
             )
 
         await self._db.write(run)
@@ -236,38 +243,26 @@ class BatchesTable:
 
         return await self._db.write(run)
 
-    async def release(self, run_ids: Iterable[str]) -> builtins.list[RunRecord]:
+    async def release(
+        self, run_ids: Iterable[str], *, by: str | None = None
+    ) -> builtins.list[RunRecord]:
         """A wait ended: clear ``held``; runs whose announce it held and did not take are
-        returned (their announce is queued now by the caller)."""
+        returned (their announce is queued now by the caller, replica ``by``, which hands
+        their completions on too)."""
         marks, ids = in_clause(run_ids)
 
         def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
             rows = conn.execute(
                 f"{_RUN_SELECT} WHERE run_id IN {marks} AND announce_state = 'held'", ids
             ).fetchall()
-            conn.execute(f"UPDATE runs SET held = 0 WHERE run_id IN {marks}", ids)
+            conn.execute(
+                "UPDATE runs SET held = 0, completion_by = CASE WHEN completion = 'pending'"
+                f" THEN ? ELSE completion_by END WHERE run_id IN {marks}",
+                [by, *ids],
+            )
             return [run_from_row(row) for row in rows]
 
         return await self._db.write(run)
-
-    async def held_announces(self) -> builtins.list[RunRecord]:
-        """Runs whose announce a wait held when the gateway stopped (recovery)."""
-
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
-            rows = conn.execute(f"{_RUN_SELECT} WHERE announce_state = 'held'").fetchall()
-            return [run_from_row(row) for row in rows]
-
-        return await self._db.read(run)
-
-    async def holds(self) -> builtins.list[str]:
-        """Runs a wait holds, or whose announce it held: what a stopped gateway's waits left
-        (at start-up nothing waits, so each is released)."""
-
-        def run(conn: sqlite3.Connection) -> builtins.list[str]:
-            sql = "SELECT run_id FROM runs WHERE held = 1 OR announce_state = 'held'"
-            return [str(row[0]) for row in conn.execute(sql)]
-
-        return await self._db.read(run)
 
     async def queue_held(self, run_id: str, item: OutboxRecord) -> None:
         """Queue the announce a wait held and released."""
@@ -295,18 +290,6 @@ class BatchesTable:
             return conn.execute(sql, (run_id,)).rowcount == 1
 
         return await self._db.write(run)
-
-    async def pending_completions(self) -> builtins.list[RunRecord]:
-        """Final runs outside any batch whose completion is not yet in a conversation."""
-
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
-            rows = conn.execute(
-                f"{_RUN_SELECT} WHERE completion = 'pending' AND batch_id IS NULL"
-                " ORDER BY ended_at, run_id"
-            ).fetchall()
-            return [run_from_row(row) for row in rows]
-
-        return await self._db.read(run)
 
     async def routed_completions(self, session_key: str) -> builtins.list[RunRecord]:
         """Pending completions whose nearest requester still live is ``session_key``: those of

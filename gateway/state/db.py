@@ -43,6 +43,7 @@ from gateway.backoff import backoff
 from gateway.state import diskfull
 from gateway.state._group import WriteGroups
 from gateway.state.batches import BatchesTable
+from gateway.state.claims import ClaimsTable
 from gateway.state.diskfull import Headroom, SpaceMonitor, is_sqlite_full
 from gateway.state.errors import (
     DiskFullError,
@@ -95,6 +96,7 @@ class StateDB:
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
         self.batches = BatchesTable(self)
+        self.claims = ClaimsTable(self)
         self.seen = SeenTable(self)
         self.replicas = ReplicasTable(self)
         #: The disk-full state of the state directory (transcripts report to it too).

@@ -248,6 +248,10 @@ class RunRecord:
     held: bool = False
     #: ``fork``: the child's transcript starts with a copy of the requester's conversation.
     context: RunContext = "isolated"
+    #: The replica whose wait holds (or held) the run.
+    held_by: str | None = None
+    #: The replica handing the run's pending completion on.
+    completion_by: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -326,6 +330,8 @@ class BatchRecord:
     followup_started_at: float | None = None
     ended_at: float | None = None
     reply_text: str | None = None
+    #: The replica running the follow-up (set when the batch becomes ``following``).
+    claimed_by: str | None = None
 
     @property
     def origin(self) -> Origin | None:

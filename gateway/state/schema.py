@@ -42,6 +42,12 @@ Version 8 keeps the number of live runs per requester session in ``live_runs``, 
 spawn's check of ``maxChildrenPerSession`` is one lookup however many runs the session has
 queued; the writes that insert a run or change its status keep it
 (``gateway.state.runs.count_live``).
+
+Version 9 records which replica owns the orchestration work in flight, so a replica starting
+while others run takes up only its own, and a dead replica's is taken over by one survivor:
+``runs.held_by`` (the replica whose ``subagents wait`` holds the run), ``runs.completion_by``
+(the replica handing the run's pending completion on) and ``batches.claimed_by`` (the
+replica running the batch's follow-up). One process on SQLite records its own name.
 """
 
 from __future__ import annotations
@@ -262,5 +268,23 @@ _V8: Final = (
     " GROUP BY parent_session_key",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+_V9: Final = (
+    "ALTER TABLE runs ADD COLUMN held_by TEXT",
+    "ALTER TABLE runs ADD COLUMN completion_by TEXT",
+    "ALTER TABLE batches ADD COLUMN claimed_by TEXT",
+    # The takeover after every heartbeat looks for the few held runs, not every run.
+    "CREATE INDEX runs_held ON runs (held_by) WHERE held = 1 OR announce_state = 'held'",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+)
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -30,6 +30,7 @@ from gateway.subagents.orchestration import (
     YieldService,
     register_orchestration_tools,
 )
+from gateway.subagents.owner import Owner
 from gateway.subagents.presenter import (
     run_detail,
     run_info,
@@ -72,6 +73,7 @@ __all__ = [
     "BatchCoordinator",
     "ChildSessions",
     "Completions",
+    "Owner",
     "RunFeed",
     "RunFinishedError",
     "RunInbox",

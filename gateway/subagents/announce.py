@@ -30,6 +30,7 @@ from gateway.sessions import SessionStore
 from gateway.state import OutboxRecord, RunRecord, RunStatus, SessionRecord, StateDB
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.feed import RunFeed
+from gateway.subagents.owner import ALONE, Owner
 from gateway.subagents.presenter import run_name
 from gateway.usage import format_runtime, format_stats_line
 
@@ -122,8 +123,11 @@ class Announcer:
         feed: RunFeed,
         metrics: Metrics,
         on_final: Callable[[RunRecord], Awaitable[None]],
+        owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        #: Records this gateway as the one handing each run's completion on.
+        self._by = owner.name
         #: Hands a final run's result on (its batch, its waiter or its requester's history).
         self.on_final = on_final
         self._holder = holder
@@ -144,7 +148,7 @@ class Announcer:
         if await self._db.outbox.get_by_run(run_id) is not None:
             # Queued before a crash; only the status update was lost.
             run = await self._db.batches.finish_run(
-                run_id, {"status": run.outcome or "error"}, None
+                run_id, {"status": run.outcome or "error"}, None, by=self._by
             )
             await self._settled(run)
             return
@@ -156,7 +160,7 @@ class Announcer:
             reply = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
                 changes = {"status": status, "announce_state": "skipped"}
-                run = await self._db.batches.finish_run(run_id, changes, None)
+                run = await self._db.batches.finish_run(run_id, changes, None, by=self._by)
                 self._metrics.announce_delivery("skipped")
                 await self._store.append_event(child, "announce", {"skipped": True})
                 await self._settled(run)
@@ -205,7 +209,7 @@ class Announcer:
                 created_at=self._clock(),
                 run_id=run.run_id,
             )
-        run = await self._db.batches.finish_run(run.run_id, changes, item)
+        run = await self._db.batches.finish_run(run.run_id, changes, item, by=self._by)
         if run.announce_state == "queued":
             self._outbox.kick()
         elif run.announce_state == "no_origin":

@@ -17,6 +17,12 @@ requester goes on with one user message holding every completion in spawn order:
 A stop at any point is resumed at the next start: a ``waiting`` batch is re-armed, a
 ``following`` one finishes the follow-up the transcript began (its user message is never
 written twice), and a person's follow-up reply is posted exactly once.
+
+A ``following`` batch records the replica running its follow-up: a replica starting
+resumes only its own (another replica's may be running right now), and a dead replica's is
+taken over after a heartbeat (:meth:`BatchCoordinator.take_over`). In a cluster a yielded
+run's follow-up belongs to the run's job (the queue resumes it wherever it runs), and every
+replica arms the timeout of every waiting batch it sees (the claim lets one act).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from gateway.subagents.completions import (
     followup_text,
     has_meta_line,
 )
+from gateway.subagents.owner import ALONE, Owner
 from gateway.usage import format_batch_stats_line, sum_usage
 from lanes import Lane, LaneClosed
 
@@ -77,9 +84,11 @@ class BatchCoordinator:
         main_lane: Lane,
         outbox: Outbox,
         completions: Completions,
+        owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
+        self._owner = owner
         self._completions = completions
         self._store = store
         self._conversations = conversations
@@ -181,7 +190,9 @@ class BatchCoordinator:
 
     async def _claim(self, batch_id: str, *, timed_out: bool) -> None:
         try:
-            claimed = await self._db.batches.claim(batch_id, self._clock(), timed_out=timed_out)
+            claimed = await self._db.batches.claim(
+                batch_id, self._clock(), timed_out=timed_out, by=self._owner.name
+            )
         except Exception:
             logger.exception("batch follow-up could not be started", extra={"batch": batch_id})
             return
@@ -295,16 +306,48 @@ class BatchCoordinator:
         logger.info("batch follow-up answered", extra={"batch": batch.batch_id})
 
     async def recover(self) -> int:
-        """Start-up: re-arm waiting batches and resume follow-ups; returns how many."""
-        batches = await self._db.batches.open_batches()
+        """Start-up: re-arm waiting batches and resume this gateway's follow-ups; returns
+        how many."""
+        waiting = await self._arm_waiting()
+        owner = self._owner
+        following = await self._db.claims.take_followups(owner.name, alone=owner.alone)
+        return waiting + await self._take_up(following)
+
+    async def take_over(self, cutoff: float) -> int:
+        """Resume the follow-ups of replicas dead at ``cutoff``, and arm the timeouts of
+        waiting batches formed elsewhere (a heartbeat's takeover); returns how many
+        follow-ups were taken over."""
+        following = await self._db.claims.take_followups(self._owner.name, cutoff=cutoff)
+        if following:
+            logger.warning(
+                "a dead replica's batch follow-ups taken over", extra={"batches": len(following)}
+            )
+        taken = await self._take_up(following)
+        await self._arm_waiting()
+        return taken
+
+    async def _arm_waiting(self) -> int:
+        """Arm every waiting batch not armed here yet and start those already due."""
+        armed = 0
+        for batch in await self._db.batches.open_batches():
+            if batch.state != "waiting" or batch.batch_id in self._timers:
+                continue
+            self._arm(batch)
+            await self.run_final(batch.batch_id)
+            armed += 1
+        return armed
+
+    async def _take_up(self, batches: list[BatchRecord]) -> int:
+        """Finish follow-ups a stop may have cut off (their transcripts say how far they
+        got). In a cluster a yielded run's is left to its run's job."""
+        taken = 0
         for batch in batches:
-            if batch.state == "following":
-                self._resumed.add(batch.batch_id)
-                await self._dispatch(batch, timed_out=False)
-            else:
-                self._arm(batch)
-                await self.run_final(batch.batch_id)
-        return len(batches)
+            if batch.run_id is not None and not self._owner.alone:
+                continue
+            self._resumed.add(batch.batch_id)
+            await self._dispatch(batch, timed_out=False)
+            taken += 1
+        return taken
 
     def close(self) -> None:
         """Stop the timers (a waiting batch is re-armed at the next start)."""

@@ -16,7 +16,14 @@ other run — a user-role message in the conversation of its nearest requester s
 The message begins :data:`COMPLETION_PREFIX` and its transcript line carries
 ``"meta": {"kind": "subagent_completion", "runId": …}``; the write is then recorded as
 ``delivered``. A stop between the two is healed at start-up (or when a run resumes): the
-transcript is searched for the run's line before anything is written again.
+transcript is searched for the run's line before anything is written again, on the
+session's lane (which holds the session's lock in a cluster, so no other replica writes it
+meanwhile).
+
+A pending completion records the replica handing it on (the one that ended the run, or
+that forwards or releases it later): a replica starting takes up only its own
+(:meth:`Completions.recover`) and leaves those live replicas are handing on, and those of a
+replica that died are taken over after a heartbeat (:meth:`Completions.take_over`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from gateway.agent import Conversations, Inbox, Injected
 from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
 from gateway.state import BatchRecord, RunRecord, SessionRecord, StateDB
+from gateway.subagents.owner import ALONE, Owner
 from gateway.subagents.presenter import run_name
 from lanes import Lane, LaneClosed, LaneFullError
 
@@ -118,13 +126,15 @@ class Completions:
         store: SessionStore,
         conversations: Conversations,
         session_lane: Lane,
+        owner: Owner = ALONE,
     ) -> None:
         self._db = db
+        self._owner = owner
         self._store = store
         self._conversations = conversations
         self._lane = session_lane
         self._retries: dict[str, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[bool]] = set()
         #: Live runs that have completions waiting for them: their turn looks before its
         #: next model call (a run not in here has nothing new, so it skips the query).
         self._due: set[str] = set()
@@ -132,16 +142,23 @@ class Completions:
     def __repr__(self) -> str:
         return f"<Completions retrying={len(self._retries)} due={len(self._due)}>"
 
-    async def deliver(self, run: RunRecord) -> None:
+    async def deliver(self, run: RunRecord, *, check: bool = False) -> bool:
         """Hand ``run``'s completion to its nearest live requester (a final run outside any
         batch and not held by a wait): a live requester run takes it before its next model
-        call, a person's session gets it on its lane. A stopping gateway leaves it pending
-        for the next start; a full lane is tried again shortly."""
+        call, a person's session gets it on its lane (``check``: unless its transcript
+        holds it already). A stopping gateway leaves it pending for the next start; a full
+        lane is tried again shortly. False when it has nowhere to go."""
+        owner = self._owner
+        # Forwarded or released here: this replica hands it on from now (if still pending).
+        forwarded = not owner.alone and run.completion_by != owner.name
+        if forwarded and not await self._db.claims.own_completion(run.run_id, owner.name):
+            return False
         target = await self._target(run)
         if isinstance(target, RunRecord):
-            self._due.add(target.run_id)
+            self._due.add(target.run_id)  # a resumed run checks its transcript first
         elif target is not None:
-            self._queue(target, run)
+            self._queue(target, run, check=check)
+        return target is not None
 
     async def forward(self, run: RunRecord) -> None:
         """``run`` is final: the completions still waiting for it go on up the chain."""
@@ -163,26 +180,35 @@ class Completions:
             current = requester
         return current.parent_session_key
 
-    def _queue(self, key: str, run: RunRecord) -> None:
+    def _queue(self, key: str, run: RunRecord, *, check: bool = False) -> None:
+        """Write ``run``'s completion into ``key`` on its lane; ``check``: unless the
+        transcript holds it already (a write a stop may have cut off)."""
         try:
-            self._lane.submit(lambda: self._write(key, run.run_id), key=key)
+            self._lane.submit(lambda: self._write(key, run.run_id, check=check), key=key)
         except LaneFullError:
             self._retries[run.run_id] = asyncio.get_running_loop().call_later(
-                LANE_FULL_RETRY_SECONDS, self._retry, run
+                LANE_FULL_RETRY_SECONDS, self._retry, run, check
             )
         except LaneClosed:
             logger.info("completion left for the next start", extra={"run_id": run.run_id})
 
-    def _retry(self, run: RunRecord) -> None:
+    def _retry(self, run: RunRecord, check: bool) -> None:
         self._retries.pop(run.run_id, None)
-        task = asyncio.ensure_future(self.deliver(run))
+        task = asyncio.ensure_future(self.deliver(run, check=check))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write(self, key: str, run_id: str) -> None:
+    async def _write(self, key: str, run_id: str, *, check: bool = False) -> None:
         run = await self._db.runs.get(run_id)
         if run is None or run.completion != "pending" or run.batch_id or run.held:
             return  # taken by a batch or a wait meanwhile
+        if check:
+            session = await self._store.get(key)
+            if session is None or session.archived:
+                return
+            if has_completion_line((await self._store.read(key)).records, run_id):
+                await self._db.batches.mark_delivered(run_id)
+                return
         meta = {"kind": COMPLETION_KIND, "runId": run_id}
         if await self._conversations.write_in(key, completion_text(run), meta):
             await self._db.batches.mark_delivered(run_id)
@@ -198,33 +224,36 @@ class Completions:
         )
 
     def take_due(self, run_id: str) -> bool:
-        """Whether completions arrived for ``run_id`` since it last looked (and clear it)."""
+        """Whether completions arrived for ``run_id`` since it last looked (and clear it).
+        In a cluster always: a child that ended on another replica was handed on there,
+        where this replica's turn cannot hear of it, so the turn looks in the database."""
         if run_id in self._due:
             self._due.discard(run_id)
             return True
-        return False
+        return not self._owner.alone
 
     async def recover(self) -> int:
-        """Start-up: hand on the completions a stop left pending, unless the transcript
-        shows one was written just before the stop; returns how many were handed on."""
+        """Start-up: hand on the completions this gateway left pending when it stopped,
+        unless the transcript shows one was written just before the stop; returns how many
+        were handed on."""
+        owner = self._owner
+        runs = await self._db.claims.take_completions(owner.name, alone=owner.alone)
+        return await self._take_up(runs)
+
+    async def take_over(self, cutoff: float) -> int:
+        """Hand on the completions replicas dead at ``cutoff`` left pending (a heartbeat's
+        takeover); returns how many."""
+        runs = await self._db.claims.take_completions(self._owner.name, cutoff=cutoff)
+        if runs:
+            logger.warning("a dead replica's completions taken over", extra={"runs": len(runs)})
+        return await self._take_up(runs)
+
+    async def _take_up(self, runs: Sequence[RunRecord]) -> int:
+        """Hand on completions a stop may have cut off: a live requester run looks at its
+        transcript as it resumes, a session's write checks it first on its lane."""
         queued = 0
-        for run in await self._db.batches.pending_completions():
-            if run.held:
-                continue
-            target = await self._target(run)
-            if isinstance(target, RunRecord):
-                self._due.add(target.run_id)  # its turn checks its transcript first
-                queued += 1
-                continue
-            session = await self._store.get(target) if target else None
-            if session is None or session.archived:
-                continue
-            records = (await self._store.read(session.key)).records
-            if has_completion_line(records, run.run_id):
-                await self._db.batches.mark_delivered(run.run_id)
-                continue
-            self._queue(session.key, run)
-            queued += 1
+        for run in runs:
+            queued += await self.deliver(run, check=True)
         return queued
 
     def close(self) -> None:

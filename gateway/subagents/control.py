@@ -8,7 +8,9 @@ that ends while it waits posts nothing to the chat: the waiter takes its complet
 feed's changes. When it returns — done, timed out or cancelled — it releases its holds; a
 run whose announce it held but did not take (it ended at the last moment) has that announce
 queued now and its completion handed on as usual. A gateway that stopped mid-wait leaves
-holds behind: :meth:`SubagentControl.recover` releases them at the next start.
+holds behind. Each hold records the replica whose wait took it: at the next start
+:meth:`SubagentControl.recover` releases that replica's own (never a live wait of another
+replica's), and :meth:`SubagentControl.take_over` those of a replica that died.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gateway.subagents.errors import (
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunInbox
 from gateway.subagents.manager import RunManager
+from gateway.subagents.owner import ALONE, Owner
 from gateway.subagents.presenter import run_name
 from gateway.tools import ToolError
 from gateway.usage import format_runtime
@@ -55,9 +58,11 @@ class SubagentControl:
         feed: RunFeed,
         outbox: Outbox,
         hand_on: Callable[[RunRecord], Awaitable[None]],
+        owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
+        self._owner = owner
         self._manager = manager
         self._inbox = inbox
         self._feed = feed
@@ -92,7 +97,7 @@ class SubagentControl:
         A completion in ``completed`` is consumed: it reaches the model here only."""
         ids = list(dict.fromkeys(run_ids))
         await self._own(session_key, ids)
-        await self._db.batches.hold(ids)
+        await self._db.batches.hold(ids, by=self._owner.name)
         self._waits += 1
         logger.info("waiting for sub-agent runs", extra={"runs": len(ids)})
         loop = asyncio.get_running_loop()
@@ -149,13 +154,24 @@ class SubagentControl:
         return {"status": "steered", "runId": run_id}
 
     async def recover(self) -> int:
-        """Start-up: release what waits of a stopped gateway held (nothing waits now), so
-        their runs announce; their completions go the usual way (the completions' own
-        recovery). Returns how many runs were released."""
-        held = await self._db.batches.holds()
+        """Start-up: release what this gateway's waits held before it stopped (none of
+        them waits now), so their runs announce; their completions, now this gateway's,
+        go the usual way (the completions' own recovery). Returns how many runs were
+        released."""
+        owner = self._owner
+        held = await self._db.claims.take_holds(owner.name, alone=owner.alone)
         if held:
             await self._release(held, hand_on=False)
             logger.info("held announces released", extra={"runs": len(held)})
+        return len(held)
+
+    async def take_over(self, cutoff: float) -> int:
+        """Release what waits of replicas dead at ``cutoff`` held, and hand their runs'
+        completions on (a heartbeat's takeover); returns how many runs were released."""
+        held = await self._db.claims.take_holds(self._owner.name, cutoff=cutoff)
+        if held:
+            await self._release(held, hand_on=True)
+            logger.warning("a dead replica's held announces released", extra={"runs": len(held)})
         return len(held)
 
     async def _own(self, session_key: str, run_ids: Sequence[str]) -> list[RunRecord]:
@@ -179,7 +195,7 @@ class SubagentControl:
     async def _release(self, run_ids: Sequence[str], *, hand_on: bool) -> None:
         """Clear the holds; queue the announces held and not taken, then hand each run's
         completion on when ``hand_on``."""
-        for run in await self._db.batches.release(run_ids):
+        for run in await self._db.batches.release(run_ids, by=self._owner.name):
             try:
                 await self._announce_held(run)
                 if hand_on:

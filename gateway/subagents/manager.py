@@ -127,6 +127,10 @@ class RunManager:
         queued runs), yet with the same retry as a run whose bookkeeping failed."""
         self._feed.spawn(self._guarded(run_id))
 
+    async def announce_now(self, run_id: str) -> None:
+        """:meth:`announce_here`, waited for: the cluster queue's job for a stopped run."""
+        await self._guarded(run_id)
+
     async def _guarded(self, run_id: str, attempt: int = 1) -> None:
         """Execute the run; when recording fails (a locked or full disk), try again later
         instead of leaving it stranded until a restart. Execution picks up from the
@@ -216,7 +220,10 @@ class RunManager:
 
     async def stop_requested(self, run_id: str) -> None:
         """Another replica asked to abort ``run_id``, which this gateway executes: stop it
-        as :meth:`abort` would (a run already ending or stopping goes on)."""
+        as :meth:`abort` would (a run already ending or stopping goes on). The request may
+        be this gateway's own: an abort that looked while the job was being taken here
+        asked the queue, so it is not yet stopping here."""
+        self._stopping.discard(run_id)  # the abort below re-checks the run's state
         with contextlib.suppress(RunNotFoundError, RunFinishedError):
             await self.abort(run_id)
 

@@ -28,6 +28,10 @@ class RunHost(Protocol):
         waits behind queued runs)."""
         ...
 
+    async def announce_now(self, run_id: str) -> None:
+        """:meth:`announce_here`, waited for (a queue's job that must end with it)."""
+        ...
+
     async def stop_requested(self, run_id: str) -> None:
         """Another replica asked to abort ``run_id``, which this gateway executes."""
         ...

@@ -14,6 +14,10 @@ from typing import Any
 
 import aiohttp
 
+from gateway.constants import STATE_DB_NAME
+from gateway.state import StateDB
+from gateway.state.pg import PgStateDB
+
 HERALD = [sys.executable, "-m", "gateway"]
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 60
@@ -29,6 +33,24 @@ def free_port() -> int:
 def write_config(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+def on_backend(data: dict[str, Any], database_url: str | None) -> dict[str, Any]:
+    """``data`` (a configuration) on PostgreSQL when ``database_url`` is given: a one-replica
+    cluster with a fixed ``replicaId`` (one ``herald@.service`` instance), so a restarted
+    process is the same replica and takes up its own work at once."""
+    if database_url is None:
+        return data
+    return {**data, "cluster": {"databaseUrl": database_url, "replicaId": "r1"}}
+
+
+async def daemon_state(state_dir: Path, database_url: str | None) -> StateDB:
+    """A daemon's state database, read-only, on its backend (close it after)."""
+    if database_url is None:
+        return await StateDB.open(state_dir / STATE_DB_NAME, readonly=True)
+    return await PgStateDB.connect(
+        database_url, readonly=True, replica_id="test-reader", state_dir=state_dir
+    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -155,10 +155,13 @@ async def spawned(gw: Harness, task: str) -> str:
 
 async def test_when_the_model_cannot_announce_the_system_announce_is_posted(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with openai_server() as model:
         model.responder = announce_fails(model)
-        async with running_gateway(tmp_path, config=fake_model_config(model)) as gw:
+        async with running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model)
+        ) as gw:
             run_id = await spawned(gw, "count the files")
             final = await gw.finished(run_id)
             item = await gw.delivery(run_id)
@@ -171,7 +174,9 @@ async def test_when_the_model_cannot_announce_the_system_announce_is_posted(
     assert "context length exceeded" in failed[0]["data"]["error"]
 
 
-async def test_an_empty_announce_reply_gets_the_system_announce(tmp_path: Path) -> None:
+async def test_an_empty_announce_reply_gets_the_system_announce(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with openai_server() as model:
 
         def respond(body: Any) -> Any:
@@ -179,7 +184,9 @@ async def test_an_empty_announce_reply_gets_the_system_announce(tmp_path: Path) 
             return model.text_step("" if announcing else "result")
 
         model.responder = respond
-        async with running_gateway(tmp_path, config=fake_model_config(model)) as gw:
+        async with running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model)
+        ) as gw:
             run_id = await spawned(gw, "x")
             item = await gw.delivery(run_id)
     assert item.text.startswith('Sub-agent "job" finished.\n\nStats: ')
@@ -187,10 +194,13 @@ async def test_an_empty_announce_reply_gets_the_system_announce(tmp_path: Path) 
 
 async def test_a_run_stopped_before_it_ran_is_announced_without_asking_the_model(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with openai_server() as model:
         model.responder = announce_fails(model)
-        async with running_gateway(tmp_path, config=fake_model_config(model)) as gw:
+        async with running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model)
+        ) as gw:
             gate = asyncio.Event()
             blocker = gw.lanes.subagent.submit(gate.wait)
             run_id = await spawned(gw, "never")

@@ -48,10 +48,12 @@ async def completion_lines(gw: Harness, key: str) -> list[dict[str, Any]]:
     return [r for r in records if (r.get("meta") or {}).get("kind") == "subagent_completion"]
 
 
-async def test_the_next_turn_sends_the_finished_runs_result_to_the_model(tmp_path: Path) -> None:
+async def test_the_next_turn_sends_the_finished_runs_result_to_the_model(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with (
         openai_server() as model,
-        running_gateway(tmp_path, config=fake_model_config(model)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(model)) as gw,
     ):
         model.responder = answer(model)
         await gw.say("start")
@@ -90,11 +92,14 @@ def set_pending(gw: Harness, run_id: str) -> Any:
 
 async def test_a_completion_left_pending_by_a_stop_is_written_once_at_the_next_start(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     state = tmp_path / "state"
     async with (
         openai_server() as model,
-        running_gateway(tmp_path, config=fake_model_config(model), state_dir=state) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model), state_dir=state
+        ) as gw,
     ):
         model.responder = answer(model)
         await gw.say("start")
@@ -108,7 +113,9 @@ async def test_a_completion_left_pending_by_a_stop_is_written_once_at_the_next_s
         path = gw.store.transcript_path(await gw.store.require(CHAT_KEY))
     async with (
         openai_server() as model,
-        running_gateway(tmp_path, config=fake_model_config(model), state_dir=state) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model), state_dir=state
+        ) as gw,
     ):
         await gw.runs_idle()
         assert len(await completion_lines(gw, CHAT_KEY)) == 1  # found, not written again
@@ -125,7 +132,9 @@ async def test_a_completion_left_pending_by_a_stop_is_written_once_at_the_next_s
     path.write_bytes(b"".join(kept))
     async with (
         openai_server() as model,
-        running_gateway(tmp_path, config=fake_model_config(model), state_dir=state) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(model), state_dir=state
+        ) as gw,
     ):
         await gw.runs_idle()
         (line,) = await completion_lines(gw, CHAT_KEY)

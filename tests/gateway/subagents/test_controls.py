@@ -15,8 +15,9 @@ from tests.gateway.harness import running_gateway
 
 async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
-    async with running_gateway(tmp_path) as gw:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: never")
@@ -33,8 +34,8 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
         assert not any(r["type"] == "message" for r in child.records)
 
 
-async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_aborting_a_running_run_cancels_it(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("bg task-slow: x")
         run_id = (await gw.reply()).text.split()[-1]
         await gw.status(run_id, "running")
@@ -44,8 +45,8 @@ async def test_aborting_a_running_run_cancels_it(tmp_path: Path) -> None:
         assert run.started_at is not None
 
 
-async def test_abort_errors(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_abort_errors(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         with pytest.raises(RunNotFoundError):
             await gw.runs.abort("no-such-run")
         result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
@@ -54,8 +55,10 @@ async def test_abort_errors(tmp_path: Path) -> None:
             await gw.runs.abort(result["runId"])
 
 
-async def test_spawn_from_a_subagent_session_is_forbidden(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_spawn_from_a_subagent_session_is_forbidden(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         run = await gw.finished(result["runId"])
         child_ctx = await gw.context(run.child_session_key)
@@ -67,8 +70,8 @@ async def test_spawn_from_a_subagent_session_is_forbidden(tmp_path: Path) -> Non
         }
 
 
-async def test_target_agents_are_checked(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_target_agents_are_checked(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         forbidden = await gw.spawn(ctx, SpawnRequest(task="x", agent_id="other"))
         assert forbidden["status"] == "forbidden"
@@ -84,8 +87,10 @@ async def test_target_agents_are_checked(tmp_path: Path) -> None:
         assert await gw.db.runs.list(statuses=["queued"]) == []
 
 
-async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_model_override_unknown_runs_on_the_default_with_a_warning(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task: x", model="nope/zzz"))
         assert result["status"] == "accepted"
@@ -107,8 +112,8 @@ async def test_model_override_unknown_runs_on_the_default_with_a_warning(tmp_pat
         assert "est $" not in run.announce_text  # m2 has no price
 
 
-async def test_chat_commands(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_chat_commands(tmp_path: Path, database_url: str | None) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
 
         async def notices(count: int) -> list[OutboundMessage]:
             return await gw.wait_sent(lambda m: m.kind == "notice", count)
@@ -136,8 +141,10 @@ async def test_chat_commands(tmp_path: Path) -> None:
         assert (await notices(6))[-1].text == "usage: /spawn <task>"
 
 
-async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_stop_cascades_to_the_sessions_subagents(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: a")
@@ -153,8 +160,10 @@ async def test_stop_cascades_to_the_sessions_subagents(tmp_path: Path) -> None:
         await blocker
 
 
-async def test_transient_delivery_failures_are_retried_and_delivered_once(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_transient_delivery_failures_are_retried_and_delivered_once(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("bg task: retry")
@@ -173,8 +182,10 @@ async def test_transient_delivery_failures_are_retried_and_delivered_once(tmp_pa
         assert len([m for m in gw.channel.sent if m.kind == "announce"]) == 1
 
 
-async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         await gw.say("bg task: gone", chat_id="doomed")
         run_id = (await gw.reply("doomed")).text.split()[-1]
         gw.channel.vanished.add("doomed")
@@ -188,8 +199,10 @@ async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(tmp_pa
         assert run.status == "done"
 
 
-async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_cleanup_delete_archives_the_child_after_the_announce(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x", cleanup="delete"))
         run = await gw.finished(result["runId"])
         child = await gw.store.require(run.child_session_key)
@@ -204,8 +217,10 @@ async def test_cleanup_delete_archives_the_child_after_the_announce(tmp_path: Pa
         assert child.key not in {s.key for s in listed}
 
 
-async def test_without_cleanup_the_child_is_scheduled_for_archive(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
+async def test_without_cleanup_the_child_is_scheduled_for_archive(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url) as gw:
         result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         run = await gw.finished(result["runId"])
         child = await gw.store.require(run.child_session_key)

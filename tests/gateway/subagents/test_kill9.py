@@ -10,9 +10,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.constants import STATE_DB_NAME
-from gateway.state import FINISHED_STATUSES, StateDB
-from tests.gateway.daemon_process import free_port, herald, webchat_page, write_config
+from gateway.state import FINISHED_STATUSES
+from tests.gateway.daemon_process import (
+    daemon_state,
+    free_port,
+    herald,
+    on_backend,
+    webchat_page,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -33,28 +39,26 @@ SCRIPT = {
 }
 
 
-def config(tmp_path: Path, port: int) -> Path:
+def config(tmp_path: Path, port: int, database_url: str | None) -> Path:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT), encoding="utf-8")
-    return write_config(
-        tmp_path / "herald.json",
-        {
-            "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
-            "agent": {"model": "t/m", "subagents": {"maxConcurrent": 2}},
-            "models": {
-                "providers": {
-                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
-                }
-            },
+    data = {
+        "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
+        "agent": {"model": "t/m", "subagents": {"maxConcurrent": 2}},
+        "models": {
+            "providers": {"t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}}
         },
-    )
+    }
+    return write_config(tmp_path / "herald.json", on_backend(data, database_url))
 
 
 async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
-    tmp_path: Path,
+    tmp_path: Path, database_url: str | None
 ) -> None:
+    # On PostgreSQL the runs the kill cut off are taken over by the stalled-job check (a
+    # dead worker is known after 30 s): the restart's wait leaves room for it.
     port = free_port()
-    path = config(tmp_path, port)
+    path = config(tmp_path, port, database_url)
     seen: dict[str, str] = {}  # announce message id → run id, across both processes
     async with aiohttp.ClientSession() as http:
         async with herald("run", "--config", str(path), port=port) as first:
@@ -87,7 +91,7 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     per_run = Counter(seen.values())
     assert len(per_run) == RUNS
     assert set(per_run.values()) == {1}, per_run
-    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+    db = await daemon_state(tmp_path / "state", database_url)
     try:
         runs = await db.runs.list()
         outbox = await db.outbox.list()

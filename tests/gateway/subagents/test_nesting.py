@@ -138,8 +138,12 @@ async def completion_ids(gw: Harness, key: str) -> list[str]:
 # -- the depth cap ----------------------------------------------------------------------------
 
 
-async def test_at_the_default_cap_of_1_a_subagent_cannot_spawn_as_in_v1(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, config=nesting(1), script=script()) as gw:
+async def test_at_the_default_cap_of_1_a_subagent_cannot_spawn_as_in_v1(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=nesting(1), script=script()
+    ) as gw:
         await gw.say("bg orchestrate: leaf")
         await gw.reply()
         (run,) = await gw.db.runs.list()
@@ -164,9 +168,12 @@ async def test_at_the_default_cap_of_1_a_subagent_cannot_spawn_as_in_v1(tmp_path
 
 async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the_combined_result(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     # One lane slot: the orchestrator must give it up while its children run.
-    async with running_gateway(tmp_path, config=nesting(2, width=1), script=script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=nesting(2, width=1), script=script()
+    ) as gw:
         await gw.say("bg orchestrate-fan a b")
         await gw.reply()
         (announce,) = await gw.announce()
@@ -203,9 +210,12 @@ async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the
 
 async def test_a_grandchild_that_ends_after_its_orchestrator_reaches_the_persons_session(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     # One lane slot: the child runs only once the orchestrator has ended.
-    async with running_gateway(tmp_path, config=nesting(2, width=1), script=script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=nesting(2, width=1), script=script()
+    ) as gw:
         await gw.say("bg orchestrate: leaf")
         await gw.reply()
         (announce,) = await gw.announce()
@@ -228,9 +238,13 @@ async def test_a_grandchild_that_ends_after_its_orchestrator_reaches_the_persons
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
 
 
-async def test_a_timed_out_orchestrator_cancels_its_children(tmp_path: Path) -> None:
+async def test_a_timed_out_orchestrator_cancels_its_children(
+    tmp_path: Path, database_url: str | None
+) -> None:
     # The orchestrator waits on a child slower than its own 2 s run timeout.
-    async with running_gateway(tmp_path, config=nesting(2, width=1), script=script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=nesting(2, width=1), script=script()
+    ) as gw:
         await gw.say("bgt orchestrate-slow leaf")
         await gw.reply()
         (announce,) = await gw.announce()
@@ -253,8 +267,11 @@ async def test_a_timed_out_orchestrator_cancels_its_children(tmp_path: Path) -> 
 
 async def test_stopping_a_waiting_orchestrator_stops_its_children_and_loses_no_result(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
-    async with running_gateway(tmp_path, config=nesting(2, width=1), script=script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=nesting(2, width=1), script=script()
+    ) as gw:
         await gw.say("bg orchestrate-slow leaf")
         await gw.reply()
         async with asyncio.timeout(HANG_GUARD_SECONDS):  # it runs once the orchestrator yields
@@ -280,9 +297,13 @@ async def test_stopping_a_waiting_orchestrator_stops_its_children_and_loses_no_r
 # -- limits and context -------------------------------------------------------------------------
 
 
-async def test_past_max_children_per_session_spawn_answers_error(tmp_path: Path) -> None:
+async def test_past_max_children_per_session_spawn_answers_error(
+    tmp_path: Path, database_url: str | None
+) -> None:
     config = nesting(1, maxChildrenPerSession=2)
-    async with running_gateway(tmp_path, config=config, script=script()) as gw:
+    async with running_gateway(
+        tmp_path, database_url=database_url, config=config, script=script()
+    ) as gw:
         await gw.say("slowmany")
         await gw.reply()
         messages = await gw.store.history(CHAT_KEY, include_tools=True)
@@ -299,8 +320,10 @@ async def test_past_max_children_per_session_spawn_answers_error(tmp_path: Path)
         assert (await gw.spawn(ctx, SpawnRequest(task="task: more")))["status"] == "error"
 
 
-async def test_a_forked_child_starts_with_the_requesters_conversation(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+async def test_a_forked_child_starts_with_the_requesters_conversation(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         await gw.say("remember: the code word is heron")
         assert (await gw.reply()).text == "noted the code word is heron"
         await gw.say("fork child-task: what is the code word")
@@ -329,8 +352,10 @@ async def test_a_forked_child_starts_with_the_requesters_conversation(tmp_path: 
         assert isolated_history[0]["content"] == "child-task: what is the code word"
 
 
-async def test_fork_from_an_empty_session_is_a_clear_error(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+async def test_fork_from_an_empty_session_is_a_clear_error(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         ctx = await gw.context("agent:main:main")
         result = await gw.spawn(ctx, SpawnRequest(task="task: x", context="fork"))
         assert result["status"] == "error"
@@ -434,10 +459,11 @@ async def run_orchestration(gw: Harness, answers: Orchestration) -> tuple[RunRec
 
 async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_chat(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=wire_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=wire_config(fake)) as gw,
     ):
         answers = Orchestration(fake)
         fake.responder = answers
@@ -464,10 +490,11 @@ async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_
 
 async def test_a_completion_waiting_for_an_orchestrator_that_ends_goes_up_to_the_person(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=wire_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=wire_config(fake)) as gw,
     ):
         # The leaf ends while the orchestrator is in its last model call: the orchestrator
         # never takes the completion, so its end hands it on.
@@ -486,10 +513,11 @@ async def test_a_completion_waiting_for_an_orchestrator_that_ends_goes_up_to_the
 
 async def test_tools_narrow_down_the_chain_and_the_spawn_tools_stop_at_the_cap(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=wire_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=wire_config(fake)) as gw,
     ):
         answers = Orchestration(fake)
         fake.responder = answers

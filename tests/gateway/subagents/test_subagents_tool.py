@@ -196,10 +196,14 @@ async def completion_lines(gw: Harness, key: str) -> list[dict[str, Any]]:
 # -- list --------------------------------------------------------------------------------
 
 
-async def test_list_shows_this_sessions_runs_newest_first(tmp_path: Path) -> None:
+async def test_list_shows_this_sessions_runs_newest_first(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, WIDE)
+        ) as gw,
     ):
         model = fake.responder = Model(fake)
         first = await spawn(gw, "alpha")
@@ -221,11 +225,13 @@ async def test_list_shows_this_sessions_runs_newest_first(tmp_path: Path) -> Non
     assert beta["childSessionKey"] == second_run.child_session_key
 
 
-async def test_list_shows_at_most_fifty_runs(tmp_path: Path) -> None:
+async def test_list_shows_at_most_fifty_runs(tmp_path: Path, database_url: str | None) -> None:
     many = {"agent": {"subagents": {"maxChildrenPerSession": 60}}}
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, many)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, many)
+        ) as gw,
     ):
         fake.responder = Model(fake)
         gate = asyncio.Event()
@@ -243,10 +249,11 @@ async def test_list_shows_at_most_fifty_runs(tmp_path: Path) -> None:
 
 async def test_wait_returns_the_result_and_the_run_posts_nothing_nor_reaches_history_later(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(fake)) as gw,
     ):
         model = fake.responder = Model(fake)
         run_id = await spawn(gw, "alpha")
@@ -289,10 +296,11 @@ async def test_wait_returns_the_result_and_the_run_posts_nothing_nor_reaches_his
 
 async def test_a_wait_that_times_out_returns_pending_and_the_run_announces_later(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(fake)) as gw,
     ):
         model = fake.responder = Model(fake)
         run_id = await spawn(gw, "alpha")
@@ -316,10 +324,11 @@ async def test_a_wait_that_times_out_returns_pending_and_the_run_announces_later
 
 async def test_a_wait_on_a_run_whose_result_is_in_history_does_not_give_it_again(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(fake)) as gw,
     ):
         model = fake.responder = Model(fake)
         model.gates["alpha"].set()
@@ -337,10 +346,13 @@ async def test_a_wait_on_a_run_whose_result_is_in_history_does_not_give_it_again
 
 async def test_wait_refuses_other_sessions_runs_unknown_ids_and_bad_bounds(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, WIDE)
+        ) as gw,
     ):
         fake.responder = Model(fake)
         mine = await spawn(gw, "mine")
@@ -376,10 +388,11 @@ async def test_wait_refuses_other_sessions_runs_unknown_ids_and_bad_bounds(
 
 async def test_steer_reaches_the_running_child_before_its_next_model_call(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(fake)) as gw,
     ):
         model = fake.responder = Model(fake)
         run_id = await spawn(gw, "tooluser")
@@ -408,10 +421,11 @@ async def test_steer_reaches_the_running_child_before_its_next_model_call(
 
 async def test_steer_refuses_a_queued_run_another_sessions_run_and_a_long_message(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake)) as gw,
+        running_gateway(tmp_path, database_url=database_url, config=fake_model_config(fake)) as gw,
     ):
         model = fake.responder = Model(fake)
         busy = await spawn(gw, "busy")
@@ -443,10 +457,14 @@ async def running_tree(gw: Harness, model: Model, name: str) -> tuple[str, str]:
     return parent, nested
 
 
-async def test_cancel_stops_a_run_and_every_run_under_it(tmp_path: Path) -> None:
+async def test_cancel_stops_a_run_and_every_run_under_it(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, WIDE)
+        ) as gw,
     ):
         model = fake.responder = Model(fake)
         parent, nested = await running_tree(gw, model, "alpha")
@@ -464,10 +482,14 @@ async def test_cancel_stops_a_run_and_every_run_under_it(tmp_path: Path) -> None
     assert others == ["cancelled", "cancelled"]
 
 
-async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(tmp_path: Path) -> None:
+async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, WIDE)
+        ) as gw,
     ):
         model = fake.responder = Model(fake)
         parent, nested = await running_tree(gw, model, "alpha")
@@ -479,10 +501,14 @@ async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(tmp_path:
     assert finals == ["cancelled", "cancelled"]
 
 
-async def test_the_api_abort_stops_the_runs_under_the_run_once(tmp_path: Path) -> None:
+async def test_the_api_abort_stops_the_runs_under_the_run_once(
+    tmp_path: Path, database_url: str | None
+) -> None:
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake, WIDE)
+        ) as gw,
         TestClient(TestServer(api_app(gw))) as client,
     ):
         model = fake.responder = Model(fake)
@@ -503,11 +529,14 @@ async def test_the_api_abort_stops_the_runs_under_the_run_once(tmp_path: Path) -
 
 async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_restart(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
     state = tmp_path / "state"
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake), state_dir=state) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake), state_dir=state
+        ) as gw,
     ):
         model = fake.responder = Model(fake)
         run_id = await spawn(gw, "alpha")
@@ -521,7 +550,9 @@ async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_res
         posted_before = announces(gw, run_id)
     async with (
         openai_server() as fake,
-        running_gateway(tmp_path, config=fake_model_config(fake), state_dir=state) as gw,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake), state_dir=state
+        ) as gw,
     ):
         fake.responder = Model(fake)
         (announce,) = await gw.announce()

@@ -49,7 +49,9 @@ def script() -> dict[str, Any]:
             "toolCalls": [
                 spawn("task: quick", "quick"),
                 spawn("task-slow: long", "long"),
-                yield_call(timeoutSeconds=0.5),
+                # Room for the quick one to end first on either backend (a cluster's queue
+                # hands a run to its worker with a poll, not at once).
+                yield_call(timeoutSeconds=2),
             ],
         },
         {
@@ -90,8 +92,9 @@ def replies(gw: Harness) -> list[OutboundMessage]:
 
 async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_stats(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         # The children wait until the yield has formed the batch (the model is instant).
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)
@@ -138,8 +141,9 @@ async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_
 
 async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_later(
     tmp_path: Path,
+    database_url: str | None,
 ) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         await gw.say("fanslow", thread_id="t1")
         (followup,) = await gw.wait_sent(lambda m: m.kind == "reply")
         body, _, stats = followup.text.partition("\n\n")
@@ -162,15 +166,19 @@ async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_la
         assert final.completion == "delivered"  # into the conversation, once
 
 
-async def test_a_yield_with_nothing_pending_says_so_and_the_turn_goes_on(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+async def test_a_yield_with_nothing_pending_says_so_and_the_turn_goes_on(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         await gw.say("yield alone")
         assert (await gw.reply()).text == "nothing: nothing_pending"
         assert await gw.db.batches.open_batches() == []
 
 
-async def test_a_second_yield_in_the_same_turn_is_not_run(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, script=script()) as gw:
+async def test_a_second_yield_in_the_same_turn_is_not_run(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         gate = asyncio.Event()
         blocker = gw.lanes.subagent.submit(gate.wait)
         await gw.say("twice")

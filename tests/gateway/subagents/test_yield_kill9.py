@@ -1,6 +1,8 @@
 """A real gateway killed with SIGKILL around a ``sessions_yield`` batch, then restarted: the
 follow-up happens exactly once — its user message written once, its reply queued once and
-shown to the chat once — wherever the kill landed."""
+shown to the chat once — wherever the kill landed. On both state backends: on PostgreSQL
+the gateway is a one-replica cluster (``cluster.databaseUrl``, a fixed ``replicaId``, as
+one instance of ``herald@.service``), restarted under the same id."""
 
 from __future__ import annotations
 
@@ -12,11 +14,18 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.constants import STATE_DB_NAME
 from gateway.delivery import UNCERTAIN
 from gateway.sessions import read_transcript
-from gateway.state import OutboxRecord, StateDB
-from tests.gateway.daemon_process import Daemon, free_port, herald, webchat_page, write_config
+from gateway.state import OutboxRecord
+from tests.gateway.daemon_process import (
+    Daemon,
+    daemon_state,
+    free_port,
+    herald,
+    on_backend,
+    webchat_page,
+    write_config,
+)
 from tests.gateway.harness import HANG_GUARD_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -43,6 +52,9 @@ SCRIPT = {
     ],
     "default": {"reply": "?"},
 }
+#: A cluster's runs cut off by a kill are taken over by the stalled-job check (a dead worker
+#: is known after 30 s), so the wait for the follow-up leaves room for it.
+RESUME_GUARD_SECONDS = HANG_GUARD_SECONDS + 60
 #: Where the first process is killed: the log line it waits for.
 KILL_POINTS = {
     "children running": "batch formed",
@@ -51,21 +63,17 @@ KILL_POINTS = {
 }
 
 
-def config(tmp_path: Path, port: int) -> Path:
+def config(tmp_path: Path, port: int, database_url: str | None) -> Path:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT), encoding="utf-8")
-    return write_config(
-        tmp_path / "herald.json",
-        {
-            "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
-            "agent": {"model": "t/m", "subagents": {"maxConcurrent": 2}},
-            "models": {
-                "providers": {
-                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
-                }
-            },
+    data: dict[str, object] = {
+        "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
+        "agent": {"model": "t/m", "subagents": {"maxConcurrent": 2}},
+        "models": {
+            "providers": {"t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}}
         },
-    )
+    }
+    return write_config(tmp_path / "herald.json", on_backend(data, database_url))
 
 
 def combined(frames: list[dict[str, object]]) -> dict[str, str]:
@@ -77,11 +85,11 @@ def combined(frames: list[dict[str, object]]) -> dict[str, str]:
     }
 
 
-async def settled_followup(db_path: Path) -> OutboxRecord:
+async def settled_followup(tmp_path: Path, database_url: str | None) -> OutboxRecord:
     """Poll the live gateway's database until the batch's follow-up item has settled."""
-    async with asyncio.timeout(HANG_GUARD_SECONDS):
+    async with asyncio.timeout(RESUME_GUARD_SECONDS):
         while True:
-            db = await StateDB.open(db_path, readonly=True)
+            db = await daemon_state(tmp_path / "state", database_url)
             try:
                 items = [i for i in await db.outbox.list() if i.batch_id is not None]
             finally:
@@ -98,10 +106,10 @@ async def kill(daemon: Daemon) -> None:
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, database_url: str | None
 ) -> None:
     port = free_port()
-    path = config(tmp_path, port)
+    path = config(tmp_path, port, database_url)
     seen: dict[str, str] = {}
     async with aiohttp.ClientSession() as http:
         async with herald("run", "--config", str(path), port=port) as first:
@@ -114,13 +122,13 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
         async with herald("run", "--config", str(path), port=port) as second:
             await second.wait_healthy()
             async with webchat_page(http, second.url, CLIENT_ID) as client:
-                settled = await settled_followup(tmp_path / "state" / STATE_DB_NAME)
+                settled = await settled_followup(tmp_path, database_url)
                 if settled.state == "delivered":  # live now, or replayed from before the kill
                     await client.wait(lambda fs: bool(combined(fs)))
                 seen.update(combined(client.frames))
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
-    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+    db = await daemon_state(tmp_path / "state", database_url)
     try:
         assert await db.batches.open_batches() == []
         runs = await db.runs.list()
