@@ -20,7 +20,11 @@ whose own worker makes it at once, outside the lane: never behind the runs).
 - **A clean stop** stops taking jobs; runs that do not finish within the drain are cut off
   (they stay ``running``) and their jobs handed back at once (a :class:`HandBackError` retry),
   so another replica resumes them. Heartbeats go on until the worker is gone, or the
-  others would take runs still draining here.
+  others would take runs still draining here. The stop never rests on one cancellation:
+  on Python 3.11 psycopg_pool's wait for a connection (``asyncio.wait_for``) loses a
+  cancellation that lands as a connection is handed over, and a task that lost it would
+  run on. So the worker is also told to stop (procrastinate's ``stop``, an event), and the
+  checks are cancelled again until they end.
 - **A run with no job** (a crash between recording a run and deferring its job, a retry
   whose replica died before it came): a sweep at start and every ``sweep_seconds`` defers
   one for each unfinished run without a waiting or running job (a run yielded to a waiting
@@ -40,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any, Final, LiteralString, Protocol
 
 from procrastinate import App, PsycopgConnector, RetryDecision
@@ -66,6 +71,9 @@ URGENT_WIDTH: Final = 4
 TASK_NAME: Final = "herald.subagent_run"
 #: The announce of a stopped run goes ahead of every queued run.
 URGENT_PRIORITY: Final = 10
+#: A check or heartbeat task still running this long after its cancellation lost it: it is
+#: cancelled again.
+RECANCEL_SECONDS: Final = 0.5
 #: Connections of the queue's pool: defers, fetches, finishes, heartbeats (LISTEN has its own).
 POOL_MAX: Final = 4
 #: PostgreSQL truncates application_name to 63 bytes.
@@ -302,12 +310,13 @@ class ProcrastinateQueue:
         return deferred
 
     async def _every(self, seconds: float, check: Any) -> None:
-        while True:
+        while not self._closing:  # a cancellation the check lost ends the loop here
             try:
                 await check()
             except Exception:
                 logger.warning("sub-agent queue check failed", exc_info=True)
-            await asyncio.sleep(seconds)
+            if not self._closing:
+                await asyncio.sleep(seconds)
 
     async def _keep_heartbeat(self) -> None:
         """Procrastinate stops a worker's heartbeat before it waits for its jobs at a stop;
@@ -399,15 +408,17 @@ class ProcrastinateQueue:
         if self._closing:
             return
         self._closing = True
-        # A cancelled worker stops gracefully: it takes no more jobs and waits for its own.
-        others = [t for t in self._tasks if t.get_name() != "subagent queue heartbeat"]
-        for task in others:
+        # A stopped (or cancelled) worker stops gracefully: it takes no more jobs and waits
+        # for its own. Told to stop as well as cancelled: the cancellation may be lost.
+        if self._worker is not None:
+            self._worker.stop()  # type: ignore[no-untyped-call]
+        worker = [t for t in self._tasks if t.get_name() == "subagent queue worker"]
+        for task in worker:
             task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
+        checks = [t for t in self._tasks if t.get_name() in _CHECK_TASKS]
+        await asyncio.gather(*worker, _end(checks), return_exceptions=True)
         await asyncio.gather(*self._defers, return_exceptions=True)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await _end(self._tasks)
         self._tasks.clear()
 
     async def aclose(self) -> None:
@@ -416,3 +427,16 @@ class ProcrastinateQueue:
         if self._opened:
             self._opened = False
             await self._app.close_async()
+
+
+_CHECK_TASKS: Final = frozenset({"subagent queue stalled", "subagent queue sweep"})
+
+
+async def _end(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again those that lost the
+    cancellation (module docstring)."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_SECONDS)

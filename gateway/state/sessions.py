@@ -16,7 +16,7 @@ import builtins
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from gateway.llm import Usage
@@ -46,12 +46,16 @@ class SessionsTable:
     Rows read or written through this table are kept in a bounded write-through cache:
     the gateway process is the only writer of its database, and a chat turn looks its
     session up several times, each otherwise a hop to the reader thread. Batch updates that
-    do not return rows (``mark_archived``) drop the keys they touch.
+    do not return rows (``mark_archived``) drop the keys they touch once they are done. A
+    read that was in flight while a write changed the cache is returned, never cached: it
+    may be older than the write, and cached it would outlive it.
     """
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cache: OrderedDict[str, SessionRecord] = OrderedDict()
+        #: Cache changes made by writes (a read in flight across one is not cached).
+        self._changes = 0
 
     def remember(self, record: SessionRecord) -> SessionRecord:
         """Cache ``record``, a row just committed by a write outside this table (a spawn
@@ -64,6 +68,15 @@ class SessionsTable:
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
         return record
+
+    def _written(self, record: SessionRecord) -> SessionRecord:
+        self._changes += 1
+        return self._remember(record)
+
+    def _forget(self, keys: Iterable[str]) -> None:
+        self._changes += 1
+        for key in keys:
+            self._cache.pop(key, None)
 
     async def create(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         """Insert ``record`` unless its key exists; return the stored row and whether it is new.
@@ -82,7 +95,7 @@ class SessionsTable:
             return session_from_row(row), created
 
         stored, created = await self._db.write(run)
-        return self._remember(stored), created
+        return self._written(stored), created
 
     async def get(self, key: str) -> SessionRecord | None:
         """The session with ``key`` (archived or not), or None."""
@@ -90,11 +103,13 @@ class SessionsTable:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
+        changes = self._changes
         record = await self._db.read(lambda conn: _one(conn, "key", key))
         if record is None:
             return None
-        # A write that finished while this read was in flight is newer: keep it.
-        return self._cache.get(key) or self._remember(record)
+        if self._changes != changes:  # a write finished meanwhile: its record is newer
+            return self._cache.get(key) or record
+        return self._remember(record)
 
     async def get_by_id(self, session_id: str) -> SessionRecord | None:
         """The session with ``session_id`` (archived or not), or None."""
@@ -221,7 +236,7 @@ class SessionsTable:
     def forget(self, key: str) -> None:
         """Drop ``key`` from the cache: another process may have changed its row (a
         replica's turn, ``/new`` or archive), so the next read goes to the database."""
-        self._cache.pop(key, None)
+        self._forget([key])
 
     async def claim_archive(
         self, keys: Sequence[str], replica_id: str, *, now: float
@@ -246,9 +261,10 @@ class SessionsTable:
                 claimed.extend(session_from_row(row) for row in rows)
             return claimed
 
-        for key in keys:
-            self._cache.pop(key, None)
-        return await self._db.write(run)
+        try:
+            return await self._db.write(run)
+        finally:
+            self._forget(keys)
 
     async def release_archive_claims(self, keys: Sequence[str], replica_id: str) -> None:
         """End ``replica_id``'s archive claims on ``keys`` whose rename failed."""
@@ -263,7 +279,10 @@ class SessionsTable:
                 params,
             )
 
-        await self._db.write(run)
+        try:
+            await self._db.write(run)
+        finally:
+            self._forget(keys)
 
     async def take_stale_archive_claims(
         self, *, replica_id: str | None = None, cutoff: float | None = None
@@ -291,8 +310,7 @@ class SessionsTable:
             return sorted(str(row[0]) for row in rows)
 
         keys = await self._db.write(run)
-        for key in keys:
-            self._cache.pop(key, None)
+        self._forget(keys)
         return keys
 
     async def mark_archived(self, entries: Sequence[tuple[str, float, str | None]]) -> int:
@@ -312,9 +330,10 @@ class SessionsTable:
         def run(conn: sqlite3.Connection) -> int:
             return conn.executemany(sql, params).rowcount
 
-        for key, _, _ in entries:
-            self._cache.pop(key, None)
-        return await self._db.write(run)
+        try:
+            return await self._db.write(run)
+        finally:
+            self._forget(key for key, _, _ in entries)
 
     async def archive_schedule(
         self, *, after: float | None = None
@@ -357,7 +376,7 @@ class SessionsTable:
                 raise RecordNotFoundError("sessions", key)
             return record
 
-        return self._remember(await self._db.write(run))
+        return self._written(await self._db.write(run))
 
 
 def _one(conn: sqlite3.Connection, column: str, value: str) -> SessionRecord | None:

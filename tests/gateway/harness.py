@@ -230,6 +230,16 @@ FAST_TIMING = wiring.Timing(
 
 
 @asynccontextmanager
+async def hang_guard(what: str) -> AsyncIterator[None]:
+    """Fail, naming ``what``, when the block hangs (a guard, never a speed assertion)."""
+    try:
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            yield
+    except TimeoutError:
+        raise AssertionError(f"hung: {what}") from None
+
+
+@asynccontextmanager
 async def running_gateway(
     tmp_path: Path,
     *,
@@ -279,9 +289,11 @@ async def running_gateway(
         delivery_listeners=[on_settled],
     )
     runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
+    async with hang_guard("the gateway's start"):
+        await runner.setup()
     try:
         yield Harness(app, channel, settled, changed)
     finally:
-        await runner.cleanup()
-        await asyncio.gather(*notes)
+        async with hang_guard("the gateway's stop"):
+            await runner.cleanup()
+            await asyncio.gather(*notes)

@@ -16,7 +16,7 @@ import gateway.sessions.store as store_module
 from gateway.sessions.paths import rename_to_archived
 from gateway.state import StateDB
 from tests.gateway.cluster._replicas import eventually, replica, two_replicas
-from tests.gateway.harness import running_gateway
+from tests.gateway.harness import hang_guard, running_gateway
 from tests.postgres import BACKENDS
 
 KEY = "agent:main:main"
@@ -56,8 +56,9 @@ async def test_a_due_archive_scheduled_on_two_replicas_renames_once(
             return not a.archive.is_scheduled(KEY) and not b.archive.is_scheduled(KEY)
 
         await eventually(both_fired, "both replicas' archive jobs fired")
-        await a.archive.shutdown()  # waits for the archive it is running, if any
-        await b.archive.shutdown()
+        async with hang_guard("the archives in progress"):
+            await a.archive.shutdown()  # waits for the archive it is running, if any
+            await b.archive.shutdown()
         record = await b.db.sessions.get(KEY)
     assert renames == Counter({live.name: 1})
     assert record is not None

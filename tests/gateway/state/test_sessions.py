@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 import uuid
 
 import pytest
@@ -16,6 +18,7 @@ from gateway.state import (
     SessionRecord,
     StateDB,
 )
+from tests.gateway.harness import HANG_GUARD_SECONDS
 
 
 def _record(key: str, kind: SessionKind = "chat", *, at: float = 1000.0) -> SessionRecord:
@@ -147,3 +150,26 @@ async def test_due_for_archive_and_the_schedule_after_a_time(db: StateDB) -> Non
     assert await db.sessions.archive_schedule(after=20.0) == [(keys[2], 30.0)]
     await db.sessions.mark_archived([(keys[0], 25.0, None)])
     assert [r.key for r in await db.sessions.due_for_archive(20.0)] == [keys[1]]
+
+
+async def test_a_read_while_an_archive_is_being_recorded_is_never_cached_over_it(
+    db: StateDB,
+) -> None:
+    """A read made while ``mark_archived`` waits for the writer gets the row from before;
+    once the write is done, reads see the session archived (the older row is not kept)."""
+    key = "agent:main:main"
+    await db.sessions.create(_record(key))
+    writer_free = threading.Event()
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        busy = asyncio.ensure_future(db.write(lambda _: writer_free.wait(HANG_GUARD_SECONDS)))
+        marking = asyncio.ensure_future(db.sessions.mark_archived([(key, 60.0, "/a")]))
+        await asyncio.sleep(0)  # the record waits behind the busy writer
+        during = await db.sessions.get(key)
+        writer_free.set()
+        await busy
+        assert await marking == 1
+        after = await db.sessions.get(key)
+    assert during is not None
+    assert not during.archived
+    assert after is not None
+    assert after.archived
