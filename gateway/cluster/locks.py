@@ -1,7 +1,7 @@
 """Session locks across replicas: one PostgreSQL advisory lock per session key.
 
 The session lane serialises a session's turns inside one process; in a cluster each keyed
-job of that lane also holds ``pg_advisory_lock(hashtextextended(key, 0))`` for its whole
+job of that lane also holds ``pg_advisory_lock`` of a hash of its schema and key for its whole
 run (:meth:`SessionLocks.guard`, the lane's ``key_guard``), so two replicas never write one
 transcript at once. The lock is session-level, on a connection the job holds from a pool as
 wide as the session lane (every running job can hold one; none waits for another's).
@@ -42,8 +42,11 @@ RETRY_FIRST_SECONDS: Final = 0.2
 RETRY_MAX_SECONDS: Final = 5.0
 #: PostgreSQL truncates application_name to 63 bytes.
 APPLICATION_NAME_MAX: Final = 63
-LOCK_SQL: Final = "SELECT pg_advisory_lock(hashtextextended(%s, 0))"
-UNLOCK_SQL: Final = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
+#: The lock key: a 64-bit hash of the schema and the session key, computed by the server, so
+#: clusters sharing one database in different schemas never wait for each other's sessions.
+_KEY_SQL: Final = "hashtextextended(coalesce(current_schema(), '') || ':session:' || %s, 0)"
+LOCK_SQL: Final = f"SELECT pg_advisory_lock({_KEY_SQL})"
+UNLOCK_SQL: Final = f"SELECT pg_advisory_unlock({_KEY_SQL})"
 
 
 class SessionLockLostError(Exception):

@@ -410,9 +410,9 @@ class ProcrastinateQueue:
         self._closing = True
         # A stopped (or cancelled) worker stops gracefully: it takes no more jobs and waits
         # for its own. Told to stop as well as cancelled: the cancellation may be lost.
-        if self._worker is not None:
-            self._worker.stop()  # type: ignore[no-untyped-call]
-        worker = [t for t in self._tasks if t.get_name() == "subagent queue worker"]
+        for each in list(self._workers.values()):
+            each.stop()  # type: ignore[no-untyped-call]
+        worker = [t for t in self._tasks if t.get_name() in _WORKER_TASKS]
         for task in worker:
             task.cancel()
         checks = [t for t in self._tasks if t.get_name() in _CHECK_TASKS]
@@ -430,6 +430,7 @@ class ProcrastinateQueue:
 
 
 _CHECK_TASKS: Final = frozenset({"subagent queue stalled", "subagent queue sweep"})
+_WORKER_TASKS: Final = frozenset({"subagent queue worker", "subagent queue urgent worker"})
 
 
 async def _end(tasks: Iterable[asyncio.Task[Any]]) -> None:
