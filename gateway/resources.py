@@ -29,7 +29,7 @@ from gateway.archive import ArchiveScheduler
 from gateway.cluster import Heartbeat
 from gateway.delivery import Outbox, Replier
 from gateway.providers import ProviderRegistry
-from gateway.runtime import ChatCommands, ChatTurns, Router
+from gateway.runtime import ChatCommands, ChatTurns, InboundReplay, Router
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import backend_of, open_state
@@ -344,6 +344,7 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
         main_lane=lanes.main,
         channels=channels_of(app),
         replier=replier,
+        journal=app[STATE].inbound,
     )
     commands = ChatCommands(
         db=app[STATE],
@@ -353,7 +354,16 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
         runs=subagents.manager,
         contexts=app[CONTEXTS],
     )
-    router = Router(holder=holder, store=store, turns=turns, commands=commands, replier=replier)
+    cluster = app.get(CLUSTER)
+    router = Router(
+        holder=holder,
+        store=store,
+        turns=turns,
+        commands=commands,
+        replier=replier,
+        journal=app[STATE].inbound,
+        replica_id=cluster.replica_id if cluster is not None else None,
+    )
     app[CHAT] = ChatParts(turns, router)
     app[TOOL_SERVICES][TURNS] = turns
     try:
@@ -384,6 +394,7 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
         )
         await subagents.completions.recover()
         await subagents.batches.recover()
+        await _replay_inbound(app)
         # Last: in a cluster, this replica takes runs from the shared queue from here on.
         await subagents.manager.start()
         logger.info("gateway ready")
@@ -395,6 +406,21 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
             except Exception:
                 logger.exception("channel stop failed", extra={"channel": name})
             logger.info("channel stopped", extra={"channel": name})
+
+
+async def _replay_inbound(app: web.Application) -> None:
+    """Run the turns of chat messages a killed gateway took but never turned; in a cluster,
+    also those of replicas that die later (after each heartbeat)."""
+    cluster = app.get(CLUSTER)
+    replay = InboundReplay(
+        journal=app[STATE].inbound,
+        router=app[CHAT].router,
+        store=app[SESSION_STORE],
+        replica_id=cluster.replica_id if cluster is not None else None,
+    )
+    await replay.recover(cluster.heartbeat.cutoff() if cluster is not None else None)
+    if cluster is not None:
+        cluster.heartbeat.add_reaper(replay.take_over)
 
 
 async def drain(app: web.Application) -> None:

@@ -262,5 +262,28 @@ _V8: Final = (
     " GROUP BY parent_session_key",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+#: Chat messages acknowledged to their chat whose turn has not run yet (deleted once it
+#: ran); ``claimed_by`` is the replica handling each (NULL in a single process).
+_V9: Final = (
+    """
+    CREATE TABLE inbound (
+        inbound_id TEXT PRIMARY KEY,
+        message TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        claimed_by TEXT
+    ) WITHOUT ROWID
+    """,
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+)
 LATEST_VERSION: Final = len(MIGRATIONS)
