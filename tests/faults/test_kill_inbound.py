@@ -6,11 +6,14 @@ the Request URL; once the gateway answers 200 (after which Slack never sends the
 again, and the gateway remembers it as seen, so a retry would be dropped too) the process is
 killed with SIGKILL. Restarted on the same state, the gateway runs the mention's turn: Slack
 receives the answer exactly once, the transcript holds the message once, and no message is
-left waiting.
+left waiting. Killed once the turn wrote the message to the transcript, the message is not
+written twice.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -86,9 +89,25 @@ def user_lines(state_dir: Path, text: str) -> int:
     return found
 
 
+def waiting(state_dir: Path) -> int:
+    """Messages recorded and not yet handled."""
+    with contextlib.closing(sqlite3.connect(state_dir / STATE_DB_NAME)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM inbound").fetchone()[0])
+
+
+async def transcribed(state_dir: Path, text: str) -> None:
+    """Wait until a transcript holds the user message ``text`` (its turn has begun)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while not user_lines(state_dir, text):  # noqa: ASYNC110 - a file has no event to wait on
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("kill_at", ["acked", "transcribed"])
 async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
-    tmp_path: Path, slack: FakeSlack
+    tmp_path: Path, slack: FakeSlack, kill_at: str
 ) -> None:
+    """Killed right after the 200 (the turn perhaps not begun), or once the turn wrote the
+    message to the transcript (then it is not written again: the turn goes on from there)."""
     port = free_port()
     config = str(gateway_config(tmp_path, port, slack))
     env = clean_env()
@@ -97,6 +116,8 @@ async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
         await started(first)
         status = await slack.send_event(f"{first.url}/slack/events", event)
         assert status == 200
+        if kill_at == "transcribed":
+            await transcribed(tmp_path / "state", "the held question")
         await first.kill()  # the turn is held by the model: it has not answered
     assert not [p for p in slack.posts if ANSWER in p.text]
 
@@ -105,6 +126,10 @@ async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
         await slack.wait_for(
             lambda: any(ANSWER in p.text for p in slack.posts), within=HANG_GUARD_SECONDS
         )
+        # Cleared once the turn ended (just after its answer was posted).
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while waiting(tmp_path / "state"):  # noqa: ASYNC110 - no event to wait on
+                await asyncio.sleep(0.02)
         await second.kill()
 
     answers = [p for p in slack.posts if ANSWER in p.text]
@@ -113,5 +138,3 @@ async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
     assert answers[0].thread_ts == event["ts"]
     state_dir = tmp_path / "state"
     assert user_lines(state_dir, "the held question") == 1
-    with sqlite3.connect(state_dir / STATE_DB_NAME) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM inbound").fetchone() == (0,)
