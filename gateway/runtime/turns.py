@@ -152,9 +152,17 @@ class ChatTurns:
         try:
             await self._answer(key, work, inbound, kind)
         finally:
-            if inbound_id is not None and self._journal is not None:
-                # The message is in the transcript, or was answered: not to be run again.
-                await asyncio.shield(self._journal.handled(inbound_id))
+            if inbound_id is not None:
+                await asyncio.shield(self._handled(inbound_id))
+
+    async def _handled(self, inbound_id: str) -> None:
+        """The message is in the transcript, or was answered: not to be run again."""
+        if self._journal is None:
+            return
+        try:
+            await self._journal.handled(inbound_id)
+        except Exception as exc:  # kept: the next start finds it in the transcript
+            logger.warning("inbound message not marked handled", extra={"error": str(exc)})
 
     async def _answer(
         self,
