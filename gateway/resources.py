@@ -29,7 +29,7 @@ from gateway.archive import ArchiveScheduler
 from gateway.cluster import Heartbeat, Reaper
 from gateway.delivery import Outbox, Replier
 from gateway.providers import ProviderRegistry
-from gateway.runtime import ChatCommands, ChatTurns, Router
+from gateway.runtime import ChatCommands, ChatTurns, InboundReplay, Router
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import backend_of, open_state
@@ -359,6 +359,7 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
         main_lane=lanes.main,
         channels=channels_of(app),
         replier=replier,
+        journal=app[STATE].inbound,
     )
     commands = ChatCommands(
         db=app[STATE],
@@ -368,7 +369,16 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
         runs=subagents.manager,
         contexts=app[CONTEXTS],
     )
-    router = Router(holder=holder, store=store, turns=turns, commands=commands, replier=replier)
+    cluster = app.get(CLUSTER)
+    router = Router(
+        holder=holder,
+        store=store,
+        turns=turns,
+        commands=commands,
+        replier=replier,
+        journal=app[STATE].inbound,
+        replica_id=cluster.replica_id if cluster is not None else None,
+    )
     app[CHAT] = ChatParts(turns, router)
     app[TOOL_SERVICES][TURNS] = turns
     try:
@@ -401,11 +411,13 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
         )
         await subagents.completions.recover()
         await subagents.batches.recover()
+        replay_inbound = await _replay_inbound(app)
         if cluster is not None:  # from here on, this replica takes up what dead ones left
             reapers += [
                 subagents.control.take_over,
                 subagents.completions.take_over,
                 subagents.batches.take_over,
+                replay_inbound,
             ]
             for reaper in reapers:
                 cluster.heartbeat.add_reaper(reaper)
@@ -423,6 +435,20 @@ async def _channels(app: web.Application) -> AsyncIterator[None]:
             except Exception:
                 logger.exception("channel stop failed", extra={"channel": name})
             logger.info("channel stopped", extra={"channel": name})
+
+
+async def _replay_inbound(app: web.Application) -> Reaper:
+    """Run the turns of chat messages a killed gateway took but never turned; returns what,
+    in a cluster, takes over those of replicas that die later (after each heartbeat)."""
+    cluster = app.get(CLUSTER)
+    replay = InboundReplay(
+        journal=app[STATE].inbound,
+        router=app[CHAT].router,
+        store=app[SESSION_STORE],
+        replica_id=cluster.replica_id if cluster is not None else None,
+    )
+    await replay.recover(cluster.heartbeat.cutoff() if cluster is not None else None)
+    return replay.take_over
 
 
 async def drain(app: web.Application) -> None:

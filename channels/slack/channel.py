@@ -4,7 +4,8 @@
 "http"`` serves ``POST /slack/events`` on the gateway's own aiohttp app, where bolt verifies
 Slack's signature (bad or stale: 401) and answers ``url_verification``. Listeners run before
 the ack (``process_before_response``) but only filter and hand the message to a task of
-their own, so Slack gets its ack at once and :meth:`stop` can see every call in flight.
+their own, so :meth:`stop` can see every call in flight; the ack waits (up to
+``ACCEPT_WAIT``) for that handler to return, i.e. for the gateway to record the message.
 Events Slack sends again (``X-Slack-Retry-Num``/``retry_attempt``, same ``event_id``) and
 signed requests replayed while their signature is valid are acked and dropped: their keys
 (:func:`channels.slack.events.replay_keys`) go to a :class:`channels.replay.SeenKeys` that
@@ -16,7 +17,8 @@ the conversation after a crash: :mod:`channels.slack.lookup`.
 
 The gateway's side: in HTTP mode call :meth:`SlackChannel.add_routes` before the app starts
 and leave ``/slack/events`` out of bearer-token auth (Slack signs instead); the inbound
-handler may take its time (each message gets its own task) but should only enqueue.
+handler should record the message and enqueue its turn, then return: Slack's ack waits for
+it (a little), a slow turn must not.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
 from channels.slack.config import SlackConfig
 from channels.slack.constants import (
+    ACCEPT_WAIT,
     ACTIVE_THREADS_CAPACITY,
     API_TIMEOUT,
     COMMANDS,
@@ -337,7 +340,11 @@ class SlackChannel(Channel):
             return
         if message.chat_type == "channel" and message.thread_id is not None:
             self._threads.add(f"{message.chat_id}:{message.thread_id}")
-        self._dispatch(message)
+        task = self._dispatch(message)
+        if task is not None:
+            # The ack waits (briefly) for the handler to take the message: once Slack has
+            # its 200 it never sends the event again, so the gateway records it first.
+            await asyncio.wait({task}, timeout=ACCEPT_WAIT)
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
@@ -347,18 +354,19 @@ class SlackChannel(Channel):
     async def _on_other_event(self, event: dict[str, Any]) -> None:
         log.debug("slack: ignored %s event", event.get("type"))
 
-    def _dispatch(self, message: InboundMessage) -> None:
+    def _dispatch(self, message: InboundMessage) -> asyncio.Task[None] | None:
         handler = self._handler
         if handler is None:
-            return
+            return None
         if len(self._tasks) >= MAX_PENDING_INBOUND:
             log.error(
                 "slack: %d messages in flight; dropped one in %s", len(self._tasks), message.chat_id
             )
-            return
+            return None
         task = asyncio.create_task(_deliver(handler, message), name=f"slack-in-{message.chat_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _handle_http(self, request: web.Request) -> web.StreamResponse:
         app = self._app

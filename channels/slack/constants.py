@@ -60,6 +60,10 @@ MAX_PENDING_INBOUND: Final = 1_000
 #: Seconds ``start()`` waits for the Socket Mode websocket before giving up.
 CONNECT_TIMEOUT: Final = 30.0
 
+#: Seconds an event's ack waits for the inbound handler to take the message (record and
+#: queue it); Slack wants its ack within 3 seconds, so a stuck handler cannot hold it longer.
+ACCEPT_WAIT: Final = 1.5
+
 #: Seconds ``stop()`` lets in-flight inbound handler calls finish before cancelling them.
 STOP_GRACE: Final = 5.0
 

@@ -2,6 +2,7 @@
 
 from gateway.runtime.chat_commands import ChatCommands
 from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError, parse_command
+from gateway.runtime.inbound import InboundReplay
 from gateway.runtime.router import Router
 from gateway.runtime.turns import BUSY_REPLY, ChatTurns, origin_of
 
@@ -12,6 +13,7 @@ __all__ = [
     "ChatCommands",
     "ChatTurns",
     "CommandUsageError",
+    "InboundReplay",
     "Router",
     "origin_of",
     "parse_command",

@@ -13,13 +13,13 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
 from gateway.constants import SESSION_LOCK_LOST
 from gateway.delivery import Replier
-from gateway.state import Origin, SessionRecord
+from gateway.state import InboundTable, Origin, SessionRecord
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,10 @@ LOCK_LOST_REPLY = (
     "Sorry, this reply was stopped: the gateway lost its database connection, and another "
     "gateway may be answering here now. Please send your message again."
 )
+
+
+#: The transcript ``meta`` key of a user message: its row in ``inbound``.
+INBOUND_META = "inbound"
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -55,8 +59,11 @@ class ChatTurns:
         main_lane: Lane,
         channels: Mapping[str, Channel],
         replier: Replier,
+        journal: InboundTable | None = None,
     ) -> None:
+        """``journal`` keeps each chat message until its turn ended."""
         self._conversations = conversations
+        self._journal = journal
         self._store = conversations.store
         self._session_lane = session_lane
         self._main_lane = main_lane
@@ -69,16 +76,38 @@ class ChatTurns:
         return f"<ChatTurns turns={active} {self._session_lane!r}>"
 
     def submit_turn(
-        self, session: SessionRecord, text: str, inbound: InboundMessage | None = None
+        self,
+        session: SessionRecord,
+        text: str,
+        inbound: InboundMessage | None = None,
+        inbound_id: str | None = None,
     ) -> JobHandle[None]:
-        """Queue a turn of ``session`` with ``text`` as the user's message.
+        """Queue a turn of ``session`` with ``text`` as the user's message; ``inbound_id``
+        (the message's row in ``inbound``) is written with it and is handled once it ends.
 
         Raises ``LaneFullError`` when too many turns wait and ``LaneClosed`` once the
         gateway is stopping: the caller tells the person.
         """
         key = session.key
         origin = origin_of(inbound) if inbound is not None else None
-        return self._submit(key, lambda: self.run_turn(key, text, origin), inbound, "reply")
+        meta = {INBOUND_META: inbound_id} if inbound_id is not None else None
+
+        return self._submit(
+            key, lambda: self.run_turn(key, text, origin, meta), inbound, "reply", inbound_id
+        )
+
+    def submit_resume(
+        self, session: SessionRecord, inbound: InboundMessage, inbound_id: str
+    ) -> JobHandle[None]:
+        """Queue the end of the turn that wrote ``inbound`` to the transcript before the
+        gateway died: its recorded reply, else the model goes on. Raises as
+        :meth:`submit_turn`."""
+        key, origin = session.key, origin_of(inbound)
+
+        async def work() -> str | None:
+            return (await self._conversations.resume(key, origin=origin)).text
+
+        return self._submit(key, work, inbound, "reply", inbound_id)
 
     def submit_command(
         self,
@@ -98,8 +127,11 @@ class ChatTurns:
         work: Callable[[], Awaitable[str | None]],
         inbound: InboundMessage | None,
         kind: OutboundKind,
+        inbound_id: str | None = None,
     ) -> JobHandle[None]:
-        handle = self._session_lane.submit(lambda: self._turn(key, work, inbound, kind), key=key)
+        handle = self._session_lane.submit(
+            lambda: self._turn(key, work, inbound, kind, inbound_id), key=key
+        )
         self._prune()
         self._turns[key].add(handle)
         return handle
@@ -110,6 +142,29 @@ class ChatTurns:
             del self._turns[key]
 
     async def _turn(
+        self,
+        key: str,
+        work: Callable[[], Awaitable[str | None]],
+        inbound: InboundMessage | None,
+        kind: OutboundKind,
+        inbound_id: str | None,
+    ) -> None:
+        try:
+            await self._answer(key, work, inbound, kind)
+        finally:
+            if inbound_id is not None:
+                await asyncio.shield(self._handled(inbound_id))
+
+    async def _handled(self, inbound_id: str) -> None:
+        """The message is in the transcript, or was answered: not to be run again."""
+        if self._journal is None:
+            return
+        try:
+            await self._journal.handled(inbound_id)
+        except Exception as exc:  # kept: the next start finds it in the transcript
+            logger.warning("inbound message not marked handled", extra={"error": str(exc)})
+
+    async def _answer(
         self,
         key: str,
         work: Callable[[], Awaitable[str | None]],
@@ -143,10 +198,16 @@ class ChatTurns:
         session = await self._store.get(key)
         return session.origin if session is not None else None
 
-    async def run_turn(self, key: str, text: str, origin: Origin | None = None) -> str | None:
+    async def run_turn(
+        self,
+        key: str,
+        text: str,
+        origin: Origin | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str | None:
         """One turn of session ``key``; the reply text to post (errors become a clear text),
         or None when the turn yielded without a message."""
-        return (await self._conversations.turn(key, text, origin=origin)).text
+        return (await self._conversations.turn(key, text, origin=origin, meta=meta)).text
 
     def stop(self, key: str) -> int:
         """Cancel the session's queued and running turns; returns how many."""

@@ -26,6 +26,7 @@ from gateway.state.errors import (
     StateMissingError,
     StateUnavailableError,
 )
+from gateway.state.inbound import InboundRecord, InboundTable
 from gateway.state.outbox import OutboxTable
 from gateway.state.replicas import ReplicaRecord, ReplicasTable
 from gateway.state.rows import (
@@ -59,6 +60,8 @@ __all__ = [
     "Cleanup",
     "Completion",
     "DiskFullError",
+    "InboundRecord",
+    "InboundTable",
     "InvalidUpdateError",
     "Origin",
     "OutboxRecord",

@@ -53,6 +53,7 @@ from gateway.state.errors import (
     StateError,
     StateMissingError,
 )
+from gateway.state.inbound import InboundTable
 from gateway.state.outbox import OutboxTable
 from gateway.state.replicas import ReplicasTable
 from gateway.state.runs import RunsTable
@@ -98,6 +99,7 @@ class StateDB:
         self.batches = BatchesTable(self)
         self.claims = ClaimsTable(self)
         self.seen = SeenTable(self)
+        self.inbound = InboundTable(self)
         self.replicas = ReplicasTable(self)
         #: The disk-full state of the state directory (transcripts report to it too).
         self.space = SpaceMonitor(self._probe_space)

@@ -48,6 +48,10 @@ while others run takes up only its own, and a dead replica's is taken over by on
 ``runs.held_by`` (the replica whose ``subagents wait`` holds the run), ``runs.completion_by``
 (the replica handing the run's pending completion on) and ``batches.claimed_by`` (the
 replica running the batch's follow-up). One process on SQLite records its own name.
+
+Version 10 keeps the chat messages acknowledged to their chat whose turn has not run yet
+(``inbound``, each deleted once its turn ended), so a crash between the acknowledgement and
+the turn loses no message: they are run again at start, or by a survivor in a cluster.
 """
 
 from __future__ import annotations
@@ -276,6 +280,19 @@ _V9: Final = (
     "CREATE INDEX runs_held ON runs (held_by) WHERE held = 1 OR announce_state = 'held'",
 )
 
+#: Chat messages acknowledged to their chat whose turn has not run yet (deleted once it
+#: ran); ``claimed_by`` is the replica handling each (NULL in a single process).
+_V10: Final = (
+    """
+    CREATE TABLE inbound (
+        inbound_id TEXT PRIMARY KEY,
+        message TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        claimed_by TEXT
+    ) WITHOUT ROWID
+    """,
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -286,5 +303,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V7,
     _V8,
     _V9,
+    _V10,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -112,3 +112,26 @@ async def test_a_message_no_session_can_be_named_for_is_dropped_with_a_warning(
     assert [r.getMessage() for r in caplog.records] == ["message dropped: no session key"]
     assert gw.channel.sent == []
     assert [s.key for s in await gw.store.list()] == []
+
+
+async def test_a_message_is_recorded_until_its_turn_ended_and_a_command_never_is(
+    gw: Harness, model: FakeOpenAI
+) -> None:
+    held = HeldReplies(model, lambda body: "done")
+    model.responder = held
+    await gw.say("/help")
+    await gw.wait_sent(lambda m: m.kind == "notice")
+    assert await gw.db.inbound.pending() == []
+    await gw.say("remember me")
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        await held.arrived()
+    (record,) = await gw.db.inbound.pending()  # the turn runs: the message is kept
+    assert record.message.text == "remember me"
+    transcript = await gw.store.read("agent:main:memory:channel:c1")
+    users = [r for r in transcript.records if r.get("message", {}).get("role") == "user"]
+    assert [u.get("meta") for u in users] == [{"inbound": record.inbound_id}]
+    held.gate.set()
+    assert (await gw.reply()).text == "done"
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while await gw.db.inbound.pending():  # noqa: ASYNC110 - cleared just after the reply
+            await asyncio.sleep(0.01)

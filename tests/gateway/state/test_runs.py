@@ -21,7 +21,7 @@ from gateway.state import (
 from gateway.state import db as db_module
 from gateway.state._sql import insert_sql
 from gateway.state.rows import RUN_COLUMNS, to_column_value
-from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.schema import MIGRATIONS
 
 
 async def _child(db: StateDB) -> SessionRecord:
@@ -180,7 +180,8 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "herald.db"
-    older = MIGRATIONS[: LATEST_VERSION - 1]
+    counted = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE live_runs" in m[0])
+    older = MIGRATIONS[:counted]  # the schema before the count was kept
     monkeypatch.setattr(db_module, "MIGRATIONS", older)
     monkeypatch.setattr(db_module, "LATEST_VERSION", len(older))
     db = await StateDB.open(path)
