@@ -157,16 +157,20 @@ class Cluster:
             if daemon is not None:
                 await daemon.kill()
 
-    async def channel_states(self, index: int) -> dict[str, str]:
-        """``/readyz``'s ``channelStates`` of a replica (connected, standby, disconnected)."""
+    async def probe(self, index: int) -> tuple[int, dict[str, Any]]:
+        """``GET /readyz``: its status and body; ``(0, {})`` when the replica does not answer."""
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
             async with (
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
                 http.get(f"{self.url(index)}/readyz") as response,
             ):
-                body = await response.json()
-                return {str(k): str(v) for k, v in body.get("channelStates", {}).items()}
-        return {}
+                return response.status, await response.json()
+        return 0, {}
+
+    async def channel_states(self, index: int) -> dict[str, str]:
+        """``/readyz``'s ``channelStates`` of a replica (connected, standby, disconnected)."""
+        _, body = await self.probe(index)
+        return {str(k): str(v) for k, v in body.get("channelStates", {}).items()}
 
     async def holder_of(self, channel: str) -> int:
         """The live replica holding ``channel``'s one connection (waiting until one does)."""
@@ -179,13 +183,8 @@ class Cluster:
 
     async def readyz(self, index: int) -> int:
         """``GET /readyz``'s status; 0 when the replica does not answer at all."""
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
-                http.get(f"{self.url(index)}/readyz") as response,
-            ):
-                return response.status
-        return 0
+        status, _ = await self.probe(index)
+        return status
 
     async def wait_ready(self, index: int, *, status: int = 200) -> None:
         daemon = self.daemon(index)
