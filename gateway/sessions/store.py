@@ -168,6 +168,7 @@ class SessionStore:
                     label=label,
                     model=model,
                     origin=origin,
+                    fresh=fresh,
                 )
             )
             self._creating[text] = task
@@ -187,7 +188,14 @@ class SessionStore:
         label: str | None,
         model: str | None,
         origin: Origin | None,
+        fresh: bool,
     ) -> SessionRecord:
+        if not fresh:
+            # A caller whose lookup missed may get here just after another caller's creation
+            # finished and left ``_creating``: look again now that no creation is in flight.
+            existing = await self.db.sessions.get(str(key))
+            if existing is not None:
+                return existing
         record = self.new_record(
             key, parent_key=parent_key, label=label, model=model, origin=origin
         )
@@ -198,7 +206,9 @@ class SessionStore:
         if created:
             log.info("session %s created (%s)", stored.key, stored.session_id)
         else:  # another process created it first; our header file is an orphan
-            log.warning("session %s existed already; transcript %s unused", stored.key, path)
+            log.warning("session %s existed already; transcript %s removed", stored.key, path)
+            await self.writer.release([path])
+            path.unlink(missing_ok=True)
         return stored
 
     def new_record(

@@ -79,6 +79,53 @@ async def test_concurrent_ensures_create_one_session(store: SessionStore) -> Non
     assert records[0].kind == "subagent"
 
 
+async def test_a_lookup_that_missed_before_a_creation_finished_does_not_create_again(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second caller's lookup starts before the first caller's row exists and returns
+    after that creation has finished and left the in-flight table: it must find the row."""
+    key = str(SessionKey.subagent("main"))
+    real_get = store.db.sessions.get
+    created = asyncio.Event()
+    calls = 0
+
+    async def get(text: str) -> object:
+        nonlocal calls
+        calls += 1
+        call = calls
+        found = await real_get(text)
+        if call == 2:  # the second caller's lookup: stale by the time it returns
+            await created.wait()
+            await asyncio.sleep(0)  # the creation task's done callback runs
+            return None
+        return found
+
+    monkeypatch.setattr(store.db.sessions, "get", get)
+    first = asyncio.create_task(store.ensure(key))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(store.ensure(key))
+    record = await first
+    created.set()
+    assert (await second).session_id == record.session_id
+    files = list(store.transcript_path(record).parent.iterdir())
+    assert files == [store.transcript_path(record)]
+
+
+async def test_a_session_another_process_created_first_leaves_no_orphan_transcript(
+    store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = await store.ensure("agent:main:main")
+    async with opened_store(tmp_path / "state") as other:
+
+        async def missed(text: str) -> None:  # its lookup ran before the row was written
+            return None
+
+        monkeypatch.setattr(other.db.sessions, "get", missed)
+        assert (await other.ensure("agent:main:main")).session_id == record.session_id
+    files = list(store.transcript_path(record).parent.iterdir())
+    assert files == [store.transcript_path(record)]
+
+
 async def test_ensure_checks_its_arguments(store: SessionStore) -> None:
     with pytest.raises(SessionKeyError):
         await store.ensure("agent:main:../../x")
