@@ -154,6 +154,9 @@ class SpaceMonitor:
         self._closed = False
         #: Writes refused for want of space since start (a metric).
         self.refusals = 0
+        #: Times space came back: work that failed for want of space during an attempt that
+        #: began before the last return missed its listeners' call and must retry at once.
+        self.recoveries = 0
 
     def __repr__(self) -> str:
         return f"<SpaceMonitor {'full' if self.full else 'ok'} refusals={self.refusals}>"
@@ -246,6 +249,7 @@ class SpaceMonitor:
         self._available.set()
         full_for = time.monotonic() - since if since is not None else 0.0
         log.info("disk space is back after %.0fs (%s)", full_for, room.summary())
+        self.recoveries += 1
         for listener in list(self._listeners):
             try:
                 listener()

@@ -135,12 +135,17 @@ class RunManager:
         """Execute the run; when recording fails (a locked or full disk), try again later
         instead of leaving it stranded until a restart. Execution picks up from the
         recorded status, so a retry resumes rather than repeats."""
+        recoveries = self._db.space.recoveries
         try:
             await self._runner.execute(run_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             delay = backoff(attempt, base=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
+            if isinstance(exc, DiskFullError) and self._db.space.recoveries != recoveries:
+                # Space came back while this attempt ran: :meth:`resume_waiting` was called
+                # before this run waited, so nothing else would cut its backoff short.
+                delay = 0.0
             if isinstance(exc, DiskFullError):  # logged once, by the disk-full state
                 logger.debug("sub-agent run waits for disk space", extra={"run_id": run_id})
             else:

@@ -298,3 +298,36 @@ async def test_on_postgresql_a_new_chat_gets_the_apology_while_the_servers_disk_
     assert metrics_full == (1, 1)
     assert state_lines(log) == ["WARNING", "INFO"]
     assert noise(log) == []
+
+
+@pytest.mark.usefixtures("distant_retries")
+async def test_a_run_refused_by_an_attempt_that_outlived_the_full_disk_is_retried_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Space comes back while a run's attempt is still under way; the attempt then fails
+    with the refusal it met before. The runs waiting for space were resumed already, without
+    it: it must not sit out its (here hour-long) backoff."""
+    async with running_gateway(tmp_path, config=CONFIG, script=script()) as gw:
+        runner = gw.runs._runner
+        real_execute = runner.execute
+        back = asyncio.Event()
+        gw.db.space.subscribe(back.set)
+        attempts: list[str] = []
+
+        async def execute(run_id: str) -> None:
+            attempts.append(run_id)
+            if len(attempts) == 1:
+                gw.db.space.refused("state database", OSError("no room"))
+                await back.wait()  # the disk-full state ends during this attempt
+                raise DiskFullError("database or disk is full")
+            await real_execute(run_id)
+
+        monkeypatch.setattr(runner, "execute", execute)
+        ctx = await chat_context(gw, ORIGIN)
+        (run_id,) = await spawn_runs(gw, ctx, ["job late"])
+        (run,) = await wait_final(gw, [run_id], GUARD_SECONDS)
+        settled_item = await gw.delivery(run_id)
+
+    assert attempts == [run_id, run_id]
+    assert run.status == "done"
+    assert settled_item.state == "delivered"
