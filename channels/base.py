@@ -58,15 +58,27 @@ class OutboundMessage:
     #: The outbox item this message delivers: the same on every attempt, so a channel can
     #: make a resend idempotent or find an earlier attempt in the chat. None for replies.
     outbox_id: int | None = None
+    #: The recorded inbound message this reply answers: the same when the reply is posted
+    #: again after a crash, so a channel can find the first one. None for other messages.
+    reply_to: str | None = None
+
+    @property
+    def traceable(self) -> bool:
+        """Whether an earlier send of this message can be found in the chat (an outbox
+        item, or the reply to a recorded message)."""
+        return self.outbox_id is not None or self.reply_to is not None
 
     def delivery_token(self, part: int = 0) -> str | None:
-        """A short id of part ``part`` of this outbox item's message, the same on every
-        attempt and unique across gateways (it covers the run id): 24 hex digits, within
-        Discord's 25-character nonce. None when the message is no outbox item."""
-        if self.outbox_id is None:
+        """A short id of part ``part`` of this message, the same on every attempt and unique
+        across gateways (it covers the run id, or the inbound message's id): 24 hex digits,
+        within Discord's 25-character nonce. None for a message that is not traceable."""
+        if self.outbox_id is not None:
+            seed = f"herald:{self.outbox_id}:{self.run_id or ''}:{part}"
+        elif self.reply_to is not None:
+            seed = f"herald:reply:{self.reply_to}:{part}"
+        else:
             return None
-        seed = f"herald:{self.outbox_id}:{self.run_id or ''}:{part}".encode()
-        return hashlib.blake2b(seed, digest_size=12).hexdigest()
+        return hashlib.blake2b(seed.encode(), digest_size=12).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -266,7 +266,7 @@ class DiscordChannel(Channel):
         target = client.get_partial_messageable(int(message.chat_id))
         sent = self._partial.pop(message, [])
         for index in range(len(sent), len(parts)):
-            # An outbox item's nonce makes a resend idempotent (discord.py always sends
+            # A traceable message's nonce makes a resend idempotent (discord.py always sends
             # enforce_nonce with it); other messages get a random one, as discord.py would.
             nonce = message.delivery_token(index) or secrets.randbits(64)
             try:

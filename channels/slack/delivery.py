@@ -103,13 +103,19 @@ def _retry_after(response: Any) -> float | None:
 
 
 def announce_metadata(message: OutboundMessage, part: int, parts: int) -> dict[str, Any] | None:
-    """The message metadata of chunk ``part`` of ``parts`` of an outbox item (None for
-    other messages): what :mod:`channels.slack.lookup` looks for."""
-    if message.outbox_id is None:
+    """The message metadata of chunk ``part`` of ``parts`` of an outbox item or of the
+    reply to a recorded message (None for other messages): what
+    :mod:`channels.slack.lookup` looks for. The event type stays ``herald_announce`` for
+    both, so messages posted before replies carried metadata are still found."""
+    if not message.traceable:
         return None
-    payload: dict[str, Any] = {"outbox_id": message.outbox_id, "part": part, "parts": parts}
+    payload: dict[str, Any] = {"part": part, "parts": parts}
+    if message.outbox_id is not None:
+        payload["outbox_id"] = message.outbox_id
     if message.run_id is not None:
         payload["run_id"] = message.run_id
+    if message.reply_to is not None:
+        payload["reply_to"] = message.reply_to
     return {"event_type": ANNOUNCE_EVENT_TYPE, "event_payload": payload}
 
 

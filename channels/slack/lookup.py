@@ -45,7 +45,8 @@ class Found:
 
 
 async def find_chunks(client: AsyncWebClient, message: OutboundMessage, since: float) -> Found:
-    """The chunks of outbox item ``message`` posted at or after ``since`` (epoch seconds).
+    """The chunks of ``message`` (an outbox item or a traceable reply) posted at or after
+    ``since`` (epoch seconds).
 
     Raises :class:`ChannelSendError` (classified like a send) when Slack refuses or fails.
     """
@@ -125,7 +126,11 @@ def _chunk_of(item: Mapping[str, Any], message: OutboundMessage) -> int | None:
     payload = metadata.get("event_payload")
     if not isinstance(payload, Mapping):
         return None
-    if payload.get("outbox_id") != message.outbox_id or payload.get("run_id") != message.run_id:
+    if (payload.get("outbox_id"), payload.get("run_id"), payload.get("reply_to")) != (
+        message.outbox_id,
+        message.run_id,
+        message.reply_to,
+    ):
         return None
     part = payload.get("part")
     return part if isinstance(part, int) and not isinstance(part, bool) else None

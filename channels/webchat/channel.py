@@ -16,9 +16,9 @@ gateway as an :class:`InboundMessage` (``chat_id`` = ``sender_id`` = the client 
 Sends to a client without an open page are kept (bounded) and replayed on its next hello.
 
 An announce (an outbox item) gets a message id made from its item, the same on every
-attempt: a resend after a crash is dropped by the server's history (which already holds that
-id) and by the page (which shows each id once), and :meth:`WebchatChannel.find_delivered`
-answers from the history.
+attempt (a reply to a recorded message, one made from that message): a resend after a crash
+is dropped by the server's history (which already holds that id) and by the page (which
+shows each id once), and :meth:`WebchatChannel.find_delivered` answers from the history.
 
 In a cluster of gateway replicas (a :class:`~channels.webchat.relay.Relay` given) a
 client's pages may be on one replica while another sends to it: every send goes to the
@@ -181,7 +181,7 @@ class WebchatChannel(Channel):
             )
         self._refresh(client)
         message_id = self._record(
-            client, message.kind, message.text, message.run_id, _outbox_message_id(message)
+            client, message.kind, message.text, message.run_id, _traced_message_id(message)
         )
         log.debug(
             "web chat message",
@@ -199,9 +199,9 @@ class WebchatChannel(Channel):
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
         """Found when the client's history (kept on disk before any page is sent the
-        message) holds the announce's message id."""
+        message) holds the message's id (an announce's, or a traced reply's)."""
         client = self._client_for(message.chat_id)
-        message_id = _outbox_message_id(message)
+        message_id = _traced_message_id(message)
         if client is not None:
             self._refresh(client)
         if client is None or message_id is None or not client.has_message(message_id):
@@ -388,8 +388,10 @@ class WebchatChannel(Channel):
                 log.warning("web chat socket close failed", extra={"error": repr(result)})
 
 
-def _outbox_message_id(message: OutboundMessage) -> str | None:
-    """The message id of an outbox item's message, the same on every attempt (None for
-    other messages, which get a fresh id)."""
+def _traced_message_id(message: OutboundMessage) -> str | None:
+    """The message id of an outbox item's message or of the reply to a recorded message,
+    the same on every attempt (None for other messages, which get a fresh id)."""
     token = message.delivery_token()
-    return None if token is None else f"outbox-{token}"
+    if token is None:
+        return None
+    return f"{'outbox' if message.outbox_id is not None else 'reply'}-{token}"

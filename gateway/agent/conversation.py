@@ -45,6 +45,9 @@ class TurnResult:
     usage: Usage
     cost_usd: float | None
     ended_by: EndedBy | None
+    #: The reply was read from the transcript (a resumed turn had one): an earlier process
+    #: may have posted it already.
+    recorded: bool = False
 
 
 class Conversations:
@@ -75,7 +78,7 @@ class Conversations:
         self.histories.forget(key)
         history = await self.store.chat_messages(key)
         if history and history[-1].role == "assistant" and not history[-1].tool_calls:
-            return TurnResult(history[-1].content, Usage(), None, "reply")
+            return TurnResult(history[-1].content, Usage(), None, "reply", recorded=True)
         return await self._run(key, None, origin, None)
 
     async def write_in(self, key: str, text: str, meta: dict[str, Any]) -> bool:

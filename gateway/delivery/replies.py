@@ -53,20 +53,23 @@ class Replier:
     def __repr__(self) -> str:
         return f"<Replier channels={sorted(self._channels)}>"
 
-    async def reply(self, origin: Origin, text: str, kind: OutboundKind = "reply") -> bool:
-        """Send ``text`` to ``origin``'s chat and thread; False when it could not be sent."""
+    async def reply(
+        self,
+        origin: Origin,
+        text: str,
+        kind: OutboundKind = "reply",
+        *,
+        reply_to: str | None = None,
+    ) -> bool:
+        """Send ``text`` to ``origin``'s chat and thread; False when it could not be sent.
+
+        ``reply_to`` (the recorded inbound message a turn's reply answers) marks the post
+        so that :meth:`delivered` can find it after a crash."""
         channel = self._channels.get(origin.channel)
         if channel is None:
             logger.info("no channel for reply", extra={"channel": origin.channel})
             return False
-        message = OutboundMessage(
-            channel=origin.channel,
-            account=origin.account,
-            chat_id=origin.chat_id,
-            thread_id=origin.thread_id,
-            text=text,
-            kind=kind,
-        )
+        message = _message(origin, text, kind, reply_to)
         try:
             await send_reply(channel, message)
         except ChannelSendError as exc:
@@ -76,3 +79,41 @@ class Replier:
             )
             return False
         return True
+
+    async def delivered(self, origin: Origin, text: str, reply_to: str, since: float) -> bool:
+        """Whether the reply ``text`` to recorded message ``reply_to`` is in the chat already
+        (posted by a process that died before it could record so). A chat that cannot tell
+        counts as delivered, as for announces: a person must not get the same answer twice.
+        A failed lookup counts as not delivered: better twice than never."""
+        channel = self._channels.get(origin.channel)
+        if channel is None:
+            return False
+        message = _message(origin, text, "reply", reply_to)
+        try:
+            lookup = await channel.find_delivered(message, since)
+        except ChannelSendError as exc:
+            logger.warning(
+                "reply lookup failed; posting it",
+                extra={"channel": origin.channel, "error": str(exc)},
+            )
+            return False
+        if lookup.outcome == "unknown":
+            logger.warning(
+                "reply may be in the chat already; not posted again",
+                extra={"channel": origin.channel, "detail": lookup.detail},
+            )
+        return lookup.outcome != "not_found"
+
+
+def _message(
+    origin: Origin, text: str, kind: OutboundKind, reply_to: str | None
+) -> OutboundMessage:
+    return OutboundMessage(
+        channel=origin.channel,
+        account=origin.account,
+        chat_id=origin.chat_id,
+        thread_id=origin.thread_id,
+        text=text,
+        kind=kind,
+        reply_to=reply_to,
+    )

@@ -105,7 +105,16 @@ class ChatTurns:
         key, origin = session.key, origin_of(inbound)
 
         async def work() -> str | None:
-            return (await self._conversations.resume(key, origin=origin)).text
+            result = await self._conversations.resume(key, origin=origin)
+            if (
+                result.recorded
+                and result.text is not None
+                and await self._replier.delivered(
+                    origin, result.text, inbound_id, inbound.received_at
+                )
+            ):
+                return None  # the dead process posted it after writing it
+            return result.text
 
         return self._submit(key, work, inbound, "reply", inbound_id)
 
@@ -150,7 +159,7 @@ class ChatTurns:
         inbound_id: str | None,
     ) -> None:
         try:
-            await self._answer(key, work, inbound, kind)
+            await self._answer(key, work, inbound, kind, inbound_id)
         finally:
             if inbound_id is not None:
                 await asyncio.shield(self._handled(inbound_id))
@@ -170,8 +179,10 @@ class ChatTurns:
         work: Callable[[], Awaitable[str | None]],
         inbound: InboundMessage | None,
         kind: OutboundKind,
+        inbound_id: str | None,
     ) -> None:
         reply: str | None
+        reply_to: str | None = None
         channel = self._channels.get(inbound.channel) if inbound else None
         try:
             async with self._main_lane.slot():
@@ -179,6 +190,7 @@ class ChatTurns:
                 async with working or contextlib.nullcontext():
                     try:
                         reply = await work()
+                        reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
                         lost = SESSION_LOCK_LOST in stop.args
                         text = LOCK_LOST_REPLY if lost else STOPPED_REPLY
@@ -188,7 +200,7 @@ class ChatTurns:
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY
         if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
-            await self._replier.reply(origin, reply, kind)
+            await self._replier.reply(origin, reply, kind, reply_to=reply_to)
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
         """Where a turn's answer goes: the chat and thread of the message it answers (the

@@ -7,7 +7,9 @@ again, and the gateway remembers it as seen, so a retry would be dropped too) th
 killed with SIGKILL. Restarted on the same state, the gateway runs the mention's turn: Slack
 receives the answer exactly once, the transcript holds the message once, and no message is
 left waiting. Killed once the turn wrote the message to the transcript, the message is not
-written twice.
+written twice. Killed after the answer was posted but before its message was cleared, the
+restarted gateway finds the answer in the chat (its metadata names the message) and does
+not post it again.
 """
 
 from __future__ import annotations
@@ -89,6 +91,26 @@ def user_lines(state_dir: Path, text: str) -> int:
     return found
 
 
+def recorded_rows(state_dir: Path) -> list[tuple[Any, ...]]:
+    """The ``inbound`` rows as they are now (to put back, as a kill before their delete
+    would have left them)."""
+    with contextlib.closing(sqlite3.connect(state_dir / STATE_DB_NAME)) as conn:
+        return conn.execute("SELECT * FROM inbound").fetchall()
+
+
+def put_back(state_dir: Path, rows: list[tuple[Any, ...]]) -> None:
+    with contextlib.closing(sqlite3.connect(state_dir / STATE_DB_NAME)) as conn, conn:
+        marks = ", ".join("?" * len(rows[0]))
+        conn.executemany(f"INSERT INTO inbound VALUES ({marks})", rows)
+
+
+async def cleared(state_dir: Path) -> None:
+    """Wait until no message is left waiting (the turn ended, just after its answer)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while waiting(state_dir):  # noqa: ASYNC110 - no event to wait on
+            await asyncio.sleep(0.02)
+
+
 def waiting(state_dir: Path) -> int:
     """Messages recorded and not yet handled."""
     with contextlib.closing(sqlite3.connect(state_dir / STATE_DB_NAME)) as conn:
@@ -102,12 +124,13 @@ async def transcribed(state_dir: Path, text: str) -> None:
             await asyncio.sleep(0.02)
 
 
-@pytest.mark.parametrize("kill_at", ["acked", "transcribed"])
+@pytest.mark.parametrize("kill_at", ["acked", "transcribed", "answered"])
 async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
     tmp_path: Path, slack: FakeSlack, kill_at: str
 ) -> None:
-    """Killed right after the 200 (the turn perhaps not begun), or once the turn wrote the
-    message to the transcript (then it is not written again: the turn goes on from there)."""
+    """Killed right after the 200 (the turn perhaps not begun), once the turn wrote the
+    message to the transcript (then it is not written again: the turn goes on from there),
+    or once the answer was posted (then it is not posted again)."""
     port = free_port()
     config = str(gateway_config(tmp_path, port, slack))
     env = clean_env()
@@ -116,20 +139,25 @@ async def test_a_mention_acked_then_killed_is_answered_once_after_restart(
         await started(first)
         status = await slack.send_event(f"{first.url}/slack/events", event)
         assert status == 200
-        if kill_at == "transcribed":
+        if kill_at in ("transcribed", "answered"):
             await transcribed(tmp_path / "state", "the held question")
-        await first.kill()  # the turn is held by the model: it has not answered
-    assert not [p for p in slack.posts if ANSWER in p.text]
+        if kill_at == "answered":
+            rows = recorded_rows(tmp_path / "state")
+            await cleared(tmp_path / "state")
+            await first.kill()
+            # What a kill between the answer's post and the row's delete leaves behind.
+            put_back(tmp_path / "state", rows)
+            assert len([p for p in slack.posts if ANSWER in p.text]) == 1
+        else:
+            await first.kill()  # the turn is held by the model: it has not answered
+            assert not [p for p in slack.posts if ANSWER in p.text]
 
     async with herald("run", "--config", config, env=env, port=port) as second:
         await started(second)
         await slack.wait_for(
             lambda: any(ANSWER in p.text for p in slack.posts), within=HANG_GUARD_SECONDS
         )
-        # Cleared once the turn ended (just after its answer was posted).
-        async with asyncio.timeout(HANG_GUARD_SECONDS):
-            while waiting(tmp_path / "state"):  # noqa: ASYNC110 - no event to wait on
-                await asyncio.sleep(0.02)
+        await cleared(tmp_path / "state")  # once the turn ended, after its answer
         await second.kill()
 
     answers = [p for p in slack.posts if ANSWER in p.text]
