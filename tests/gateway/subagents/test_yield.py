@@ -86,6 +86,26 @@ def script() -> dict[str, Any]:
     return data
 
 
+def quick_first(gw: Harness) -> None:
+    """Hold a batch's timeout, once due, until its run labelled ``quick`` is final: how soon a
+    queued run starts depends on the machine's load, what the test checks does not."""
+    batches = gw.subagents.batches
+    due = batches._due
+
+    async def when_quick_is_done(batch_id: str) -> None:
+        (quick,) = [r for r in await gw.db.runs.list() if r.label == "quick"]
+        await gw.finished(quick.run_id)
+        due(batch_id)
+
+    def held_due(batch_id: str) -> None:
+        task = asyncio.ensure_future(when_quick_is_done(batch_id))
+        held.add(task)
+        task.add_done_callback(held.discard)
+
+    held: set[asyncio.Task[None]] = set()
+    batches._due = held_due  # type: ignore[method-assign]
+
+
 def replies(gw: Harness) -> list[OutboundMessage]:
     return [m for m in gw.channel.sent if m.kind == "reply"]
 
@@ -144,6 +164,7 @@ async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_la
     database_url: str | None,
 ) -> None:
     async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
+        quick_first(gw)
         await gw.say("fanslow", thread_id="t1")
         (followup,) = await gw.wait_sent(lambda m: m.kind == "reply")
         body, _, stats = followup.text.partition("\n\n")
