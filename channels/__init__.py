@@ -13,6 +13,7 @@ from channels.base import (
     RunUpdate,
     SentMessage,
 )
+from channels.cursors import ChatCursor, ChatCursors, MemoryCursors
 from channels.errors import ChannelError, ChannelSendError, ChannelStartError
 from channels.leadership import AlwaysLeader, Leadership, Lease
 from channels.probe import ProbeOutcome, ProbeResult
@@ -25,6 +26,8 @@ __all__ = [
     "ChannelSendError",
     "ChannelStartError",
     "ChannelState",
+    "ChatCursor",
+    "ChatCursors",
     "ChatType",
     "DeliveryLookup",
     "InboundHandler",
@@ -32,6 +35,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "LookupOutcome",
+    "MemoryCursors",
     "MemorySeenKeys",
     "OutboundKind",
     "OutboundMessage",

@@ -35,6 +35,7 @@ from gateway.wiring import (
     STATE,
     TIMING,
     Lanes,
+    StateCursors,
     StateSeenKeys,
     Timing,
     build_channels,
@@ -95,7 +96,9 @@ def build_app(
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
         links = cluster_links(holder.current, app[TIMING])
-        channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=links)
+        channels = build_channels(
+            holder.current, seen=StateSeenKeys(app), cursors=StateCursors(app), cluster=links
+        )
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the
     # drain delivers while every channel is still connected.

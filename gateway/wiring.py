@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from channels import Channel, Leadership, SeenKeys
+from channels import Channel, ChatCursor, ChatCursors, Leadership, SeenKeys
 from channels.webchat.relay import Relay
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
@@ -230,6 +230,20 @@ class StateSeenKeys:
         return await self._app[STATE].seen.first_sighting(keys, ttl_seconds)
 
 
+class StateCursors:
+    """The channels' newest message taken per chat (:class:`channels.cursors.ChatCursors`),
+    in the state database of ``app``, looked up at each call as :class:`StateSeenKeys`."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+
+    async def advance(self, cursor: ChatCursor) -> None:
+        await self._app[STATE].cursors.advance(cursor)
+
+    async def recent(self, channel: str, account: str, since: float) -> list[ChatCursor]:
+        return await self._app[STATE].cursors.recent(channel, account, since)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterLinks:
     """What channels share with the other replicas of a cluster: the lock of a channel's
@@ -260,10 +274,12 @@ def build_channels(
     settings: HeraldSettings,
     *,
     seen: SeenKeys | None = None,
+    cursors: ChatCursors | None = None,
     cluster: ClusterLinks | None = None,
 ) -> dict[str, Channel]:
     """The enabled channels, not yet started; ``seen`` remembers the events they handled,
-    ``cluster`` links them to the other replicas."""
+    ``cursors`` the newest message taken per chat (for Discord's catch-up), ``cluster``
+    links them to the other replicas."""
     channels: dict[str, Channel] = {}
     config = settings.channels
     if config.slack.enabled:
@@ -274,7 +290,9 @@ def build_channels(
         from channels.discord import DiscordChannel
 
         leadership = cluster.leadership if cluster is not None else None
-        channels["discord"] = DiscordChannel(config.discord, leadership=leadership)
+        channels["discord"] = DiscordChannel(
+            config.discord, leadership=leadership, seen=seen, cursors=cursors
+        )
     if config.webchat.enabled:
         from channels.webchat import WebchatChannel
 

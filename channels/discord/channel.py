@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
@@ -36,7 +37,9 @@ from channels.base import (
     SentMessage,
 )
 from channels.config_base import secret_value
+from channels.cursors import ChatCursor, ChatCursors, MemoryCursors
 from channels.discord._sdk import discord
+from channels.discord.catchup import CATCHUP_MAX_AGE, read_missed
 from channels.discord.client import Client, discord_intents
 from channels.discord.config import DiscordConfig
 from channels.discord.endpoints import (
@@ -55,6 +58,7 @@ from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+from channels.replay import MemorySeenKeys, SeenKeys
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,9 @@ MAX_RATELIMIT_WAIT = 30.0
 #: Partly delivered multi-part replies remembered so that a retry skips the parts sent.
 PARTIAL_SENDS_KEPT = 128
 
+#: Message ids remembered in memory when the seen keys cannot be recorded.
+SEEN_FALLBACK_CAPACITY = 10_000
+
 #: Replies never notify anyone: no @everyone/@here, no roles, no users, no reply pings.
 NO_PINGS = discord.AllowedMentions.none()
 
@@ -92,10 +99,23 @@ class DiscordChannel(Channel):
         start_timeout: float = START_TIMEOUT,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
         leadership: Leadership | None = None,
+        seen: SeenKeys | None = None,
+        cursors: ChatCursors | None = None,
     ) -> None:
         """``leadership``: in a cluster, the lock that decides which replica connects to
-        the gateway (see the module docstring); without it this channel always connects."""
+        the gateway (see the module docstring); without it this channel always connects.
+        ``seen`` remembers the messages handed on, so that one read again after READY (or
+        by another replica) is dropped; ``cursors`` the newest message taken per chat, read
+        from after a fresh gateway session (:mod:`.catchup`). Both default to memory."""
         self.name = name
+        self._fallback = MemorySeenKeys(SEEN_FALLBACK_CAPACITY)
+        self._seen: SeenKeys = seen if seen is not None else self._fallback
+        self._seen_failing = False
+        self._cursors: ChatCursors = cursors if cursors is not None else MemoryCursors()
+        #: Live messages held back while a catch-up hands on the older ones (None: none runs).
+        self._held: list[InboundMessage] | None = None
+        self._catch_up_task: asyncio.Task[None] | None = None
+        self._catch_up_again = False
         self._leadership = leadership
         self._leading = False
         self._config = config
@@ -228,7 +248,11 @@ class DiscordChannel(Channel):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), STOP_TIMEOUT)
         await asyncio.wait({task}, timeout=STOP_GRACE)
-        pending = [t for t in (task, self._consumer, *self._event_tasks) if t and not t.done()]
+        catch_up, self._catch_up_task = self._catch_up_task, None
+        self._held = None
+        pending = [
+            t for t in (task, self._consumer, catch_up, *self._event_tasks) if t and not t.done()
+        ]
         for leftover in pending:
             leftover.cancel()
         await asyncio.gather(*pending, task, return_exceptions=True)
@@ -367,6 +391,8 @@ class DiscordChannel(Channel):
         if connected and self._client is not None and self._client.user is not None:
             self._me = self._client.user.id
             self._ready.set()
+            if why == "ready":  # a fresh session: Discord replays nothing it missed
+                self._start_catch_up()
         if connected != self._connected:
             log.info("%s channel %s", self.name, why)
         self._connected = connected
@@ -384,6 +410,9 @@ class DiscordChannel(Channel):
         )
         if inbound is None:
             return
+        if self._held is not None:  # after the older messages a catch-up is reading
+            self._held.append(inbound)
+            return
         current = asyncio.current_task()
         if current is not None:
             self._event_tasks.add(current)
@@ -393,15 +422,111 @@ class DiscordChannel(Channel):
             if current is not None:
                 self._event_tasks.discard(current)
 
+    # internals: catching up after a fresh session
+
+    def _start_catch_up(self) -> None:
+        if self._catch_up_task is not None and not self._catch_up_task.done():
+            self._catch_up_again = True  # the running one reads once more when done
+            return
+        self._held = []
+        self._catch_up_task = asyncio.create_task(self._catch_up(), name=f"{self.name}-catch-up")
+
+    async def _catch_up(self) -> None:
+        try:
+            again = True
+            while again and not self._stopping:
+                self._catch_up_again = False
+                await self._catch_up_once()
+                again = self._catch_up_again
+        except Exception:
+            log.exception("%s channel: catching up after READY failed", self.name)
+        finally:
+            held, self._held = self._held, None
+            for inbound in held or []:
+                await self._inbound.put(inbound)
+
+    async def _catch_up_once(self) -> None:
+        client, me = self._client, self._me
+        if client is None or me is None:
+            return
+        now = time.time()
+        cursors = await self._cursors.recent(self.name, str(me), now - CATCHUP_MAX_AGE)
+        found = 0
+        for cursor in cursors:
+            try:
+                missed = await read_missed(client, cursor, now)
+            except Exception as exc:
+                if send_error(exc) is None:
+                    raise
+                log.warning(
+                    "%s channel: cannot read chat %s to catch up: %s",
+                    self.name,
+                    cursor.chat_id,
+                    send_error(exc),
+                )
+                continue
+            for message in missed:
+                inbound = to_inbound(
+                    message,
+                    me=me,
+                    channel_name=self.name,
+                    require_mention=self._config.require_mention,
+                )
+                if inbound is not None:
+                    found += 1
+                    await self._inbound.put(inbound)
+        if found:
+            log.info(
+                "%s channel: %d messages sent while no connection was up handed on",
+                self.name,
+                found,
+            )
+
+    # internals: handing messages on, each once
+
     async def _deliver(self, handler: InboundHandler) -> None:
         while True:
             inbound = await self._inbound.get()
+            if not await self._first_sighting(inbound):
+                log.debug("%s: message %s handed on already", self.name, inbound.message_id)
+                continue
             try:
                 await handler(inbound)
             except Exception:
                 log.exception(
                     "%s inbound handler failed for message %s", self.name, inbound.message_id
                 )
+            await self._advance(inbound)
+
+    async def _first_sighting(self, inbound: InboundMessage) -> bool:
+        """Whether ``inbound`` was not handed on before (live, by a catch-up, by another
+        replica); remembered as long as a catch-up reaches back."""
+        keys = [f"{self.name}:msg:{inbound.chat_id}:{inbound.message_id}"]
+        try:
+            new = await self._seen.first_sighting(keys, CATCHUP_MAX_AGE)
+        except Exception as exc:
+            if not self._seen_failing:
+                log.warning(
+                    "%s: cannot record seen messages (%s); remembering in memory", self.name, exc
+                )
+            self._seen_failing = True
+            return self._fallback.first_sighting_now(keys, CATCHUP_MAX_AGE)
+        if self._seen_failing:
+            log.info("%s: recording seen messages again", self.name)
+            self._seen_failing = False
+        return new
+
+    async def _advance(self, inbound: InboundMessage) -> None:
+        """The handler took ``inbound``: a later catch-up reads its chat from after it."""
+        if inbound.message_id is None or not inbound.message_id.isdigit():
+            return
+        cursor = ChatCursor(
+            self.name, inbound.account, inbound.chat_id, inbound.chat_type, int(inbound.message_id)
+        )
+        try:
+            await self._cursors.advance(cursor)
+        except Exception as exc:  # the next catch-up reads from an older message: seen drops it
+            log.warning("%s: cannot record the chat's newest message: %s", self.name, exc)
 
     async def _keep_typing(self, client: Client, channel_id: int) -> None:
         target = client.get_partial_messageable(channel_id)

@@ -59,8 +59,12 @@ def strip_mentions(text: str, me: int, role_ids: set[int] | frozenset[int] = fro
 
 
 def is_dm(message: discord.Message) -> bool:
-    """True for a direct message to the bot (never for a guild channel or thread)."""
-    return isinstance(message.channel, discord.DMChannel)
+    """True for a direct message to the bot (never for a guild channel or thread); a
+    message read back from a DM's history has a partial channel of the private type."""
+    channel = message.channel
+    if isinstance(channel, discord.PartialMessageable):
+        return channel.type == discord.ChannelType.private
+    return isinstance(channel, discord.DMChannel)
 
 
 def to_inbound(

@@ -11,6 +11,7 @@ from gateway.state.backend import (
 )
 from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
+from gateway.state.cursors import CursorTable
 from gateway.state.db import StateDB
 from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
@@ -59,6 +60,7 @@ __all__ = [
     "ClaimsTable",
     "Cleanup",
     "Completion",
+    "CursorTable",
     "DiskFullError",
     "InboundRecord",
     "InboundTable",

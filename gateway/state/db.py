@@ -44,6 +44,7 @@ from gateway.state import diskfull
 from gateway.state._group import WriteGroups
 from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
+from gateway.state.cursors import CursorTable
 from gateway.state.diskfull import Headroom, SpaceMonitor, is_sqlite_full
 from gateway.state.errors import (
     DiskFullError,
@@ -100,6 +101,7 @@ class StateDB:
         self.claims = ClaimsTable(self)
         self.seen = SeenTable(self)
         self.inbound = InboundTable(self)
+        self.cursors = CursorTable(self)
         self.replicas = ReplicasTable(self)
         #: The disk-full state of the state directory (transcripts report to it too).
         self.space = SpaceMonitor(self._probe_space)

@@ -52,6 +52,10 @@ replica running the batch's follow-up). One process on SQLite records its own na
 Version 10 keeps the chat messages acknowledged to their chat whose turn has not run yet
 (``inbound``, each deleted once its turn ended), so a crash between the acknowledgement and
 the turn loses no message: they are run again at start, or by a survivor in a cluster.
+
+Version 11 keeps, per chat of a channel, the newest message taken there (``chat_cursors``),
+so that after a fresh Discord session the channel reads what each chat received while no
+connection was up.
 """
 
 from __future__ import annotations
@@ -293,6 +297,22 @@ _V10: Final = (
     """,
 )
 
+#: The newest message taken per chat (Discord snowflakes fit in 64 bits); chats whose cursor
+#: moved recently are read again after a fresh gateway session.
+_V11: Final = (
+    """
+    CREATE TABLE chat_cursors (
+        channel TEXT NOT NULL,
+        account TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        chat_type TEXT NOT NULL,
+        message_id INTEGER NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (channel, account, chat_id)
+    ) WITHOUT ROWID
+    """,
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -304,5 +324,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V8,
     _V9,
     _V10,
+    _V11,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -3,7 +3,9 @@
 REST, under ``/api/v10``: ``GET /users/@me`` and ``GET /oauth2/applications/@me`` (what
 discord.py's login asks), ``POST /channels/{id}/messages``, ``GET /channels/{id}/messages``
 (``limit`` 1–100, default 50, with ``before``/``after``; newest first, as Discord answers),
-``POST /channels/{id}/typing`` and ``GET /channels/{id}``. A message create with a
+``POST /channels/{id}/typing`` and ``GET /channels/{id}``; a message sent while the bot was
+offline (:meth:`FakeDiscord.store_message`) is only listed, as Discord replays nothing to
+a fresh session. A message create with a
 ``nonce`` and ``enforce_nonce`` answers, within :attr:`FakeDiscord.nonce_window` seconds,
 with the message the bot already created with that nonce instead of a second one (nonces
 longer than 25 characters are refused, as Discord does); created messages echo the nonce,
@@ -28,6 +30,7 @@ send RECONNECT (op 7), or have IDENTIFY answered with a close code such as 4004.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import socket
 import time
@@ -410,6 +413,21 @@ class FakeDiscord:
         payload = self.message_payload(**fields)
         self.messages.setdefault(payload["channel_id"], []).append(payload)
         await self.dispatch("MESSAGE_CREATE", payload)
+        return payload
+
+    def store_message(self, *, at: float | None = None, **fields: Any) -> Json:
+        """A message a person sent while the bot had no gateway connection: it joins its
+        channel's messages (``GET /channels/{id}/messages`` lists it) and no event is sent,
+        buffered or replayed, as on Discord. ``at``: when it was sent (epoch seconds; now
+        by default), which its snowflake id and timestamp carry."""
+        payload = self.message_payload(**fields)
+        if at is not None:
+            payload["id"] = str((int(at * 1000) - DISCORD_EPOCH_MS) << 22)
+        sent = datetime.datetime.fromtimestamp(
+            ((int(payload["id"]) >> 22) + DISCORD_EPOCH_MS) / 1000, datetime.UTC
+        )
+        payload["timestamp"] = sent.isoformat()
+        self.messages.setdefault(payload["channel_id"], []).append(payload)
         return payload
 
     async def drop(self, code: int | None = 4000) -> None:

@@ -10,7 +10,9 @@ import pytest
 from pydantic import SecretStr
 
 from channels.base import InboundMessage
+from channels.cursors import ChatCursors
 from channels.discord import DiscordChannel, DiscordConfig
+from channels.replay import SeenKeys
 from tests.fakes.discord import (
     BOT_ID,
     WAIT_GUARD,
@@ -100,6 +102,8 @@ async def make_channel(fake_discord: FakeDiscord) -> AsyncIterator[MakeChannel]:
         gateway_url: str | None = None,
         start: bool = True,
         start_timeout: float = WAIT_GUARD,
+        seen: SeenKeys | None = None,
+        cursors: ChatCursors | None = None,
     ) -> Running:
         config = DiscordConfig(
             enabled=True,
@@ -109,7 +113,13 @@ async def make_channel(fake_discord: FakeDiscord) -> AsyncIterator[MakeChannel]:
             gateway_url=gateway_url or fake_discord.gateway_url,
         )
         # A short guild burst wait: the fake sends every GUILD_CREATE right after READY.
-        channel = DiscordChannel(config, start_timeout=start_timeout, guild_ready_timeout=0.01)
+        channel = DiscordChannel(
+            config,
+            start_timeout=start_timeout,
+            guild_ready_timeout=0.01,
+            seen=seen,
+            cursors=cursors,
+        )
         made.append(channel)
         running = Running(channel)
         if start:
