@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ async def answered(discord: FakeDiscord, text: str) -> None:
     await discord.wait_until(lambda: answers(discord)[text] > 0)
 
 
-def mention(text: str) -> dict[str, object]:
+def mention(text: str) -> dict[str, Any]:
     return {
         "channel_id": GENERAL,
         "guild_id": GUILD,
