@@ -118,6 +118,8 @@ class RecordedRequest:
     path: str
     body: Any
     authorized: bool
+    #: The query string's parameters (``after``, ``limit``…).
+    query: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +473,9 @@ class FakeDiscord:
             raw = await request.read()
             body = json.loads(raw) if request.content_type == "application/json" else None
         authorized = request.headers.get("Authorization") == f"Bot {self.token}"
-        self.requests.append(RecordedRequest(request.method, path, body, authorized))
+        self.requests.append(
+            RecordedRequest(request.method, path, body, authorized, dict(request.query))
+        )
         await self._note()
         creates = request.method == "POST" and path.endswith("/messages")
         cut = self._cuts[0] if authorized and creates and self._cuts else None
