@@ -262,13 +262,14 @@ class PgStateDB(StateDB):
 
     def _in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._connection("writer")
-        conn.execute_native("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        # Sent with fn's first statement, in one message (a round trip less per write).
+        conn.begin_with_next("BEGIN ISOLATION LEVEL SERIALIZABLE")
         try:
             result = fn(cast(sqlite3.Connection, conn))
-            conn.execute_native("COMMIT")
+            conn.end("COMMIT")
         except BaseException:
             if not conn.closed:
-                conn.execute_native("ROLLBACK")
+                conn.end("ROLLBACK")
             raise
         return result
 

@@ -315,4 +315,4 @@ class Announcer:
                     await self._archive.schedule(run.child_session_key, due)
         except Exception:
             logger.exception("archiving a sub-agent session failed", extra={"run_id": run.run_id})
-        await self._feed.changed(run.run_id)
+        await self._feed.changed(run.run_id, run)
