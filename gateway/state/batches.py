@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.state._sql import (
@@ -48,8 +48,12 @@ _FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
 class BatchesTable:
     """Data access for ``batches`` and the orchestration writes on ``runs``."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, *, session_changed: Callable[[str], None] = lambda key: None
+    ) -> None:
         self._db = db
+        #: Told the key of a session row a write here changed (the sessions cache drops it).
+        self._session_changed = session_changed
 
     async def form(self, batch: BatchRecord) -> BatchRecord | None:
         """Record ``batch`` over every live run ``batch.session_key`` spawned that is in no
@@ -189,8 +193,7 @@ class BatchesTable:
         run belongs to a batch (its announce is ``consumed``: the batch's follow-up speaks
         for it) or a ``wait`` holds it (``held``: the waiter takes it, or releases it with
         :meth:`release`). With ``archive_due_at``, the run's child session (unless
-        archived) is due for archiving then, in the same write (the caller drops it from
-        the sessions cache)."""
+        archived) is due for archiving then, in the same write."""
         allowed = frozenset(RUN_COLUMNS) - {"run_id"}
 
         def run(conn: sqlite3.Connection) -> RunRecord:
@@ -216,7 +219,10 @@ class BatchesTable:
                 )
             return after
 
-        return await self._db.write(run)
+        final = await self._db.write(run)
+        if archive_due_at is not None:
+            self._session_changed(final.child_session_key)
+        return final
 
     async def hold(self, run_ids: Sequence[str], *, by: str | None = None) -> None:
         """Mark live runs as waited for (a ``wait`` began on replica ``by``)."""

@@ -234,8 +234,6 @@ class Announcer:
         final = await self._db.batches.finish_run(
             run.run_id, changes, item, by=self._by, archive_due_at=due
         )
-        if due is not None:
-            self._db.sessions.forget(final.child_session_key)  # its row changed here
         return final, due
 
     def _archive_due(self, run: RunRecord) -> float | None:
