@@ -143,8 +143,12 @@ class ArchiveScheduler:
             self._notify(key, path)
         return len(results)
 
-    async def schedule(self, key: str, due_at: float | None = None) -> float | None:
-        """Archive ``key`` at ``due_at`` (default: now + archiveAfterMinutes); persisted.
+    async def schedule(
+        self, key: str, due_at: float | None = None, *, recorded: bool = False
+    ) -> float | None:
+        """Archive ``key`` at ``due_at`` (default: now + archiveAfterMinutes); persisted,
+        unless ``recorded`` says the caller already wrote ``due_at`` to the session's row
+        (a run's end writes it with the run's final status).
 
         Returns the due time, or None when auto-archive is disabled. Scheduling again
         replaces the earlier time.
@@ -152,7 +156,8 @@ class ArchiveScheduler:
         if not self.enabled or self._stopped:
             return None
         due = self._clock() + self._after if due_at is None else due_at
-        await self._store.db.sessions.set_archive_due(key, due)
+        if not recorded:
+            await self._store.db.sessions.set_archive_due(key, due)
         self._add_job(key, due)
         return due
 

@@ -70,9 +70,8 @@ class StoreSink:
             return
         self._unsaved, self._unsaved_cost = Usage(), None
         try:
-            await self.store.add_usage(self.session.key, usage, cost)
-            if self.run_id is not None:
-                await self.store.db.runs.add_usage(self.run_id, usage, cost)
+            # The run's totals in the same write as its session's.
+            await self.store.add_usage(self.session.key, usage, cost, run_id=self.run_id)
         except DiskFullError:  # logged once by the disk-full state; the transcript has it
             logger.debug("usage not saved: disk full", extra={"session": self.session.key})
         except Exception:

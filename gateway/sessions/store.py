@@ -324,10 +324,13 @@ class SessionStore:
         )
 
     async def add_usage(
-        self, key: str, usage: Usage, cost_usd: float | None = None
+        self, key: str, usage: Usage, cost_usd: float | None = None, *, run_id: str | None = None
     ) -> SessionRecord:
-        """Add a model call's usage (and cost, when priced) to the session's totals."""
-        return await self.db.sessions.add_usage(key, usage, cost_usd, at=self._clock())
+        """Add a model call's usage (and cost, when priced) to the session's totals, and to
+        those of the run ``run_id`` (the session's sub-agent run) in the same write."""
+        return await self.db.sessions.add_usage(
+            key, usage, cost_usd, at=self._clock(), run_id=run_id
+        )
 
     async def set_origin(self, key: str, origin: Origin | None) -> SessionRecord:
         """Record the chat, channel and thread the session's replies go to."""

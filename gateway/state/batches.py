@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.state._sql import (
@@ -34,10 +34,12 @@ from gateway.state.rows import (
     run_from_row,
     to_column_value,
 )
-from gateway.state.runs import count_live, is_live
+from gateway.state.runs import count_live, is_live, returned_run
 
-_SELECT = f"SELECT {column_list(BATCH_COLUMNS)} FROM batches"
-_RUN_SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
+_COLUMNS = column_list(BATCH_COLUMNS)
+_SELECT = f"SELECT {_COLUMNS} FROM batches"
+_RUN_COLUMNS = column_list(RUN_COLUMNS)
+_RUN_SELECT = f"SELECT {_RUN_COLUMNS} FROM runs"
 _UPDATABLE = frozenset(BATCH_COLUMNS) - {"batch_id"}
 _OUTBOX_INSERT = tuple(c for c in OUTBOX_COLUMNS if c != "id")
 _FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
@@ -46,8 +48,12 @@ _FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
 class BatchesTable:
     """Data access for ``batches`` and the orchestration writes on ``runs``."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, *, session_changed: Callable[[str], None] = lambda key: None
+    ) -> None:
         self._db = db
+        #: Told the key of a session row a write here changed (the sessions cache drops it).
+        self._session_changed = session_changed
 
     async def form(self, batch: BatchRecord) -> BatchRecord | None:
         """Record ``batch`` over every live run ``batch.session_key`` spawned that is in no
@@ -69,15 +75,15 @@ class BatchesTable:
                 "run_ids": run_ids,
                 "first_spawn_at": min(float(row[1]) for row in rows),
             }
-            conn.execute(
-                insert_sql("batches", BATCH_COLUMNS),
+            (row,) = conn.execute(
+                f"{insert_sql('batches', BATCH_COLUMNS)} RETURNING {_COLUMNS}",
                 [to_column_value(values[name]) for name in BATCH_COLUMNS],
-            )
+            ).fetchall()
             marks, ids = in_clause(run_ids)
             conn.execute(
                 f"UPDATE runs SET batch_id = ? WHERE run_id IN {marks}", [batch.batch_id, *ids]
             )
-            return _get(conn, batch.batch_id)
+            return batch_from_row(row)
 
         return await self._db.write(run)
 
@@ -96,11 +102,10 @@ class BatchesTable:
     async def update(self, batch_id: str, /, **changes: Any) -> BatchRecord:
         assignments, values = update_assignments("batches", changes, _UPDATABLE)
 
+        sql = f"UPDATE batches SET {assignments} WHERE batch_id = ? RETURNING {_COLUMNS}"
+
         def run(conn: sqlite3.Connection) -> BatchRecord:
-            sql = f"UPDATE batches SET {assignments} WHERE batch_id = ?"
-            if conn.execute(sql, [*values, batch_id]).rowcount != 1:
-                raise RecordNotFoundError("batches", batch_id)
-            return _get(conn, batch_id)
+            return _returned(conn, sql, [*values, batch_id], batch_id)
 
         return await self._db.write(run)
 
@@ -134,12 +139,14 @@ class BatchesTable:
                 conn.execute(
                     f"UPDATE runs SET batch_id = NULL WHERE run_id IN {live_marks}", live_ids
                 )
-            conn.execute(
+            claimed = _returned(
+                conn,
                 "UPDATE batches SET state = 'following', followup_started_at = ?,"
-                " claimed_by = ? WHERE batch_id = ?",
-                (now, by, batch_id),
+                f" claimed_by = ? WHERE batch_id = ? RETURNING {_COLUMNS}",
+                [now, by, batch_id],
+                batch_id,
             )
-            return _get(conn, batch_id), live
+            return claimed, live
 
         return await self._db.write(run)
 
@@ -162,12 +169,13 @@ class BatchesTable:
                 f" AND status IN {_FINAL_MARKS}",
                 [*ids, *_FINISHED],
             )
-            conn.execute(
+            return _returned(
+                conn,
                 "UPDATE batches SET state = 'done', reply_text = ?, ended_at = ?"
-                " WHERE batch_id = ?",
-                (reply_text, ended_at, batch_id),
+                f" WHERE batch_id = ? RETURNING {_COLUMNS}",
+                [reply_text, ended_at, batch_id],
+                batch_id,
             )
-            return _get(conn, batch_id)
 
         return await self._db.write(run)
 
@@ -178,12 +186,14 @@ class BatchesTable:
         item: OutboxRecord | None,
         *,
         by: str | None = None,
+        archive_due_at: float | None = None,
     ) -> RunRecord:
         """Make a run final: apply ``changes`` (its status and announce text), mark its
         completion pending (handed on ``by`` this replica), and queue ``item`` — unless the
         run belongs to a batch (its announce is ``consumed``: the batch's follow-up speaks
         for it) or a ``wait`` holds it (``held``: the waiter takes it, or releases it with
-        :meth:`release`)."""
+        :meth:`release`). With ``archive_due_at``, the run's child session (unless
+        archived) is due for archiving then, in the same write."""
         allowed = frozenset(RUN_COLUMNS) - {"run_id"}
 
         def run(conn: sqlite3.Connection) -> RunRecord:
@@ -199,12 +209,20 @@ class BatchesTable:
                 update["announce_state"] = "queued"
                 _insert_item(conn, item)
             assignments, values = update_assignments("runs", update, allowed)
-            conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
-            after = _run(conn, run_id)
+            sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_RUN_COLUMNS}"
+            after = returned_run(conn, sql, [*values, run_id], run_id)
             count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
+            if archive_due_at is not None:
+                conn.execute(
+                    "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
+                    (archive_due_at, after.child_session_key),
+                )
             return after
 
-        return await self._db.write(run)
+        final = await self._db.write(run)
+        if archive_due_at is not None:
+            self._session_changed(final.child_session_key)
+        return final
 
     async def hold(self, run_ids: Sequence[str], *, by: str | None = None) -> None:
         """Mark live runs as waited for (a ``wait`` began on replica ``by``)."""
@@ -230,16 +248,18 @@ class BatchesTable:
                 " AND batch_id IS NULL",
                 ids,
             ).fetchall()
-            taken = [run_from_row(row) for row in rows]
-            if taken:
-                marks2, ids2 = in_clause([r.run_id for r in taken])
-                conn.execute(
-                    "UPDATE runs SET completion = 'consumed', held = 0, announce_state ="
-                    " CASE WHEN announce_state = 'held' THEN 'consumed' ELSE announce_state END"
-                    f" WHERE run_id IN {marks2}",
-                    ids2,
-                )
-            return [_run(conn, r.run_id) for r in taken]
+            taken = [str(row["run_id"]) for row in rows]
+            if not taken:
+                return []
+            marks2, ids2 = in_clause(taken)
+            updated = conn.execute(
+                "UPDATE runs SET completion = 'consumed', held = 0, announce_state ="
+                " CASE WHEN announce_state = 'held' THEN 'consumed' ELSE announce_state END"
+                f" WHERE run_id IN {marks2} RETURNING {_RUN_COLUMNS}",
+                ids2,
+            ).fetchall()
+            by_id = {r.run_id: r for r in map(run_from_row, updated)}
+            return [by_id[run_id] for run_id in taken]
 
         return await self._db.write(run)
 
@@ -385,6 +405,16 @@ def _get(conn: sqlite3.Connection, batch_id: str) -> BatchRecord:
     if batch is None:
         raise RecordNotFoundError("batches", batch_id)
     return batch
+
+
+def _returned(
+    conn: sqlite3.Connection, sql: str, params: builtins.list[Any], batch_id: str
+) -> BatchRecord:
+    """The batch row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
+    rows = conn.execute(sql, params).fetchall()
+    if len(rows) != 1:
+        raise RecordNotFoundError("batches", batch_id)
+    return batch_from_row(rows[0])
 
 
 def _run(conn: sqlite3.Connection, run_id: str) -> RunRecord:

@@ -97,7 +97,7 @@ class StateDB:
         self.sessions = SessionsTable(self)
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
-        self.batches = BatchesTable(self)
+        self.batches = BatchesTable(self, session_changed=self.sessions.forget)
         self.claims = ClaimsTable(self)
         self.seen = SeenTable(self)
         self.inbound = InboundTable(self)

@@ -37,8 +37,11 @@ from gateway.state.rows import (
     to_column_value,
 )
 
-_SELECT = f"SELECT {column_list(OUTBOX_COLUMNS)} FROM outbox"
+_COLUMNS = column_list(OUTBOX_COLUMNS)
+_SELECT = f"SELECT {_COLUMNS} FROM outbox"
 _INSERT_COLUMNS = tuple(c for c in OUTBOX_COLUMNS if c != "id")
+#: The new row read back in the same statement (on PostgreSQL also no ``lastval()``).
+_INSERT_RETURNING = f"{insert_sql('outbox', _INSERT_COLUMNS)} RETURNING {_COLUMNS}"
 _UPDATABLE = frozenset(_INSERT_COLUMNS)
 _RUN_UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
 
@@ -52,15 +55,13 @@ class OutboxTable:
     async def insert(self, item: OutboxRecord) -> OutboxRecord:
         """Insert ``item`` (its ``id`` is ignored); returns it with the new id. A second
         item for the same ``run_id`` raises :class:`RecordConflictError`."""
-        sql = insert_sql("outbox", _INSERT_COLUMNS)
         values = [to_column_value(getattr(item, name)) for name in _INSERT_COLUMNS]
 
         def run(conn: sqlite3.Connection) -> OutboxRecord:
             try:
-                cursor = conn.execute(sql, values)
+                return _returned(conn, _INSERT_RETURNING, values, "new item")
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("outbox", exc) from exc
-            return _get(conn, "id", cursor.lastrowid)
 
         return await self._db.write(run)
 
@@ -72,19 +73,18 @@ class OutboxTable:
         """
         if item.run_id is None:
             raise ValueError("insert_for_run needs an item with a run_id")
-        sql = insert_sql("outbox", _INSERT_COLUMNS)
         values = [to_column_value(getattr(item, name)) for name in _INSERT_COLUMNS]
         assignments, run_values = update_assignments("runs", run_changes, _RUN_UPDATABLE)
         run_sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
 
         def run(conn: sqlite3.Connection) -> OutboxRecord:
             try:
-                cursor = conn.execute(sql, values)
+                inserted = _returned(conn, _INSERT_RETURNING, values, "new item")
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("outbox", exc) from exc
             if conn.execute(run_sql, [*run_values, item.run_id]).rowcount != 1:
                 raise RecordNotFoundError("runs", item.run_id)
-            return _get(conn, "id", cursor.lastrowid)
+            return inserted
 
         return await self._db.write(run)
 
@@ -96,15 +96,10 @@ class OutboxTable:
         assignments, values = update_assignments("outbox", changes, _UPDATABLE)
         run_assignments, run_values = update_assignments("runs", run_changes, _RUN_UPDATABLE)
 
+        sql = f"UPDATE outbox SET {assignments} WHERE id = ? RETURNING {_COLUMNS}"
+
         def run(conn: sqlite3.Connection) -> OutboxRecord:
-            if (
-                conn.execute(
-                    f"UPDATE outbox SET {assignments} WHERE id = ?", [*values, item_id]
-                ).rowcount
-                != 1
-            ):
-                raise RecordNotFoundError("outbox", item_id)
-            item = _get(conn, "id", item_id)
+            item = _returned(conn, sql, [*values, item_id], item_id)
             if item.run_id is not None:
                 conn.execute(
                     f"UPDATE runs SET {run_assignments} WHERE run_id = ?",
@@ -201,13 +196,12 @@ class OutboxTable:
         assignments, values = update_assignments("outbox", changes, _UPDATABLE)
         sql = (
             f"UPDATE outbox SET state = 'sending', {assignments}"
-            " WHERE id = ? AND state = 'pending' AND claimed_by = ?"
+            f" WHERE id = ? AND state = 'pending' AND claimed_by = ? RETURNING {_COLUMNS}"
         )
 
         def run(conn: sqlite3.Connection) -> OutboxRecord | None:
-            if conn.execute(sql, [*values, item_id, replica_id]).rowcount != 1:
-                return None
-            return _get(conn, "id", item_id)
+            rows = conn.execute(sql, [*values, item_id, replica_id]).fetchall()
+            return outbox_from_row(rows[0]) if rows else None
 
         return await self._db.write(run)
 
@@ -249,16 +243,13 @@ class OutboxTable:
     async def update(self, item_id: int, /, **changes: Any) -> OutboxRecord:
         """Set columns of one item; return the updated row (or raise RecordNotFoundError)."""
         assignments, values = update_assignments("outbox", changes, _UPDATABLE)
-        sql = f"UPDATE outbox SET {assignments} WHERE id = ?"
+        sql = f"UPDATE outbox SET {assignments} WHERE id = ? RETURNING {_COLUMNS}"
 
         def run(conn: sqlite3.Connection) -> OutboxRecord:
             try:
-                changed = conn.execute(sql, [*values, item_id]).rowcount
+                return _returned(conn, sql, [*values, item_id], item_id)
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("outbox", exc) from exc
-            if changed != 1:
-                raise RecordNotFoundError("outbox", item_id)
-            return _get(conn, "id", item_id)
 
         return await self._db.write(run)
 
@@ -300,8 +291,11 @@ def _find(conn: sqlite3.Connection, column: str, value: object) -> OutboxRecord 
     return outbox_from_row(row) if row is not None else None
 
 
-def _get(conn: sqlite3.Connection, column: str, value: object) -> OutboxRecord:
-    record = _find(conn, column, value)
-    if record is None:
-        raise RecordNotFoundError("outbox", value)
-    return record
+def _returned(
+    conn: sqlite3.Connection, sql: str, params: builtins.list[Any], key: object
+) -> OutboxRecord:
+    """The one row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
+    rows = conn.execute(sql, params).fetchall()
+    if len(rows) != 1:
+        raise RecordNotFoundError("outbox", key)
+    return outbox_from_row(rows[0])

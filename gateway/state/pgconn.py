@@ -116,6 +116,9 @@ class PgConnection:
 
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self.raw = conn
+        #: The statement opening a transaction, sent with the next statement (see
+        #: :meth:`begin_with_next`); None when nothing waits to be sent.
+        self._begin: str | None = None
 
     @classmethod
     def connect(cls, url: str, *, application_name: str, readonly: bool) -> PgConnection:
@@ -144,14 +147,40 @@ class PgConnection:
     def close(self) -> None:
         self.raw.close()
 
+    def begin_with_next(self, begin: str) -> None:
+        """Open a transaction with ``begin`` (PostgreSQL's SQL, no parameters) sent in one
+        message with the next statement: a round trip less per transaction. Parameters
+        are bound on the client, so the pair goes as one simple query, whose explicit
+        ``BEGIN`` keeps the transaction open after it. :meth:`end` commits or rolls back."""
+        self._begin = begin
+
+    def end(self, finish: str) -> None:
+        """``COMMIT`` or ``ROLLBACK`` the transaction :meth:`begin_with_next` opened; nothing
+        to send when no statement ran in it (its ``BEGIN`` was never sent)."""
+        if self._begin is not None:
+            self._begin = None
+            return
+        if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.execute_native(finish)
+
     def execute(self, sql: str, parameters: Iterable[Any] = ()) -> PgCursor:
         """Run one SQLite statement (rewritten for PostgreSQL) with ``?`` parameters."""
         cursor = self.raw.cursor()
         try:
-            cursor.execute(translate(sql), list(parameters))
+            self._send(cursor, translate(sql), list(parameters))
         except psycopg.Error as exc:
             raise as_sqlite_error(exc) from exc
         return PgCursor(self, cursor)
+
+    def _send(self, cursor: psycopg.Cursor[Row], sql: str, parameters: Sequence[Any]) -> None:
+        """Execute ``sql``, after the pending ``BEGIN`` in the same message if there is one
+        (its result is skipped: the cursor shows the statement's)."""
+        begin, self._begin = self._begin, None
+        if begin is None:
+            cursor.execute(sql, parameters)
+            return
+        cursor.execute(f"{begin}; {sql}", parameters)
+        cursor.nextset()
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Iterable[Any]]) -> PgCursor:
         """Run one statement per parameter set; ``rowcount`` is their sum, as in sqlite3."""
@@ -165,12 +194,14 @@ class PgConnection:
     def execute_native(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
         """Run PostgreSQL's own SQL (``%s`` placeholders), as the backend itself needs."""
         with self.raw.cursor() as cursor:
-            cursor.execute(sql, list(parameters))
+            self._send(cursor, sql, list(parameters))
             return cursor.fetchall() if cursor.description is not None else []
 
     def last_identity(self) -> int | None:
         # lastval() fails when this session has generated none; inside a write that would
         # abort the transaction, so it is asked under a savepoint.
+        if self._begin is not None:  # no statement ran yet: nothing was generated either
+            return None
         in_transaction = self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
         try:
             if in_transaction:

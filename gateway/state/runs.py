@@ -33,8 +33,10 @@ from gateway.state.rows import (
     to_column_value,
 )
 
-_SELECT = f"SELECT {column_list(RUN_COLUMNS)} FROM runs"
+_COLUMNS = column_list(RUN_COLUMNS)
+_SELECT = f"SELECT {_COLUMNS} FROM runs"
 _UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+_FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
 _RUN_INSERT = insert_sql("runs", RUN_COLUMNS)
 _SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
 #: Bound of a walk up the parent links: far past the deepest configurable tree, so a
@@ -53,11 +55,13 @@ class RunsTable:
         unknown ``child_session_key`` or bad status :class:`InvalidUpdateError`. With
         ``max_live_siblings``, a requester session that already has that many runs not yet
         final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
-        write = _insert_run(run, max_live_siblings)
+        write = _insert_run(run, max_live_siblings, returning=True)
 
         def run_insert(conn: sqlite3.Connection) -> RunRecord:
-            write(conn)
-            return _get(conn, run.run_id)
+            row = write(conn)
+            if row is None:  # pragma: no cover - RETURNING gives the row just inserted
+                raise RecordNotFoundError("runs", run.run_id)
+            return run_from_row(row)
 
         return await self._db.write(run_insert)
 
@@ -92,23 +96,31 @@ class RunsTable:
     async def update(self, run_id: str, /, **changes: Any) -> RunRecord:
         """Set columns of one run; return the updated row (or raise RecordNotFoundError)."""
         assignments, values = update_assignments("runs", changes, _UPDATABLE)
-        sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
-
+        sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_COLUMNS}"
         status = changes.get("status")
+        # A live run moved to another live status (started, announcing) keeps its place in
+        # its requester's count: tried first, with no read of the status it had.
+        live_to_live = (
+            f"UPDATE runs SET {assignments} WHERE run_id = ? AND status NOT IN {_FINAL_MARKS}"
+            f" RETURNING {_COLUMNS}"
+            if status is not None and is_live(str(status))
+            else None
+        )
 
         def run(conn: sqlite3.Connection) -> RunRecord:
-            before = (
-                conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                if status is not None
-                else None
-            )
             try:
-                changed = conn.execute(sql, [*values, run_id]).rowcount
+                if live_to_live is not None:
+                    rows = conn.execute(live_to_live, [*values, run_id, *_FINISHED]).fetchall()
+                    if rows:
+                        return run_from_row(rows[0])
+                before = (
+                    conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                    if status is not None
+                    else None
+                )
+                after = returned_run(conn, sql, [*values, run_id], run_id)
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("runs", exc) from exc
-            if changed != 1:
-                raise RecordNotFoundError("runs", run_id)
-            after = _get(conn, run_id)
             if before is not None:
                 delta = is_live(after.status) - is_live(before[0])
                 count_live(conn, after.parent_session_key, delta)
@@ -124,14 +136,12 @@ class RunsTable:
             "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
             " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
             " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
-            " WHERE run_id = ?"
+            f" WHERE run_id = ? RETURNING {_COLUMNS}"
         )
         params = (usage.input, usage.output, usage.cache_read, usage.cache_write)
 
         def run(conn: sqlite3.Connection) -> RunRecord:
-            if conn.execute(sql, (*params, cost_usd, cost_usd, run_id)).rowcount != 1:
-                raise RecordNotFoundError("runs", run_id)
-            return _get(conn, run_id)
+            return returned_run(conn, sql, (*params, cost_usd, cost_usd, run_id), run_id)
 
         return await self._db.write(run)
 
@@ -269,22 +279,30 @@ class RunsTable:
 
 
 def _insert_run(
-    run: RunRecord, max_live_siblings: int | None
-) -> Callable[[sqlite3.Connection], None]:
-    sql = insert_sql("runs", RUN_COLUMNS)
+    run: RunRecord, max_live_siblings: int | None, *, returning: bool = False
+) -> Callable[[sqlite3.Connection], Any]:
+    """The write inserting ``run`` (and counting it live); with ``returning`` it gives the
+    inserted row."""
+    sql = insert_sql("runs", RUN_COLUMNS) + (f" RETURNING {_COLUMNS}" if returning else "")
     values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
     parent = run.parent_session_key
 
     live = is_live(run.status)
 
-    def write(conn: sqlite3.Connection) -> None:
-        if max_live_siblings is not None and parent is not None:
+    def write(conn: sqlite3.Connection) -> Any:
+        if parent is not None and live:
+            # Counted first: the new count is the room check (the whole write rolls back
+            # when it is refused), one statement instead of a read and an upsert.
+            counted = conn.execute(_LIVE_COUNT_RETURNING_SQL, (parent, 1)).fetchall()
+            if max_live_siblings is not None and int(counted[0][0]) > max_live_siblings:
+                raise ChildLimitError(parent, max_live_siblings)
+        elif max_live_siblings is not None and parent is not None:
             _require_room(conn, parent, max_live_siblings)
         try:
-            conn.execute(sql, values)
+            rows = conn.execute(sql, values).fetchall()
         except sqlite3.IntegrityError as exc:
             raise integrity_error("runs", exc) from exc
-        count_live(conn, parent, 1 if live else 0)
+        return rows[0] if rows else None
 
     return write
 
@@ -293,6 +311,7 @@ _LIVE_COUNT_SQL = (
     "INSERT INTO live_runs (parent_session_key, live) VALUES (?, ?)"
     " ON CONFLICT (parent_session_key) DO UPDATE SET live = live + excluded.live"
 )
+_LIVE_COUNT_RETURNING_SQL = f"{_LIVE_COUNT_SQL} RETURNING live"
 
 
 def is_live(status: str) -> bool:
@@ -319,8 +338,12 @@ def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int)
         raise ChildLimitError(parent_session_key, limit)
 
 
-def _get(conn: sqlite3.Connection, run_id: str) -> RunRecord:
-    row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
-    if row is None:
+def returned_run(
+    conn: sqlite3.Connection, sql: str, params: Iterable[Any], run_id: str
+) -> RunRecord:
+    """The row an ``UPDATE … RETURNING`` of one run gave (RecordNotFoundError if none):
+    the write reads its result back in the same statement."""
+    rows = conn.execute(sql, list(params)).fetchall()
+    if len(rows) != 1:
         raise RecordNotFoundError("runs", run_id)
-    return run_from_row(row)
+    return run_from_row(rows[0])

@@ -32,6 +32,13 @@ from gateway.state.rows import (
     session_to_columns,
 )
 
+#: A sub-agent turn's usage on its run, in the write that adds it to the run's session.
+_RUN_USAGE_SQL = (
+    "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
+    " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
+    " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
+    " WHERE run_id = ?"
+)
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
 #: Keys per ``IN (…)`` query: well under SQLite's bound-parameter limit.
 _CHUNK = 500
@@ -166,9 +173,18 @@ class SessionsTable:
         return await self._db.read(run)
 
     async def add_usage(
-        self, key: str, usage: Usage, cost_usd: float | None = None, *, at: float | None = None
+        self,
+        key: str,
+        usage: Usage,
+        cost_usd: float | None = None,
+        *,
+        at: float | None = None,
+        run_id: str | None = None,
     ) -> SessionRecord:
-        """Add ``usage`` (and ``cost_usd`` when known) to the session's totals; touch it."""
+        """Add ``usage`` (and ``cost_usd`` when known) to the session's totals; touch it.
+        With ``run_id``, add it to that run's totals too, in the same transaction (a
+        sub-agent's turn: one write for both); an unknown run raises
+        :class:`RecordNotFoundError` once the session's totals are saved."""
         now = time.time() if at is None else at
         sql = (
             "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
@@ -176,17 +192,25 @@ class SessionsTable:
             " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END,"
             " updated_at = MAX(updated_at, ?) WHERE key = ?"
         )
-        params = (
-            usage.input,
-            usage.output,
-            usage.cache_read,
-            usage.cache_write,
-            cost_usd,
-            cost_usd,
-            now,
-            key,
-        )
-        return await self._update_returning(key, sql, params)
+        counts = (usage.input, usage.output, usage.cache_read, usage.cache_write)
+        params = (*counts, cost_usd, cost_usd, now, key)
+        if run_id is None:
+            return await self._update_returning(key, sql, params)
+        returning = f"{sql} RETURNING {column_list(SESSION_COLUMNS)}"
+        run_params = (*counts, cost_usd, cost_usd, run_id)
+
+        def run(conn: sqlite3.Connection) -> tuple[SessionRecord, bool]:
+            rows = conn.execute(returning, params).fetchall()
+            if len(rows) != 1:
+                raise RecordNotFoundError("sessions", key)
+            found = conn.execute(_RUN_USAGE_SQL, run_params).rowcount == 1
+            return session_from_row(rows[0]), found
+
+        record, found = await self._db.write(run)
+        self._written(record)
+        if not found:
+            raise RecordNotFoundError("runs", run_id)
+        return record
 
     async def set_origin(
         self, key: str, origin: Origin | None, *, at: float | None = None
@@ -368,13 +392,15 @@ class SessionsTable:
         return await self._db.read(run)
 
     async def _update_returning(self, key: str, sql: str, params: Sequence[Any]) -> SessionRecord:
+        """Run ``sql`` on the session ``key`` and return its row as written (read back in
+        the same statement)."""
+        returning = f"{sql} RETURNING {column_list(SESSION_COLUMNS)}"
+
         def run(conn: sqlite3.Connection) -> SessionRecord:
-            if conn.execute(sql, params).rowcount != 1:
+            rows = conn.execute(returning, params).fetchall()
+            if len(rows) != 1:
                 raise RecordNotFoundError("sessions", key)
-            record = _one(conn, "key", key)
-            if record is None:  # pragma: no cover - the row was just updated
-                raise RecordNotFoundError("sessions", key)
-            return record
+            return session_from_row(rows[0])
 
         return self._written(await self._db.write(run))
 

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from typing import Any
 
 from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
@@ -140,32 +141,37 @@ class Announcer:
         self._metrics = metrics
         self._clock = clock
 
-    async def announce(self, run_id: str) -> None:
-        """Announce ``run_id``, which is ``announcing`` with its outcome recorded."""
-        run = await self._db.runs.get(run_id)
+    async def announce(self, run_id: str, *, ended: RunRecord | None = None) -> None:
+        """Announce ``run_id``, which is ``announcing`` with its outcome recorded.
+
+        ``ended`` is the run as its runner has just recorded it ``announcing``: then it is
+        not read again, and no announce of it can have been queued yet (the announce is
+        queued only with the final status, in one write)."""
+        run = ended if ended is not None else await self._db.runs.get(run_id)
         if run is None or run.finished:
             return
-        if await self._db.outbox.get_by_run(run_id) is not None:
-            # Queued before a crash; only the status update was lost.
-            run = await self._db.batches.finish_run(
-                run_id, {"status": run.outcome or "error"}, None, by=self._by
-            )
-            await self._settled(run)
+        if ended is None and await self._db.outbox.get_by_run(run_id) is not None:
+            # Queued before a crash by an older version, which applied the final status in
+            # a separate write; only the status update was lost.
+            run, due = await self._make_final(run, {"status": run.outcome or "error"}, None)
+            await self._settled(run, due)
             return
         status: RunStatus = run.outcome or "error"
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
         # A run of a batch posts nothing of its own: the follow-up speaks for it.
-        if status in MODEL_ANNOUNCED and run.batch_id is None:
+        turn = status in MODEL_ANNOUNCED and run.batch_id is None
+        if turn:
             reply = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
                 changes = {"status": status, "announce_state": "skipped"}
-                run = await self._db.batches.finish_run(run_id, changes, None, by=self._by)
+                run, due = await self._make_final(run, changes, None)
                 self._metrics.announce_delivery("skipped")
                 await self._store.append_event(child, "announce", {"skipped": True})
-                await self._settled(run)
+                await self._settled(run, due)
                 return
-        run = await self._db.runs.get(run_id) or run  # usage now includes the announce turn
+        if turn:  # its usage now includes the announce turn's
+            run = await self._db.runs.get(run_id) or run
         runtime = (run.ended_at or self._clock()) - (run.started_at or run.created_at)
         text = compose_announce(
             run,
@@ -174,7 +180,7 @@ class Announcer:
             runtime_seconds=runtime,
             transcript_path=run.transcript_path,
         )
-        run = await self._finish(run, status, text)
+        run, due = await self._finish(run, status, text)
         posted = run.announce_state == "queued"
         await self._store.append_event(
             child, "announce", {"status": status, "text": text, "state": run.announce_state}
@@ -185,9 +191,11 @@ class Announcer:
                 parent, "subagent_announce", {"runId": run_id, "status": status, "text": text}
             )
         logger.info("sub-agent finished", extra={"run_id": run_id, "status": status})
-        await self._settled(run)
+        await self._settled(run, due)
 
-    async def _finish(self, run: RunRecord, status: RunStatus, text: str) -> RunRecord:
+    async def _finish(
+        self, run: RunRecord, status: RunStatus, text: str
+    ) -> tuple[RunRecord, float | None]:
         """Apply the final status and queue the announce for the origin, in one write
         (unless a batch or a wait takes the run's result instead). Only a run a person's
         session spawned posts to the chat: a nested run's announce reaches its requester
@@ -209,18 +217,39 @@ class Announcer:
                 created_at=self._clock(),
                 run_id=run.run_id,
             )
-        run = await self._db.batches.finish_run(run.run_id, changes, item, by=self._by)
+        run, due = await self._make_final(run, changes, item)
         if run.announce_state == "queued":
             self._outbox.kick()
         elif run.announce_state == "no_origin":
             self._metrics.announce_delivery("no_origin")
-        return run
+        return run, due
 
-    async def _settled(self, run: RunRecord) -> None:
+    async def _make_final(
+        self, run: RunRecord, changes: dict[str, Any], item: OutboxRecord | None
+    ) -> tuple[RunRecord, float | None]:
+        """``finish_run``, with the time its child is due for archiving (when it is
+        archived later, not now) written in the same transaction; the final run and that
+        time. A stop right after it leaves nothing for the start-up's archive check."""
+        due = self._archive_due(run)
+        final = await self._db.batches.finish_run(
+            run.run_id, changes, item, by=self._by, archive_due_at=due
+        )
+        return final, due
+
+    def _archive_due(self, run: RunRecord) -> float | None:
+        """When ``run``'s child is to be archived: spawn + archiveAfterMinutes (now at the
+        earliest); None when it is archived at once (``cleanup: "delete"``) or never."""
+        minutes = self._holder.current.agent.subagents.archive_after_minutes
+        if run.cleanup == "delete" or minutes <= 0 or not self._archive.enabled:
+            return None
+        return max(run.created_at + minutes * 60, self._clock())
+
+    async def _settled(self, run: RunRecord, archive_due_at: float | None) -> None:
         """The run is final: hand its result on (a batch's follow-up waits on it, nothing
-        waits on the archive), then archive its child."""
+        waits on the archive), then archive its child (``archive_due_at``: the time
+        already written with the final status)."""
         await self._completed(run)
-        await self.settle_archive(run)
+        await self.settle_archive(run, recorded_due=archive_due_at)
 
     async def _completed(self, run: RunRecord) -> None:
         try:
@@ -268,12 +297,15 @@ class Announcer:
                 await self._store.append_event(child, "announce_failed", {"error": str(exc)})
             return None
 
-    async def settle_archive(self, run: RunRecord) -> None:
-        """Archive the child (``cleanup: "delete"`` now, else at spawn + archiveAfterMinutes),
-        then tell the feed the run is final."""
+    async def settle_archive(self, run: RunRecord, *, recorded_due: float | None = None) -> None:
+        """Archive the child (``cleanup: "delete"`` now, else at spawn + archiveAfterMinutes;
+        ``recorded_due``: that time, already in the child's row), then tell the feed the
+        run is final."""
         try:
             if run.cleanup == "delete":
                 await self._archive.archive_now(run.child_session_key)
+            elif recorded_due is not None:
+                await self._archive.schedule(run.child_session_key, recorded_due, recorded=True)
             else:
                 minutes = self._holder.current.agent.subagents.archive_after_minutes
                 if minutes > 0:
@@ -281,4 +313,4 @@ class Announcer:
                     await self._archive.schedule(run.child_session_key, due)
         except Exception:
             logger.exception("archiving a sub-agent session failed", extra={"run_id": run.run_id})
-        await self._feed.changed(run.run_id)
+        await self._feed.changed(run.run_id, run)

@@ -69,9 +69,11 @@ class RunFeed:
 
         self.spawn(send())
 
-    async def changed(self, run_id: str) -> None:
-        """Re-read ``run_id``, publish it, count it when final, and wake :meth:`wait`."""
-        run = await self._runs.get(run_id)
+    async def changed(self, run_id: str, run: RunRecord | None = None) -> None:
+        """Re-read ``run_id`` (unless the caller gives its ``run`` as just written), publish
+        it, count it when final, and wake :meth:`wait`."""
+        if run is None:
+            run = await self._runs.get(run_id)
         if run is not None:
             self.publish(run)
             if run.finished:

@@ -192,7 +192,7 @@ class RunRunner:
         )
         self._feed.publish(run)
         await self._stop_below(run_id, status)
-        await self._announcer.announce(run_id)
+        await self._announcer.announce(run_id, ended=run)
 
     async def _waited_batch(self, run_id: str) -> BatchRecord | None:
         """The batch a resumed run yielded to (None: it yielded to none)."""

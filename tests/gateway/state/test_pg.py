@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -113,3 +114,54 @@ async def test_an_unreachable_database_fails_the_open_without_the_password(
         await PgStateDB.connect(url, replica_id="none", state_dir=tmp_path)
     assert "pw-unreachable-secret" not in str(failed.value)
     assert "127.0.0.1" in str(failed.value)
+
+
+async def test_a_write_opens_its_transaction_with_its_first_statement(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await PgStateDB.connect(pg_url, replica_id="trips", state_dir=tmp_path)
+    try:
+        await db.write(lambda c: c.execute("CREATE TABLE t (n INTEGER NOT NULL)"))
+        sent: list[str] = []
+        execute = psycopg.ClientCursor.execute
+
+        def counted(
+            cursor: psycopg.ClientCursor[object], query: str, params: Any = None, **kw: Any
+        ) -> psycopg.ClientCursor[object]:
+            sent.append(" ".join(query.split()))
+            return execute(cursor, query, params, **kw)
+
+        monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+
+        def insert_two(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t VALUES (?)", (1,))
+            return conn.execute("INSERT INTO t VALUES (?)", (2,)).rowcount
+
+        assert await db.write(insert_two) == 1  # the statement's own count, not BEGIN's
+        # BEGIN travels with the first statement: three round trips, not four.
+        assert sent == [
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s)",
+            "INSERT INTO t VALUES (%s)",
+            "COMMIT",
+        ]
+        sent.clear()
+
+        def nothing(conn: sqlite3.Connection) -> str:
+            return "no statement"
+
+        assert await db.write(nothing) == "no statement"
+        assert sent == []  # nothing ran: no BEGIN, no COMMIT either
+
+        def fails(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (?)", (3,))
+            conn.execute("INSERT INTO t VALUES (NULL)")
+
+        with pytest.raises(sqlite3.IntegrityError):
+            await db.write(fails)
+        assert sent[-1] == "ROLLBACK"
+        rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
+        assert [row[0] for row in rows] == [1, 2]  # the failed write kept nothing
+        monkeypatch.undo()
+        assert await db.write(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 2
+    finally:
+        await db.close()

@@ -209,3 +209,41 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
         assert await _kept(db, "p:other") == 1
     finally:
         await db.close()
+
+
+async def test_a_turns_usage_goes_to_its_session_and_its_run_in_one_write(db: StateDB) -> None:
+    child = await _child(db)
+    run = await db.runs.insert(_run(child))
+    writes = db.write_groups.writes if db.write_groups is not None else None
+    await db.sessions.add_usage(child.key, Usage(input=5, output=2), 0.25, run_id=run.run_id)
+    if db.write_groups is not None:  # SQLite counts its writes (each a function)
+        assert db.write_groups.writes == (writes or 0) + 1
+    session = await db.sessions.get(child.key)
+    stored = await db.runs.get(run.run_id)
+    assert session is not None
+    assert stored is not None
+    assert (session.usage, session.cost_usd) == (Usage(input=5, output=2), 0.25)
+    assert (stored.usage, stored.cost_usd) == (Usage(input=5, output=2), 0.25)
+    # An unknown run is reported, after the session's totals were kept.
+    with pytest.raises(RecordNotFoundError):
+        await db.sessions.add_usage(child.key, Usage(input=1), None, run_id="no-such-run")
+    session = await db.sessions.get(child.key)
+    assert session is not None
+    assert session.usage == Usage(input=6, output=2)
+
+
+async def test_a_runs_final_status_and_its_childs_archive_time_are_one_write(
+    db: StateDB,
+) -> None:
+    child = await _child(db)
+    run = await db.runs.insert(_run(child, status="announcing"))
+    final = await db.batches.finish_run(run.run_id, {"status": "done"}, None, archive_due_at=99.0)
+    assert final.status == "done"
+    session = await db.sessions.get(child.key)
+    assert session is not None
+    assert session.archive_due_at == 99.0
+    # A refused second end changes nothing, the archive time included.
+    with pytest.raises(RecordConflictError):
+        await db.batches.finish_run(run.run_id, {"status": "error"}, None, archive_due_at=5.0)
+    sql = "SELECT archive_due_at FROM sessions WHERE key = ?"
+    assert await db.read(lambda c: c.execute(sql, (child.key,)).fetchone()[0]) == 99.0

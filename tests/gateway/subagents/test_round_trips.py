@@ -1,0 +1,91 @@
+"""What one sub-agent run costs the state database: a bound on its write transactions.
+
+Each write of the state database is one transaction on PostgreSQL (serializable, the
+costly part of a run in a cluster) and one savepoint or commit on SQLite. A run from its
+spawn to its delivered announce and its completion written into the requester's chat
+makes these writes: the spawn; its start; its turn's usage (session and run together);
+its ``announcing`` outcome; the announce turn's usage; its final status (with its live
+count, its announce queued and its child's archive time); its completion marked delivered;
+the outbox's claim, ``sending`` mark and delivered mark. Ten; it was thirteen when a
+turn's usage took two writes and the archive time one more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gateway.state import Origin
+from gateway.subagents import SpawnRequest
+from tests.gateway.harness import FAST_TIMING, Harness, running_gateway
+
+T = TypeVar("T")
+
+CHAT_KEY = "agent:main:memory:channel:c1"
+ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
+#: Write transactions of one run, spawn to delivered announce and written completion.
+MAX_WRITES_PER_RUN = 10
+RUNS = 3
+#: No heartbeat (and no outbox poll) while runs are counted: in a cluster they write on
+#: their own schedule, not a run's.
+QUIET = dataclasses.replace(
+    FAST_TIMING,
+    replica_heartbeat_seconds=3600.0,
+    replica_dead_seconds=7200.0,
+    outbox_poll_seconds=3600.0,
+)
+
+
+class WriteCounter:
+    """Counts the writes of a real state database, by the function each write runs."""
+
+    def __init__(self) -> None:
+        self.writes: Counter[str] = Counter()
+        self.counting = False
+
+    def wrap(self, write: Callable[[Callable[[sqlite3.Connection], T]], Any]) -> Any:
+        async def counted(fn: Callable[[sqlite3.Connection], T]) -> T:
+            if self.counting:
+                self.writes[fn.__qualname__.removesuffix(".<locals>.run")] += 1
+            result: T = await write(fn)
+            return result
+
+        return counted
+
+
+async def run_once(gw: Harness, task: str) -> None:
+    session = await gw.store.ensure(CHAT_KEY, origin=ORIGIN)
+    accepted = await gw.spawn(gw.contexts.for_session(session), SpawnRequest(task=task))
+    run_id = accepted["runId"]
+    assert (await gw.delivery(run_id)).state == "delivered"
+    await gw.runs_idle()  # its completion is written into the chat's session
+    run = await gw.db.runs.get(run_id)
+    assert run is not None
+    assert (run.status, run.announce_state, run.completion) == ("done", "delivered", "delivered")
+    child = await gw.db.sessions.get(run.child_session_key)
+    assert child is not None
+    assert child.archive_due_at is not None  # written with the final status
+
+
+async def test_a_run_costs_at_most_ten_write_transactions(
+    tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = WriteCounter()
+    async with running_gateway(tmp_path, database_url=database_url, timing=QUIET) as gw:
+        monkeypatch.setattr(gw.db, "write", counter.wrap(gw.db.write))
+        await run_once(gw, "task: warm-up")  # what a first run begins (sessions, caches)
+        counter.counting = True
+        for n in range(RUNS):
+            await run_once(gw, f"task: n{n}")
+        counter.counting = False
+    total = sum(counter.writes.values())
+    assert total <= MAX_WRITES_PER_RUN * RUNS, counter.writes
+    # A run's end is one write: its final status, its announce and its child's archive time.
+    assert counter.writes["BatchesTable.finish_run"] == RUNS, counter.writes
+    assert "SessionsTable._update_returning" not in counter.writes, counter.writes
