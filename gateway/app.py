@@ -27,6 +27,7 @@ from gateway.resources import RESOURCES, drain
 from gateway.state import StateDB, database_reachable
 from gateway.wiring import (
     CHANNELS,
+    CLUSTER_LINKS,
     CONFIG_DIR,
     DELIVERY_LISTENERS,
     LANES,
@@ -95,6 +96,8 @@ def build_app(
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
         links = cluster_links(holder.current, app[TIMING])
+        if links is not None:
+            app[CLUSTER_LINKS] = links
         channels = build_channels(holder.current, seen=StateSeenKeys(app), cluster=links)
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the

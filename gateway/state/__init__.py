@@ -48,6 +48,7 @@ from gateway.state.rows import (
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
+from gateway.state.steers import SteerRecord, SteersTable
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -88,6 +89,8 @@ __all__ = [
     "StateError",
     "StateMissingError",
     "StateUnavailableError",
+    "SteerRecord",
+    "SteersTable",
     "backend_of",
     "database_reachable",
     "is_out_of_space",

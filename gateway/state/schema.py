@@ -52,6 +52,9 @@ replica running the batch's follow-up). One process on SQLite records its own na
 Version 10 keeps the chat messages acknowledged to their chat whose turn has not run yet
 (``inbound``, each deleted once its turn ended), so a crash between the acknowledgement and
 the turn loses no message: they are run again at start, or by a survivor in a cluster.
+
+Version 11 keeps the steers of running runs until their turn wrote them (``steers``): a steer
+reaches its run on whichever replica executes it, and survives a stop or a crash.
 """
 
 from __future__ import annotations
@@ -293,6 +296,20 @@ _V10: Final = (
     """,
 )
 
+#: Steers given to a running run and not yet written into its conversation (deleted once
+#: written), so one reaches its run wherever the run executes, and after a restart.
+_V11: Final = (
+    """
+    CREATE TABLE steers (
+        steer_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX steers_run ON steers (run_id, steer_id)",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -304,5 +321,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V8,
     _V9,
     _V10,
+    _V11,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)
