@@ -89,15 +89,15 @@ class RunInbox:
         box = self._boxes.get(run_id)
         if box is None and self._notices is None:
             raise InboxClosedError(run_id)
+        if box is not None:
+            # Before the insert: a run that ends meanwhile drops what it never read.
+            box.due = True
         added = await self.db.steers.add(run_id, message, now=now, limit=self._max_waiting)
         if added == "not_running":
             raise InboxClosedError(run_id)
         if added == "full":
             raise InboxFullError(run_id, self._max_waiting)
-        box = self._boxes.get(run_id)
-        if box is not None:
-            box.due = True
-        elif self._notices is not None:  # it executes elsewhere (or moves meanwhile)
+        if box is None and self._notices is not None:  # it executes elsewhere
             await self._notices.tell(STEERS, run_id)
         return added
 
