@@ -27,6 +27,7 @@ from gateway.resources import RESOURCES, drain
 from gateway.state import StateDB, database_reachable
 from gateway.wiring import (
     CHANNELS,
+    CLUSTER_LINKS,
     CONFIG_DIR,
     DELIVERY_LISTENERS,
     LANES,
@@ -96,6 +97,8 @@ def build_app(
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
         links = cluster_links(holder.current, app[TIMING])
+        if links is not None:
+            app[CLUSTER_LINKS] = links
         channels = build_channels(
             holder.current, seen=StateSeenKeys(app), cursors=StateCursors(app), cluster=links
         )

@@ -58,6 +58,7 @@ from gateway.wiring import (
     ARCHIVE,
     CHAT,
     CLUSTER,
+    CLUSTER_LINKS,
     CONFIG_DIR,
     CONTEXTS,
     CONVERSATIONS,
@@ -79,6 +80,7 @@ from gateway.wiring import (
     SubagentParts,
     ToolBox,
     channels_of,
+    cluster_notices,
     refreshing_guard,
     settings_of,
     tool_services,
@@ -117,8 +119,8 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _cluster(app: web.Application) -> AsyncIterator[None]:
-    """In a cluster: the session locks and this replica's heartbeat (registered before it
-    claims anything). Nothing without ``cluster.databaseUrl``."""
+    """In a cluster: the session locks, this replica's heartbeat (registered before it
+    claims anything) and its notices. Nothing without ``cluster.databaseUrl``."""
     settings = settings_of(app)
     url = settings.cluster.database_url
     if url is None:
@@ -137,12 +139,16 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
         interval=timing.replica_heartbeat_seconds,
         dead_after=timing.replica_dead_seconds,
     )
+    links = app.get(CLUSTER_LINKS)
+    notices = links.notices if links is not None else cluster_notices(settings, timing)
     await locks.open()
     try:
         await heartbeat.start()
-        app[CLUSTER] = ClusterParts(replica, locks, heartbeat)
+        await notices.start()
+        app[CLUSTER] = ClusterParts(replica, locks, heartbeat, notices)
         yield
     finally:
+        await notices.stop()
         await heartbeat.stop()
         await locks.close()
 
@@ -280,7 +286,11 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         on_final=batches.hand_on,
         owner=owner,
     )
-    inbox = RunInbox()
+    inbox = RunInbox(db, store)
+    if cluster is not None:  # runs end, and steers wait, on any replica
+        poll = app[TIMING].cluster_poll
+        await feed.link(cluster.notices, poll=poll)
+        await inbox.link(cluster.notices, poll=poll)
     runner = RunRunner(
         db=db,
         store=store,
@@ -313,7 +323,9 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         hand_on=batches.hand_on,
         owner=owner,
     )
-    app[SUBAGENTS] = SubagentParts(manager, spawner, announcer, completions, batches, control)
+    app[SUBAGENTS] = SubagentParts(
+        manager, spawner, announcer, completions, batches, control, inbox
+    )
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner
     app[TOOL_SERVICES][YIELDS] = batches
@@ -324,6 +336,8 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         db.space.unsubscribe(manager.resume_waiting)
+        feed.unlink()
+        inbox.unlink()
         await manager.close(0)  # idempotent: the drain has closed it already
         batches.close()
         completions.close()

@@ -45,6 +45,8 @@ from gateway.subagents import (
     Announcer,
     BatchCoordinator,
     Completions,
+    Notices,
+    RunInbox,
     RunManager,
     Spawner,
     SubagentControl,
@@ -134,13 +136,24 @@ class SessionLockPool(Protocol):
     async def close(self) -> None: ...
 
 
+class ClusterNotices(Notices, Protocol):
+    """What the wiring needs of :class:`gateway.cluster.notify.PgNotices` (imported only in
+    a cluster, with psycopg): the sub-agents' notices, and its connection's life."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterParts:
-    """This replica's part in a cluster: its name, its session locks, its heartbeat."""
+    """This replica's part in a cluster: its name, its session locks, its heartbeat, its
+    notices to and from the other replicas."""
 
     replica_id: str
     locks: SessionLockPool
     heartbeat: Heartbeat
+    notices: ClusterNotices
 
 
 def refreshing_guard(guard: KeyGuard, *forget: Callable[[str], None]) -> KeyGuard:
@@ -165,6 +178,7 @@ class SubagentParts:
     completions: Completions
     batches: BatchCoordinator
     control: SubagentControl
+    inbox: RunInbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,10 +261,16 @@ class StateCursors:
 @dataclass(frozen=True, slots=True)
 class ClusterLinks:
     """What channels share with the other replicas of a cluster: the lock of a channel's
-    one inbound connection (Discord's gateway) and the web chat's notices."""
+    one inbound connection (Discord's gateway) and the web chat's notices (on the
+    replica's ``notices``, which the gateway starts and stops)."""
 
     leadership: Leadership
     relay: Relay
+    notices: ClusterNotices
+
+
+#: What the channels built by the app share with the other replicas (a cluster only).
+CLUSTER_LINKS = web.AppKey("cluster_links", ClusterLinks)
 
 
 def cluster_links(settings: HeraldSettings, timing: Timing) -> ClusterLinks | None:
@@ -260,14 +280,26 @@ def cluster_links(settings: HeraldSettings, timing: Timing) -> ClusterLinks | No
     if url is None:
         return None
     from gateway.cluster.leader import PgLeadership
-    from gateway.cluster.notify import PgWebchatRelay
+    from gateway.cluster.notify import PgNotices, PgWebchatRelay
 
     replica = settings.cluster.resolved_replica_id()
-    secret = url.get_secret_value()
+    notices = PgNotices(url.get_secret_value(), replica, poll=timing.cluster_poll)
     return ClusterLinks(
-        leadership=PgLeadership(secret, replica, poll=timing.cluster_poll),
-        relay=PgWebchatRelay(secret, replica, poll=timing.cluster_poll),
+        leadership=PgLeadership(url.get_secret_value(), replica, poll=timing.cluster_poll),
+        relay=PgWebchatRelay(notices),
+        notices=notices,
     )
+
+
+def cluster_notices(settings: HeraldSettings, timing: Timing) -> ClusterNotices:
+    """The replica's notices to and from the others (a cluster's settings only)."""
+    from gateway.cluster.notify import PgNotices
+
+    url = settings.cluster.database_url
+    if url is None:
+        raise ValueError("cluster.databaseUrl: notices need the cluster's database")
+    replica = settings.cluster.resolved_replica_id()
+    return PgNotices(url.get_secret_value(), replica, poll=timing.cluster_poll)
 
 
 def build_channels(

@@ -9,7 +9,8 @@ One module per concept:
   replica left;
 - :mod:`~gateway.cluster.leader`: which replica holds a channel's one inbound connection
   (Discord's gateway);
-- :mod:`~gateway.cluster.notify`: the web chat's LISTEN/NOTIFY relay.
+- :mod:`~gateway.cluster.notify`: notices between replicas over LISTEN/NOTIFY (web chat
+  deliveries, steers, runs that ended).
 
 Those that import psycopg (and procrastinate) are imported lazily, only by a gateway
 configured for a cluster: a gateway on SQLite never loads them.

@@ -47,13 +47,17 @@ async def connect(
         keepalives_interval=KEEPALIVE_INTERVAL,
         keepalives_count=KEEPALIVE_COUNT,
     )
-    # The server's side of the same: it frees a vanished replica's locks.
-    for setting, value in (
-        ("tcp_keepalives_idle", KEEPALIVE_IDLE),
-        ("tcp_keepalives_interval", KEEPALIVE_INTERVAL),
-        ("tcp_keepalives_count", KEEPALIVE_COUNT),
-    ):
-        await conn.execute(f"SET {setting} = {value}")
+    try:
+        # The server's side of the same: it frees a vanished replica's locks.
+        for setting, value in (
+            ("tcp_keepalives_idle", KEEPALIVE_IDLE),
+            ("tcp_keepalives_interval", KEEPALIVE_INTERVAL),
+            ("tcp_keepalives_count", KEEPALIVE_COUNT),
+        ):
+            await conn.execute(f"SET {setting} = {value}")
+    except BaseException:  # failed, or cancelled by a stop: never left open behind
+        await conn.close()
+        raise
     return conn
 
 

@@ -1,13 +1,15 @@
-"""The web chat's relay between replicas: PostgreSQL LISTEN/NOTIFY
-(:class:`PgWebchatRelay`, a :class:`channels.webchat.relay.Relay`).
+"""Notices between replicas over PostgreSQL LISTEN/NOTIFY (:class:`PgNotices`): the web
+chat's (:class:`PgWebchatRelay`, a :class:`channels.webchat.relay.Relay`), steers for a run
+another replica executes, and runs that ended.
 
-A notice names the client whose history file grew, never the message: payloads are
-limited to 8,000 bytes and a message is not, and the file (in the shared state directory)
-holds it anyway. Each replica LISTENs on a dedicated connection; when that connection is
-lost it is opened again (with backoff, at most ``poll`` seconds apart) and, once it
-listens again, the channel reads every open client's file again, so a notice sent while it
-was away is made good. Notices carry the schema, so clusters sharing a database in
-different schemas ignore each other's, and the sending replica, which ignores its own.
+A notice names what changed (a topic and a reference: a web chat client, a run id), never
+the change itself: payloads are limited to 8,000 bytes and a message is not, and what
+changed is in the shared state directory or database anyway. Each replica LISTENs on one
+dedicated connection for every topic; when that connection is lost it is opened again
+(with backoff, at most ``poll`` seconds apart) and, once it listens again, every topic's
+handler is called with None (what was notified meanwhile is looked up again). Notices carry
+the schema, so clusters sharing a database in different schemas ignore each other's, and
+the sending replica, which ignores its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import orjson
@@ -28,22 +31,31 @@ from gateway.constants import CLUSTER_POLL_SECONDS
 
 log = logging.getLogger(__name__)
 
-#: The notification channel of every replica's web chat.
-CHANNEL: Final = "herald_webchat"
+#: The notification channel of every replica.
+CHANNEL: Final = "herald_notices"
 #: First delay before opening a lost LISTEN connection again (then doubling, up to poll).
 RECONNECT_FIRST_SECONDS: Final = 0.2
+#: The web chat's topic: a client whose history file grew.
+WEBCHAT: Final = "webchat"
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
+#: Hears a topic's reference from another replica, or None after a gap in the notices.
+NoticeHandler = Callable[[str | None], Awaitable[None]]
 
 
-class PgWebchatRelay:
-    """Web chat notices over LISTEN/NOTIFY; a connection to listen, one to notify."""
+class NoticeSendError(Exception):
+    """The other replicas could not be told (the message names the database, masked)."""
+
+
+class PgNotices:
+    """This replica's notices: a connection to listen, one to notify, handlers by topic."""
 
     def __init__(self, url: str, replica_id: str, *, poll: float = CLUSTER_POLL_SECONDS) -> None:
         self._url = url
         self._replica = replica_id
         self._poll = poll
         self._schema: str | None = None
+        self._handlers: dict[str, NoticeHandler] = {}
         self._listener: asyncio.Task[None] | None = None
         self._sender: Connection | None = None
         self._sending = asyncio.Lock()
@@ -52,13 +64,25 @@ class PgWebchatRelay:
 
     def __repr__(self) -> str:
         state = "listening" if self.listening else "running" if self._listener else "stopped"
-        return f"<PgWebchatRelay {state} replica={self._replica}>"
+        return f"<PgNotices {state} replica={self._replica} topics={sorted(self._handlers)}>"
 
-    async def start(self, on_change: ChangeHandler) -> None:
+    async def subscribe(self, topic: str, handler: NoticeHandler) -> None:
+        """``handler`` hears ``topic``'s notices from now on (and None at once, as after
+        a gap, when this replica listens already: nothing it missed stays missed)."""
+        self._handlers[topic] = handler
+        if self.listening:
+            await _call(handler, None, topic)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._handlers.pop(topic, None)
+
+    async def start(self) -> None:
+        """Begin listening (idempotent)."""
         if self._listener is None:
-            self._listener = asyncio.create_task(self._listen(on_change), name="webchat-listen")
+            self._listener = asyncio.create_task(self._listen(), name="notices-listen")
 
     async def stop(self) -> None:
+        """Stop listening and close both connections. Idempotent."""
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -69,15 +93,16 @@ class PgWebchatRelay:
                 with contextlib.suppress(psycopg.Error, OSError):
                     await sender.close()
 
-    async def publish(self, client_id: str) -> None:
+    async def publish(self, topic: str, ref: str) -> None:
+        """Tell the other replicas ``ref`` changed under ``topic``; raises
+        :class:`NoticeSendError` when the database could not be reached."""
         async with self._sending:
             try:
                 conn = self._sender
                 if conn is None or conn.closed or conn.broken:
-                    conn = await connect(self._url, self._replica, "notify")
+                    conn = self._sender = await connect(self._url, self._replica, "notify")
                     self._schema = await _schema(conn)
-                    self._sender = conn
-                note = {"s": self._schema, "r": self._replica, "c": client_id}
+                note = {"s": self._schema, "r": self._replica, "t": topic, "c": ref}
                 payload = orjson.dumps(note)
                 await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload.decode()))
             except (psycopg.Error, OSError) as exc:
@@ -85,12 +110,17 @@ class PgWebchatRelay:
                 if sender is not None:
                     with contextlib.suppress(psycopg.Error, OSError):
                         await sender.close()
-                raise ChannelSendError(
-                    f"web chat: the other replicas could not be told: {describe(self._url, exc)}",
-                    retryable=True,
-                ) from exc
+                raise NoticeSendError(describe(self._url, exc)) from exc
 
-    async def _listen(self, on_change: ChangeHandler) -> None:
+    async def tell(self, topic: str, ref: str) -> None:
+        """:meth:`publish`, a failure logged: for notices whose receivers also look for
+        themselves now and then (steers, runs that ended)."""
+        try:
+            await self.publish(topic, ref)
+        except NoticeSendError as exc:
+            log.warning("the other replicas could not be told (%s): %s", topic, exc)
+
+    async def _listen(self) -> None:
         failures = 0
         while True:
             conn: Connection | None = None
@@ -100,19 +130,20 @@ class PgWebchatRelay:
                 schema = await _schema(conn)
                 self.listening = True
                 if failures:
-                    log.info("web chat relay listening again", extra={"replica": self._replica})
+                    log.info("notices: listening again", extra={"replica": self._replica})
                 failures = 0
-                await _call(on_change, None)  # what was notified while nobody listened here
+                for topic, handler in list(self._handlers.items()):  # notified meanwhile
+                    await _call(handler, None, topic)
                 while True:
                     async for note in conn.notifies(timeout=self._poll):
-                        await self._heard(note.payload, schema, on_change)
+                        await self._heard(note.payload, schema)
                     async with asyncio.timeout(self._poll):  # a silent connection: still alive?
                         await conn.execute("SELECT 1")
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 self.listening = False
                 failures += 1
                 if failures == 1:
-                    log.warning("web chat relay not listening: %s", describe(self._url, exc))
+                    log.warning("notices: not listening: %s", describe(self._url, exc))
             finally:
                 self.listening = False
                 if conn is not None:
@@ -120,16 +151,45 @@ class PgWebchatRelay:
                         await conn.close()
             await asyncio.sleep(backoff(failures, base=RECONNECT_FIRST_SECONDS, cap=self._poll))
 
-    async def _heard(self, payload: str, schema: str, on_change: ChangeHandler) -> None:
+    async def _heard(self, payload: str, schema: str) -> None:
         try:
             note = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
         if not isinstance(note, dict) or note.get("s") != schema:
             return  # another cluster's notice (another schema of the database)
-        client_id = note.get("c")
-        if note.get("r") != self._replica and isinstance(client_id, str):
-            await _call(on_change, client_id)
+        ref, topic = note.get("c"), note.get("t")
+        if note.get("r") == self._replica or not isinstance(ref, str) or not isinstance(topic, str):
+            return  # its own, or not a notice this version reads
+        handler = self._handlers.get(topic)
+        if handler is not None:
+            await _call(handler, ref, topic)
+
+
+class PgWebchatRelay:
+    """The web chat's notices (a :class:`channels.webchat.relay.Relay`) on the replica's
+    :class:`PgNotices`, which the gateway starts and stops."""
+
+    def __init__(self, notices: PgNotices) -> None:
+        self._notices = notices
+
+    def __repr__(self) -> str:
+        return f"<PgWebchatRelay on {self._notices!r}>"
+
+    async def start(self, on_change: ChangeHandler) -> None:
+        await self._notices.subscribe(WEBCHAT, on_change)
+        await self._notices.start()
+
+    async def stop(self) -> None:
+        self._notices.unsubscribe(WEBCHAT)
+
+    async def publish(self, client_id: str) -> None:
+        try:
+            await self._notices.publish(WEBCHAT, client_id)
+        except NoticeSendError as exc:
+            raise ChannelSendError(
+                f"web chat: the other replicas could not be told: {exc}", retryable=True
+            ) from exc
 
 
 async def _schema(conn: Connection) -> str:
@@ -137,8 +197,8 @@ async def _schema(conn: Connection) -> str:
     return str(row[0]) if row is not None else ""
 
 
-async def _call(on_change: ChangeHandler, client_id: str | None) -> None:
+async def _call(handler: NoticeHandler, ref: str | None, topic: str) -> None:
     try:
-        await on_change(client_id)
-    except Exception:  # one client's failure must not stop the listener
-        log.exception("web chat relay: applying a notice failed", extra={"client": client_id})
+        await handler(ref)
+    except Exception:  # one notice's failure must not stop the listener
+        log.exception("notices: applying a notice failed", extra={"topic": topic, "ref": ref})

@@ -49,6 +49,7 @@ from gateway.state.rows import (
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
+from gateway.state.steers import SteerRecord, SteersTable
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -90,6 +91,8 @@ __all__ = [
     "StateError",
     "StateMissingError",
     "StateUnavailableError",
+    "SteerRecord",
+    "SteersTable",
     "backend_of",
     "database_reachable",
     "is_out_of_space",

@@ -21,7 +21,8 @@ A write the disk has no room for raises :class:`DiskFullError` at once and puts
 checkpoints the WAL and tells its listeners when space is back.
 
 Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs`,
-:attr:`StateDB.outbox`, :attr:`StateDB.batches` and :attr:`StateDB.seen`; anything else can
+:attr:`StateDB.outbox`, :attr:`StateDB.batches`, :attr:`StateDB.seen`, :attr:`StateDB.steers` and
+others; anything else can
 use :meth:`StateDB.read`/:meth:`StateDB.write` with a function of a
 :class:`sqlite3.Connection`.
 """
@@ -61,6 +62,7 @@ from gateway.state.runs import RunsTable
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
+from gateway.state.steers import SteersTable
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,7 @@ class StateDB:
         self.inbound = InboundTable(self)
         self.cursors = CursorTable(self)
         self.replicas = ReplicasTable(self)
+        self.steers = SteersTable(self)
         #: The disk-full state of the state directory (transcripts report to it too).
         self.space = SpaceMonitor(self._probe_space)
 

@@ -56,6 +56,9 @@ the turn loses no message: they are run again at start, or by a survivor in a cl
 Version 11 keeps, per chat of a channel, the newest message taken there (``chat_cursors``),
 so that after a fresh Discord session the channel reads what each chat received while no
 connection was up.
+
+Version 12 keeps the steers of running runs until their turn wrote them (``steers``): a steer
+reaches its run on whichever replica executes it, and survives a stop or a crash.
 """
 
 from __future__ import annotations
@@ -313,6 +316,20 @@ _V11: Final = (
     """,
 )
 
+#: Steers given to a running run and not yet written into its conversation (deleted once
+#: written), so one reaches its run wherever the run executes, and after a restart.
+_V12: Final = (
+    """
+    CREATE TABLE steers (
+        steer_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX steers_run ON steers (run_id, steer_id)",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -325,5 +342,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V9,
     _V10,
     _V11,
+    _V12,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

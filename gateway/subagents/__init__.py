@@ -12,6 +12,7 @@
 - :mod:`~gateway.subagents.orchestration`: the orchestration tools;
 - :mod:`~gateway.subagents.control`: what the ``subagents`` tool does with a session's runs;
 - :mod:`~gateway.subagents.inbox`: messages for running runs (steers).
+- :mod:`~gateway.subagents.notices`: what replicas of a cluster tell each other of runs.
 """
 
 from gateway.subagents.announce import Announcer, compose_announce
@@ -23,6 +24,7 @@ from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunInbox
 from gateway.subagents.manager import RunManager, StoppedTree
+from gateway.subagents.notices import RUN_ENDED, STEERS, Notices
 from gateway.subagents.orchestration import (
     SUBAGENT_RUNS,
     YIELDS,
@@ -63,9 +65,11 @@ from gateway.subagents.tools import (
 
 __all__ = [
     "COMPLETION_PREFIX",
+    "RUN_ENDED",
     "SESSIONS",
     "SPAWNER",
     "SPAWN_FORBIDDEN_NESTED",
+    "STEERS",
     "SUBAGENT_RUNS",
     "TURNS",
     "YIELDS",
@@ -73,6 +77,7 @@ __all__ = [
     "BatchCoordinator",
     "ChildSessions",
     "Completions",
+    "Notices",
     "Owner",
     "RunFeed",
     "RunFinishedError",

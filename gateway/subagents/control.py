@@ -21,9 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway.agent import Injected
 from gateway.delivery import Outbox
-from gateway.llm import ChatMessage
 from gateway.state import OutboxRecord, RunRecord, StateDB
 from gateway.subagents.errors import (
     InboxClosedError,
@@ -43,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 #: ``subagents list`` shows at most this many runs, newest first.
 LIST_LIMIT = 50
-STEER_META: dict[str, Any] = {"kind": "steer"}
 
 
 class SubagentControl:
@@ -144,9 +141,8 @@ class SubagentControl:
         not_running = f"run {run_id} is {run.status}, not running: only a running run is steered"
         if run.status != "running":
             raise ToolError(not_running)
-        item = Injected(ChatMessage(role="user", content=message), dict(STEER_META))
         try:
-            self._inbox.put(run_id, item)
+            await self._inbox.put(run_id, message, now=self._clock())
         except InboxClosedError as exc:
             raise ToolError(f"run {run_id} is not running (it is starting or ending)") from exc
         except InboxFullError as exc:

@@ -5,11 +5,17 @@ web chat show runs live); when a run reaches its final status, waiters of :meth:
 and of :meth:`wait_change` (``subagents wait``) wake and the metrics count it. Publishing
 never blocks or breaks a run: status displays are sent from side tasks, and their failures
 are logged.
+
+In a cluster (:meth:`RunFeed.link`) a run may end on another replica: each final run is told
+to the others (:data:`~gateway.subagents.notices.RUN_ENDED`), and what they tell wakes the
+waiters here. A notice may be missed, so waiters also look again when the notices resume
+(a handler call with None) and at least every ``poll`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
@@ -18,6 +24,7 @@ from channels import Channel, RunUpdate
 from gateway.metrics import Metrics
 from gateway.state import RunRecord, RunsTable
 from gateway.subagents.errors import RunNotFoundError
+from gateway.subagents.notices import RUN_ENDED, Notices
 from gateway.subagents.presenter import run_name
 
 logger = logging.getLogger(__name__)
@@ -34,6 +41,9 @@ class RunFeed:
         #: Counts :meth:`changed` calls, so a waiter cannot miss one between looks.
         self._generation = 0
         self._side_tasks: set[asyncio.Task[None]] = set()
+        self._notices: Notices | None = None
+        #: In a cluster: waiters look again at least this often (a notice may be lost).
+        self._poll: float | None = None
 
     def __repr__(self) -> str:
         return f"<RunFeed sending={len(self._side_tasks)}>"
@@ -69,6 +79,16 @@ class RunFeed:
 
         self.spawn(send())
 
+    async def link(self, notices: Notices, *, poll: float) -> None:
+        """In a cluster: tell the other replicas of the runs that end here, and hear theirs."""
+        self._notices, self._poll = notices, poll
+        await notices.subscribe(RUN_ENDED, self.heard)
+
+    def unlink(self) -> None:
+        if self._notices is not None:
+            self._notices.unsubscribe(RUN_ENDED)
+            self._notices = None
+
     async def changed(self, run_id: str, run: RunRecord | None = None) -> None:
         """Re-read ``run_id`` (unless the caller gives its ``run`` as just written), publish
         it, count it when final, and wake :meth:`wait`."""
@@ -78,6 +98,12 @@ class RunFeed:
             self.publish(run)
             if run.finished:
                 self._metrics.finished_run(run)
+                if self._notices is not None:
+                    self.spawn(self._notices.tell(RUN_ENDED, run_id))
+        await self.heard(run_id)
+
+    async def heard(self, run_id: str | None) -> None:
+        """A run changed (None: maybe any run, after a gap in the notices): wake waiters."""
         async with self._finished:
             self._generation += 1
             self._finished.notify_all()
@@ -90,7 +116,9 @@ class RunFeed:
 
     async def wait_change(self, since: int, within: float) -> bool:
         """Wait until a change after ``since`` (a :attr:`generation`), at most ``within``
-        seconds; False when none came."""
+        seconds (in a cluster at most ``poll``: look again then); False when none came."""
+        if self._poll is not None:
+            within = min(within, self._poll)
         async with self._finished:
             try:
                 async with asyncio.timeout(max(0.0, within)):
@@ -108,7 +136,10 @@ class RunFeed:
                     raise RunNotFoundError(run_id)
                 if run.finished:
                     return run
-                await self._finished.wait()
+                # In a cluster, a slow look too: a notice may have been lost.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._poll):
+                        await self._finished.wait()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a side task this feed tracks (and cancels on :meth:`close`)."""

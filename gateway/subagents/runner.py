@@ -8,8 +8,9 @@ The final status is decided here, by the runtime, never by the model's text: it 
 ``outcome`` while the announce turn runs, and applied by the announce step in the same
 transaction that queues the announce. A run found ``running`` resumes from its transcript;
 one found ``announcing`` goes straight to its announce. While a run is in its child phase
-its box in the :class:`RunInbox` is open: what is put there (a steer) joins its conversation
-before its next model call.
+its box in the :class:`RunInbox` is open: a steer kept for it joins its conversation before
+its next model call; one it never read is dropped when it ends (a run that stops or yields
+keeps its steers for when it goes on).
 
 Nesting: a run's turn takes the completions of its own sub-agents before each model call
 (its inbox, :meth:`gateway.subagents.Completions.inbox`). A run that yields
@@ -139,7 +140,7 @@ class RunRunner:
         error: str | None = None
         yielded = False
         self._in_child.add(run_id)
-        box = self._inbox.open(run_id)
+        box = self._inbox.open(run_id, resume=resume)
         try:
             if run_id in self._aborting:
                 raise asyncio.CancelledError  # aborted while starting
@@ -173,11 +174,7 @@ class RunRunner:
             # From here on no abort can cancel this run: its end is being recorded.
             self._in_child.discard(run_id)
             self._tasks[run_id] = None
-            if unread := self._inbox.close(run_id):
-                logger.info(
-                    "run ended before reading messages",
-                    extra={"run_id": run_id, "unread": len(unread)},
-                )
+            self._inbox.close(run_id)
         if batch is not None and self._batches is not None:
             await self._batches.run_answered(batch, result or "")
         if yielded and status == "done":
@@ -191,6 +188,7 @@ class RunRunner:
             error=error,
         )
         self._feed.publish(run)
+        await self._inbox.drop(run_id, box)
         await self._stop_below(run_id, status)
         await self._announcer.announce(run_id, ended=run)
 
@@ -211,6 +209,7 @@ class RunRunner:
         self, run: RunRecord, *, resume: bool, batch: BatchRecord | None, box: RunBox
     ) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
+        box.attach(child)
         # The spawn answered before its transcript was begun.
         await self._store.ensure_transcript(child, spawned_event(run, task=True))
         setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
@@ -238,4 +237,6 @@ class RunRunner:
             if inbox is not None:
                 with contextlib.suppress(Exception):  # unsettled ones stay pending
                     await asyncio.shield(inbox.settle())
+            with contextlib.suppress(Exception):  # unsettled steers stay kept
+                await asyncio.shield(box.settle())
             await asyncio.shield(sink.save_usage())

@@ -29,6 +29,7 @@ QUICK_SCRIPT: dict[str, Any] = {
     "rules": [
         {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
         {"match": r"^task: (.+)$", "reply": "done $1"},
+        {"match": r"^focus on (.+)$", "reply": "done, focused on $1"},
     ],
     "default": {"reply": "?"},
 }
@@ -54,15 +55,14 @@ async def until_status(pg_url: str, run_id: str, status: str) -> None:
             await asyncio.sleep(0.1)
 
 
-async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
-    state = tmp_path / "state"
-    port = free_port()
+def doomed_config(tmp_path: Path, pg_url: str, port: int) -> Path:
+    """The configuration of the replica to be killed: its model never answers."""
     script = tmp_path / "slow.json"
     script.write_text(json.dumps(SLOW_SCRIPT), encoding="utf-8")
-    path = write_config(
+    return write_config(
         tmp_path / "herald.json",
         {
-            "gateway": {"port": port, "stateDir": str(state)},
+            "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
             "agent": {"model": "test/m1"},
             "models": {
                 "providers": {
@@ -73,6 +73,12 @@ async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_ur
             "cluster": {"databaseUrl": pg_url, "replicaId": "doomed"},
         },
     )
+
+
+async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
+    state = tmp_path / "state"
+    port = free_port()
+    path = doomed_config(tmp_path, pg_url, port)
     async with herald("run", "--config", str(path), port=port) as doomed:
         await doomed.wait_healthy()
         async with aiohttp.ClientSession() as http:
@@ -105,3 +111,48 @@ async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_ur
             assert "resumed" in events  # from its transcript, as after a restart
             said = [r["message"]["content"] for r in records if r["type"] == "message"]
             assert said.count("task: failover") == 1  # the task was not given again
+
+
+async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    state = tmp_path / "state"
+    port = free_port()
+    path = doomed_config(tmp_path, pg_url, port)
+    async with herald("run", "--config", str(path), port=port) as doomed:
+        await doomed.wait_healthy()
+        async with aiohttp.ClientSession() as http:
+            spawn = {"tool": "sessions_spawn", "args": {"task": "task: steered"}}
+            async with http.post(f"{doomed.url}/v1/tools/invoke", json=spawn) as response:
+                assert response.status == 200, await response.text()
+                run_id = str((await response.json())["result"]["runId"])
+        await until_status(pg_url, run_id, "running")
+        (tmp_path / "survivor").mkdir()
+        async with running_gateway(
+            tmp_path / "survivor",
+            script=QUICK_SCRIPT,
+            state_dir=state,
+            database_url=pg_url,
+            replica_id="survivor",
+            timing=SURVIVOR_TIMING,
+        ) as survivor:
+            run = await survivor.db.runs.get(run_id)
+            assert run is not None
+            assert run.parent_session_key is not None
+            # Given on the survivor while the run executes on the doomed replica, which
+            # dies before its model call returns: the steer is never read there.
+            steered = await survivor.subagents.control.steer(
+                run.parent_session_key, run_id, "focus on prices"
+            )
+            doomed.process.send_signal(signal.SIGKILL)
+            assert await doomed.wait_exit() == -signal.SIGKILL
+            await until_status(pg_url, run_id, "done")
+            run = await survivor.db.runs.get(run_id)
+            assert run is not None
+            records = (await survivor.store.read(run.child_session_key)).records
+            waiting = await survivor.db.steers.waiting(run_id)
+    assert steered == {"status": "steered", "runId": run_id}
+    assert run.result_text == "done, focused on prices"
+    said = [r["message"]["content"] for r in records if r["type"] == "message"]
+    assert said.count("focus on prices") == 1
+    assert waiting == []

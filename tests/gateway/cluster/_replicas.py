@@ -12,7 +12,14 @@ from typing import Any
 import psycopg
 
 from channels import Channel
-from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, merge, running_gateway
+from gateway.wiring import Timing
+from tests.gateway.harness import (
+    FAST_TIMING,
+    HANG_GUARD_SECONDS,
+    Harness,
+    merge,
+    running_gateway,
+)
 
 
 @asynccontextmanager
@@ -24,6 +31,7 @@ async def replica(
     config: dict[str, Any] | None = None,
     script: dict[str, Any] | None = None,
     channels: dict[str, Channel] | None = None,
+    timing: Timing = FAST_TIMING,
 ) -> AsyncIterator[Harness]:
     """One replica named ``replica_id`` on ``pg_url`` and ``tmp_path``'s state directory."""
     named = merge(config or {}, {"cluster": {"replicaId": replica_id}})
@@ -34,6 +42,7 @@ async def replica(
         state_dir=tmp_path / "state",
         database_url=pg_url,
         channels=channels,
+        timing=timing,
     ) as gw:
         yield gw
 
@@ -45,14 +54,15 @@ async def two_replicas(
     *,
     config: dict[str, Any] | None = None,
     script: dict[str, Any] | None = None,
+    timing: Timing = FAST_TIMING,
 ) -> AsyncIterator[tuple[Harness, Harness]]:
     """Replicas ``a`` and ``b``, started one after the other, stopped in reverse."""
     async with AsyncExitStack() as stack:
         a = await stack.enter_async_context(
-            replica(tmp_path, pg_url, "a", config=config, script=script)
+            replica(tmp_path, pg_url, "a", config=config, script=script, timing=timing)
         )
         b = await stack.enter_async_context(
-            replica(tmp_path, pg_url, "b", config=config, script=script)
+            replica(tmp_path, pg_url, "b", config=config, script=script, timing=timing)
         )
         yield a, b
 

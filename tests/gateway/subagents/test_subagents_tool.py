@@ -415,8 +415,49 @@ async def test_steer_reaches_the_running_child_before_its_next_model_call(
     assert [(r["message"]["role"], r["message"]["content"]) for r in steers] == [
         ("user", "focus on prices")
     ]
-    assert steers[0]["meta"] == {"kind": "steer"}
+    assert set(steers[0]["meta"]) == {"kind", "steerId"}  # the id: written once, after a stop too
+    assert isinstance(steers[0]["meta"]["steerId"], int)
     assert after == (f"subagents: run {run_id} is done, not running: only a running run is steered")
+
+
+async def test_a_steer_the_run_had_not_read_when_the_gateway_stopped_reaches_it_after(
+    tmp_path: Path,
+    database_url: str | None,
+) -> None:
+    state = tmp_path / "state"
+    async with (
+        openai_server() as fake,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake), state_dir=state
+        ) as gw,
+    ):
+        model = fake.responder = Model(fake)
+        run_id = await spawn(gw, "tooluser")
+        await model.arrived("tooluser")  # its first model call is in flight: it stops there
+        steered = json.loads(
+            await call(gw, {"action": "steer", "runId": run_id, "message": "focus on prices"})
+        )
+    async with (
+        openai_server() as fake,
+        running_gateway(
+            tmp_path, database_url=database_url, config=fake_model_config(fake), state_dir=state
+        ) as gw,
+    ):
+        model = fake.responder = Model(fake)
+        model.gates["tooluser"].set()
+        run = await gw.finished(run_id)
+        resumed = model.asked["tooluser"][0]["messages"]
+        child = await gw.store.require(run.child_session_key)
+        records = read_transcript(gw.store.transcript_path(child)).records
+    assert steered == {"status": "steered", "runId": run_id}
+    # The resumed run's first model call holds it, once.
+    assert [(m["role"], m["content"]) for m in resumed[-2:]] == [
+        ("user", "job tooluser"),
+        ("user", "focus on prices"),
+    ]
+    assert run.result_text == "result of tooluser; saw: focus on prices"
+    steers = [r for r in records if (r.get("meta") or {}).get("kind") == "steer"]
+    assert [r["message"]["content"] for r in steers] == ["focus on prices"]
 
 
 async def test_steer_refuses_a_queued_run_another_sessions_run_and_a_long_message(
