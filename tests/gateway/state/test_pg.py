@@ -133,14 +133,15 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
 
         monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
 
-        def insert_two(conn: sqlite3.Connection) -> int:
-            conn.execute("INSERT INTO t VALUES (?)", (1,))
-            return conn.execute("INSERT INTO t VALUES (?)", (2,)).rowcount
+        def insert_two(conn: sqlite3.Connection) -> tuple[int, int]:
+            first = conn.execute("INSERT INTO t VALUES (?) RETURNING n", (1,)).fetchone()
+            return first[0], conn.execute("INSERT INTO t VALUES (?)", (2,)).rowcount
 
-        assert await db.write(insert_two) == 1  # the statement's own count, not BEGIN's
+        # The first statement's rows and the second's count, not BEGIN's.
+        assert await db.write(insert_two) == (1, 1)
         # BEGIN travels with the first statement: three round trips, not four.
         assert sent == [
-            "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s)",
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s) RETURNING n",
             "INSERT INTO t VALUES (%s)",
             "COMMIT",
         ]
