@@ -88,9 +88,18 @@ class SteersTable:
         await self._db.write(run)
 
     async def drop(self, run_id: str) -> int:
-        """Forget the steers of ``run_id`` (it ended without reading them); how many."""
+        """Forget the steers of ``run_id`` (it ended without reading them); how many.
+
+        Called once the run is no longer ``running``, so no steer can be added meanwhile:
+        a read first spares the usual run, which left none, a write transaction."""
+
+        def count(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT COUNT(*) FROM steers WHERE run_id = ?", (run_id,))
+            return int(row.fetchone()[0])
 
         def run(conn: sqlite3.Connection) -> int:
             return int(conn.execute("DELETE FROM steers WHERE run_id = ?", (run_id,)).rowcount)
 
+        if not await self._db.read(count):
+            return 0
         return await self._db.write(run)

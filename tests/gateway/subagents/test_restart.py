@@ -104,6 +104,9 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
             result = await gw.spawn(ctx, SpawnRequest(task="task-slow: x"))
             ids.append(result["runId"])
         db = gw.db
+        # This process never delivers them: closed before they exist, or its outbox could
+        # claim the pending one first (PostgreSQL's outbox polls on its own).
+        await gw.outbox.close()
         # Simulate what a crash leaves: one announce queued, one cut off mid-send.
         for run_id, state_name in zip(ids, ("pending", "sending"), strict=True):
             await db.outbox.insert_for_run(
@@ -118,7 +121,6 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
                 ),
                 {"status": "announcing", "outcome": "done", "announce_state": "queued"},
             )
-        await gw.outbox.close()  # this process never delivers them
     async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         delivered = await gw.delivery(ids[0])
         assert delivered.state == "delivered"
