@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from gateway.state.errors import InvalidUpdateError, RecordConflictError
+from gateway.state.errors import InvalidUpdateError, RecordConflictError, RecordNotFoundError
 from gateway.state.rows import to_column_value
 
 T = TypeVar("T")
@@ -69,3 +69,15 @@ def skip_locked(conn: sqlite3.Connection) -> str:
     replicas claim at once (each takes rows no other is taking, without waiting); nothing on
     SQLite, whose one writer claims alone."""
     return "" if isinstance(conn, sqlite3.Connection) else " FOR UPDATE SKIP LOCKED"
+
+
+def returned_row(
+    conn: sqlite3.Connection, sql: str, params: Iterable[Any], table: str, key: object
+) -> sqlite3.Row:
+    """The one row a write ``… RETURNING`` gave (RecordNotFoundError naming ``table`` and
+    ``key`` when none): the write reads its result back in the same statement."""
+    rows = conn.execute(sql, list(params)).fetchall()
+    if len(rows) != 1:
+        raise RecordNotFoundError(table, key)
+    row: sqlite3.Row = rows[0]
+    return row

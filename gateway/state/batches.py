@@ -19,6 +19,7 @@ from gateway.state._sql import (
     in_clause,
     insert_sql,
     integrity_error,
+    returned_row,
     update_assignments,
 )
 from gateway.state.errors import RecordConflictError, RecordNotFoundError
@@ -411,10 +412,7 @@ def _returned(
     conn: sqlite3.Connection, sql: str, params: builtins.list[Any], batch_id: str
 ) -> BatchRecord:
     """The batch row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
-    rows = conn.execute(sql, params).fetchall()
-    if len(rows) != 1:
-        raise RecordNotFoundError("batches", batch_id)
-    return batch_from_row(rows[0])
+    return batch_from_row(returned_row(conn, sql, params, "batches", batch_id))
 
 
 def _run(conn: sqlite3.Connection, run_id: str) -> RunRecord:

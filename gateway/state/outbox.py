@@ -24,6 +24,7 @@ from gateway.state._sql import (
     in_clause,
     insert_sql,
     integrity_error,
+    returned_row,
     skip_locked,
     update_assignments,
 )
@@ -295,7 +296,4 @@ def _returned(
     conn: sqlite3.Connection, sql: str, params: builtins.list[Any], key: object
 ) -> OutboxRecord:
     """The one row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
-    rows = conn.execute(sql, params).fetchall()
-    if len(rows) != 1:
-        raise RecordNotFoundError("outbox", key)
-    return outbox_from_row(rows[0])
+    return outbox_from_row(returned_row(conn, sql, params, "outbox", key))

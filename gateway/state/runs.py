@@ -19,6 +19,7 @@ from gateway.state._sql import (
     in_clause,
     insert_sql,
     integrity_error,
+    returned_row,
     update_assignments,
 )
 from gateway.state.errors import ChildLimitError, RecordNotFoundError
@@ -341,9 +342,5 @@ def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int)
 def returned_run(
     conn: sqlite3.Connection, sql: str, params: Iterable[Any], run_id: str
 ) -> RunRecord:
-    """The row an ``UPDATE … RETURNING`` of one run gave (RecordNotFoundError if none):
-    the write reads its result back in the same statement."""
-    rows = conn.execute(sql, list(params)).fetchall()
-    if len(rows) != 1:
-        raise RecordNotFoundError("runs", run_id)
-    return run_from_row(rows[0])
+    """The run an ``UPDATE … RETURNING`` of one run gave (RecordNotFoundError if none)."""
+    return run_from_row(returned_row(conn, sql, params, "runs", run_id))

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import signal
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from gateway.cluster import QueueTiming
 from tests.gateway.daemon_process import free_port, herald, write_config
-from tests.gateway.harness import FAST_TIMING, HANG_GUARD_SECONDS, running_gateway
+from tests.gateway.harness import FAST_TIMING, HANG_GUARD_SECONDS, Harness, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -75,27 +76,36 @@ def doomed_config(tmp_path: Path, pg_url: str, port: int) -> Path:
     )
 
 
+async def spawn_on(url: str, task: str) -> str:
+    """Spawn ``task`` through the gateway at ``url``; its run id."""
+    async with aiohttp.ClientSession() as http:
+        spawn = {"tool": "sessions_spawn", "args": {"task": task}}
+        async with http.post(f"{url}/v1/tools/invoke", json=spawn) as response:
+            assert response.status == 200, await response.text()
+            return str((await response.json())["result"]["runId"])
+
+
+def survivor_of(tmp_path: Path, pg_url: str) -> AbstractAsyncContextManager[Harness]:
+    """The replica that outlives the doomed one: same database and state directory."""
+    (tmp_path / "survivor").mkdir()
+    return running_gateway(
+        tmp_path / "survivor",
+        script=QUICK_SCRIPT,
+        state_dir=tmp_path / "state",
+        database_url=pg_url,
+        replica_id="survivor",
+        timing=SURVIVOR_TIMING,
+    )
+
+
 async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
-    state = tmp_path / "state"
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
     async with herald("run", "--config", str(path), port=port) as doomed:
         await doomed.wait_healthy()
-        async with aiohttp.ClientSession() as http:
-            spawn = {"tool": "sessions_spawn", "args": {"task": "task: failover"}}
-            async with http.post(f"{doomed.url}/v1/tools/invoke", json=spawn) as response:
-                assert response.status == 200, await response.text()
-                run_id = str((await response.json())["result"]["runId"])
+        run_id = await spawn_on(doomed.url, "task: failover")
         await until_status(pg_url, run_id, "running")
-        (tmp_path / "survivor").mkdir()
-        async with running_gateway(
-            tmp_path / "survivor",
-            script=QUICK_SCRIPT,
-            state_dir=state,
-            database_url=pg_url,
-            replica_id="survivor",
-            timing=SURVIVOR_TIMING,
-        ) as survivor:
+        async with survivor_of(tmp_path, pg_url) as survivor:
             # Started while the run's replica lives: the run is not the survivor's.
             assert survivor.lanes.subagent.stats().submitted == 0
             assert await run_status(pg_url, run_id) == "running"
@@ -116,26 +126,13 @@ async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_ur
 async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
     tmp_path: Path, pg_url: str
 ) -> None:
-    state = tmp_path / "state"
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
     async with herald("run", "--config", str(path), port=port) as doomed:
         await doomed.wait_healthy()
-        async with aiohttp.ClientSession() as http:
-            spawn = {"tool": "sessions_spawn", "args": {"task": "task: steered"}}
-            async with http.post(f"{doomed.url}/v1/tools/invoke", json=spawn) as response:
-                assert response.status == 200, await response.text()
-                run_id = str((await response.json())["result"]["runId"])
+        run_id = await spawn_on(doomed.url, "task: steered")
         await until_status(pg_url, run_id, "running")
-        (tmp_path / "survivor").mkdir()
-        async with running_gateway(
-            tmp_path / "survivor",
-            script=QUICK_SCRIPT,
-            state_dir=state,
-            database_url=pg_url,
-            replica_id="survivor",
-            timing=SURVIVOR_TIMING,
-        ) as survivor:
+        async with survivor_of(tmp_path, pg_url) as survivor:
             run = await survivor.db.runs.get(run_id)
             assert run is not None
             assert run.parent_session_key is not None
