@@ -3,7 +3,8 @@
 ``start()`` logs in (``GET /users/@me``), connects to the gateway and returns once the
 client is READY; the client then keeps running in a background task and reconnects (with
 RESUME) by itself. Inbound messages are handed to the gateway's handler one at a time, in
-the order Discord sent them. ``send()`` posts over REST, split to Discord's 2,000-character
+the order Discord sent them, each once, with what a fresh session missed read back first
+(:mod:`.inflow`, :mod:`.catchup`). ``send()`` posts over REST, split to Discord's 2,000-character
 limit, with mentions that can never ping ``@everyone``, roles or users; rate limits are left
 to discord.py, which sleeps ``retry_after`` on a 429 and tries again. An announce's parts
 carry nonces made from its outbox item, so Discord itself drops a resend soon after a
@@ -20,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,9 +37,8 @@ from channels.base import (
     SentMessage,
 )
 from channels.config_base import secret_value
-from channels.cursors import ChatCursor, ChatCursors, MemoryCursors
+from channels.cursors import ChatCursors, MemoryCursors
 from channels.discord._sdk import discord
-from channels.discord.catchup import CATCHUP_MAX_AGE, read_missed
 from channels.discord.client import Client, discord_intents
 from channels.discord.config import DiscordConfig
 from channels.discord.endpoints import (
@@ -52,13 +51,14 @@ from channels.discord.endpoints import (
 from channels.discord.errors import send_error, start_error
 from channels.discord.events import to_inbound
 from channels.discord.format import chunk_message
+from channels.discord.inflow import Inflow
 from channels.discord.leading import hold_gateway
 from channels.discord.lookup import lookup
 from channels.discord.probe import probe_login
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
-from channels.replay import MemorySeenKeys, SeenKeys
+from channels.replay import SeenKeys
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +73,12 @@ STOP_GRACE = 1.0
 GUILD_READY_TIMEOUT = 2.0
 #: Discord shows "typing…" for about 10 s after each POST, so refresh a little sooner.
 TYPING_INTERVAL = 8.0
-#: Inbound messages waiting for the handler; beyond this discord.py's event tasks wait.
-INBOUND_QUEUE_SIZE = 256
 #: A 429 asking for a longer wait than this is handed to the outbox (with ``retry_after``)
 #: instead of blocking the send; 30 s is the least discord.py accepts.
 MAX_RATELIMIT_WAIT = 30.0
 #: Partly delivered multi-part replies remembered so that a retry skips the parts sent.
 PARTIAL_SENDS_KEPT = 128
 
-#: Message ids remembered in memory when the seen keys cannot be recorded.
-SEEN_FALLBACK_CAPACITY = 10_000
 
 #: Replies never notify anyone: no @everyone/@here, no roles, no users, no reply pings.
 NO_PINGS = discord.AllowedMentions.none()
@@ -108,14 +104,12 @@ class DiscordChannel(Channel):
         by another replica) is dropped; ``cursors`` the newest message taken per chat, read
         from after a fresh gateway session (:mod:`.catchup`). Both default to memory."""
         self.name = name
-        self._fallback = MemorySeenKeys(SEEN_FALLBACK_CAPACITY)
-        self._seen: SeenKeys = seen if seen is not None else self._fallback
-        self._seen_failing = False
-        self._cursors: ChatCursors = cursors if cursors is not None else MemoryCursors()
-        #: Live messages held back while a catch-up hands on the older ones (None: none runs).
-        self._held: list[InboundMessage] | None = None
-        self._catch_up_task: asyncio.Task[None] | None = None
-        self._catch_up_again = False
+        self._inflow = Inflow(
+            name,
+            require_mention=config.require_mention,
+            seen=seen,
+            cursors=cursors if cursors is not None else MemoryCursors(),
+        )
         self._leadership = leadership
         self._leading = False
         self._config = config
@@ -131,16 +125,13 @@ class DiscordChannel(Channel):
         self._failure: Exception | None = None
         self._logged_in = False
         self._me: int | None = None
-        self._inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(INBOUND_QUEUE_SIZE)
         self._event_tasks: set[asyncio.Task[Any]] = set()
         self._partial: OrderedDict[OutboundMessage, list[str]] = OrderedDict()
         self._claimed = False
 
     def __repr__(self) -> str:
         state = self.connection_state if self._task else "stopped"
-        return (
-            f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inbound.qsize()}>"
-        )
+        return f"<DiscordChannel {self.name} {state} user={self._me} queued={self._inflow.queued}>"
 
     @property
     def connected(self) -> bool:
@@ -198,7 +189,9 @@ class DiscordChannel(Channel):
             guild_ready_timeout=self._guild_ready_timeout,
             max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
         )
-        self._consumer = asyncio.create_task(self._deliver(handler), name=f"{self.name}-inbound")
+        self._consumer = asyncio.create_task(
+            self._inflow.deliver(handler), name=f"{self.name}-inbound"
+        )
         run = (
             self._run(self._client, token)
             if self._leadership is None
@@ -248,8 +241,7 @@ class DiscordChannel(Channel):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), STOP_TIMEOUT)
         await asyncio.wait({task}, timeout=STOP_GRACE)
-        catch_up, self._catch_up_task = self._catch_up_task, None
-        self._held = None
+        catch_up, dropped = self._inflow.reset()
         pending = [
             t for t in (task, self._consumer, catch_up, *self._event_tasks) if t and not t.done()
         ]
@@ -261,10 +253,8 @@ class DiscordChannel(Channel):
         if self._claimed:
             release_endpoints()
             self._claimed = False
-        dropped = self._inbound.qsize()
         if dropped:
             log.warning("%s channel stopped with %d inbound messages unhandled", self.name, dropped)
-        self._inbound = asyncio.Queue(INBOUND_QUEUE_SIZE)
         log.info("%s channel stopped", self.name)
 
     async def send(self, message: OutboundMessage) -> SentMessage:
@@ -392,7 +382,7 @@ class DiscordChannel(Channel):
             self._me = self._client.user.id
             self._ready.set()
             if why == "ready":  # a fresh session: Discord replays nothing it missed
-                self._start_catch_up()
+                self._inflow.catch_up(self._client, self._client.user.id)
         if connected != self._connected:
             log.info("%s channel %s", self.name, why)
         self._connected = connected
@@ -410,123 +400,14 @@ class DiscordChannel(Channel):
         )
         if inbound is None:
             return
-        if self._held is not None:  # after the older messages a catch-up is reading
-            self._held.append(inbound)
-            return
         current = asyncio.current_task()
         if current is not None:
             self._event_tasks.add(current)
         try:
-            await self._inbound.put(inbound)
+            await self._inflow.take(inbound)
         finally:
             if current is not None:
                 self._event_tasks.discard(current)
-
-    # internals: catching up after a fresh session
-
-    def _start_catch_up(self) -> None:
-        if self._catch_up_task is not None and not self._catch_up_task.done():
-            self._catch_up_again = True  # the running one reads once more when done
-            return
-        self._held = []
-        self._catch_up_task = asyncio.create_task(self._catch_up(), name=f"{self.name}-catch-up")
-
-    async def _catch_up(self) -> None:
-        try:
-            again = True
-            while again and not self._stopping:
-                self._catch_up_again = False
-                await self._catch_up_once()
-                again = self._catch_up_again
-        except Exception:
-            log.exception("%s channel: catching up after READY failed", self.name)
-        finally:
-            held, self._held = self._held, None
-            for inbound in held or []:
-                await self._inbound.put(inbound)
-
-    async def _catch_up_once(self) -> None:
-        client, me = self._client, self._me
-        if client is None or me is None:
-            return
-        now = time.time()
-        cursors = await self._cursors.recent(self.name, str(me), now - CATCHUP_MAX_AGE)
-        found = 0
-        for cursor in cursors:
-            try:
-                missed = await read_missed(client, cursor, now)
-            except Exception as exc:
-                if send_error(exc) is None:
-                    raise
-                log.warning(
-                    "%s channel: cannot read chat %s to catch up: %s",
-                    self.name,
-                    cursor.chat_id,
-                    send_error(exc),
-                )
-                continue
-            for message in missed:
-                inbound = to_inbound(
-                    message,
-                    me=me,
-                    channel_name=self.name,
-                    require_mention=self._config.require_mention,
-                )
-                if inbound is not None:
-                    found += 1
-                    await self._inbound.put(inbound)
-        if found:
-            log.info(
-                "%s channel: %d messages sent while no connection was up handed on",
-                self.name,
-                found,
-            )
-
-    # internals: handing messages on, each once
-
-    async def _deliver(self, handler: InboundHandler) -> None:
-        while True:
-            inbound = await self._inbound.get()
-            if not await self._first_sighting(inbound):
-                log.debug("%s: message %s handed on already", self.name, inbound.message_id)
-                continue
-            try:
-                await handler(inbound)
-            except Exception:
-                log.exception(
-                    "%s inbound handler failed for message %s", self.name, inbound.message_id
-                )
-            await self._advance(inbound)
-
-    async def _first_sighting(self, inbound: InboundMessage) -> bool:
-        """Whether ``inbound`` was not handed on before (live, by a catch-up, by another
-        replica); remembered as long as a catch-up reaches back."""
-        keys = [f"{self.name}:msg:{inbound.chat_id}:{inbound.message_id}"]
-        try:
-            new = await self._seen.first_sighting(keys, CATCHUP_MAX_AGE)
-        except Exception as exc:
-            if not self._seen_failing:
-                log.warning(
-                    "%s: cannot record seen messages (%s); remembering in memory", self.name, exc
-                )
-            self._seen_failing = True
-            return self._fallback.first_sighting_now(keys, CATCHUP_MAX_AGE)
-        if self._seen_failing:
-            log.info("%s: recording seen messages again", self.name)
-            self._seen_failing = False
-        return new
-
-    async def _advance(self, inbound: InboundMessage) -> None:
-        """The handler took ``inbound``: a later catch-up reads its chat from after it."""
-        if inbound.message_id is None or not inbound.message_id.isdigit():
-            return
-        cursor = ChatCursor(
-            self.name, inbound.account, inbound.chat_id, inbound.chat_type, int(inbound.message_id)
-        )
-        try:
-            await self._cursors.advance(cursor)
-        except Exception as exc:  # the next catch-up reads from an older message: seen drops it
-            log.warning("%s: cannot record the chat's newest message: %s", self.name, exc)
 
     async def _keep_typing(self, client: Client, channel_id: int) -> None:
         target = client.get_partial_messageable(channel_id)
