@@ -154,6 +154,9 @@ class ProcrastinateQueue:
         self._defers: set[asyncio.Task[bool]] = set()
         #: The defer in flight of each run, which an abort waits for before it looks.
         self._deferring: dict[str, asyncio.Task[bool]] = {}
+        #: One defer at a time per queue, in the order submitted (an asyncio lock wakes its
+        #: waiters in order): job ids, and so the order runs start in, follow the spawns.
+        self._defer_order = {QUEUE: asyncio.Lock(), URGENT_QUEUE: asyncio.Lock()}
         #: Runs found without a job by the last sweep (deferred if the next finds them too).
         self._suspects: set[str] = set()
         self._executing: dict[str, int] = {}
@@ -221,7 +224,8 @@ class ProcrastinateQueue:
             priority=URGENT_PRIORITY if urgent else 0,
         )
         try:
-            await deferrer.defer_async(run_id=run_id, attempt=attempt, urgent=urgent)
+            async with self._defer_order[URGENT_QUEUE if urgent else QUEUE]:
+                await deferrer.defer_async(run_id=run_id, attempt=attempt, urgent=urgent)
         except pq_errors.AlreadyEnqueued:
             return False  # a job of this run waits already: it does the work
         except Exception as exc:

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from procrastinate.manager import JobManager
 
 from gateway.state import RunRecord, StateDB
 from gateway.subagents import SpawnRequest
@@ -189,3 +190,32 @@ async def test_a_run_left_without_a_job_is_swept_and_run(tmp_path: Path, pg_url:
         run = (await until_final(a.db, [run_id]))[run_id]
         assert run.status == "done"
         assert run.result_text == "done: swept"
+
+
+async def test_runs_start_in_the_order_they_were_spawned_however_their_defers_go(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's id decides when it runs: the first spawn's defer, slow on its connection,
+    must still give it the first job, or a width-1 replica runs the spawns out of order."""
+    real_defer = JobManager.defer_job_async
+    calls = 0
+
+    async def defer(self: JobManager, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(0.3)  # the later spawn's defer would overtake this one
+        return await real_defer(self, *args, **kwargs)
+
+    monkeypatch.setattr(JobManager, "defer_job_async", defer)
+    async with replicas(tmp_path, pg_url, ["a"], width=1) as gws:
+        gw = gws["a"]
+        ctx = await gw.context("agent:main:memory:channel:c1")
+        run_ids = [
+            (await gw.spawn(ctx, SpawnRequest(task=f"task: {name}")))["runId"]
+            for name in ("first", "second", "third")
+        ]
+        runs = await until_final(gw.db, run_ids)
+
+    started = sorted(run_ids, key=lambda run_id: runs[run_id].started_at or 0.0)
+    assert started == run_ids
