@@ -43,13 +43,16 @@ from gateway.subagents import (
     BatchCoordinator,
     ChildSessions,
     Completions,
+    LaneQueue,
     Owner,
+    RunEnds,
     RunFeed,
     RunInbox,
     RunManager,
-    RunRunner,
+    RunnerParts,
     Spawner,
     SubagentControl,
+    YieldedRunQueue,
     recover,
     settle_archives,
 )
@@ -257,6 +260,10 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
     lanes, cluster = app[LANES], app.get(CLUSTER)
     # In a cluster the holds, completions and follow-ups this replica takes carry its id.
     owner = Owner(cluster.replica_id if cluster is not None else None)
+    turns = app[TURN_FACTORY].turns
+    # Built once each, in the order they use one another; the manager makes its runner.
+    queue = await _cluster_queue(app)
+    run_queue = queue if queue is not None else LaneQueue()
     completions = Completions(
         db=db,
         store=store,
@@ -271,9 +278,10 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         session_lane=lanes.session,
         main_lane=lanes.main,
         outbox=app[OUTBOX],
-        completions=completions,
+        runs=YieldedRunQueue(db, run_queue),
         owner=owner,
     )
+    ends = RunEnds(db=db, batches=batches, completions=completions)
     announcer = Announcer(
         holder=holder,
         db=db,
@@ -283,7 +291,8 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         archive=app[ARCHIVE],
         feed=feed,
         metrics=app[METRICS],
-        on_final=batches.hand_on,
+        results=ends,
+        turns=turns,
         owner=owner,
     )
     inbox = RunInbox(db, store)
@@ -291,28 +300,24 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         poll = app[TIMING].cluster_poll
         await feed.link(cluster.notices, poll=poll)
         await inbox.link(cluster.notices, poll=poll)
-    runner = RunRunner(
-        db=db,
-        store=store,
-        children=children,
-        announcer=announcer,
-        feed=feed,
-        inbox=inbox,
-        completions=completions,
-        batches=batches,
-    )
-    queue = await _cluster_queue(app)
     manager = RunManager(
         db=db,
         lane=app[LANES].subagent,
-        runner=runner,
+        runner=RunnerParts(
+            db=db,
+            store=store,
+            children=children,
+            announcer=announcer,
+            feed=feed,
+            inbox=inbox,
+            completions=completions,
+            batches=batches,
+            turns=turns,
+        ),
         feed=feed,
-        queue=queue,
+        queue=run_queue,
         on_restart=lambda: holder.current.agent.subagents.on_restart,
     )
-    runner.stop_descendants = manager.abort_descendants
-    batches.resume_run = manager.submit
-    batches.expire_run = manager.expire
     spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
     control = SubagentControl(
         db=db,
@@ -320,7 +325,8 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         inbox=inbox,
         feed=feed,
         outbox=app[OUTBOX],
-        hand_on=batches.hand_on,
+        results=ends,
+        turns=turns,
         owner=owner,
     )
     app[SUBAGENTS] = SubagentParts(

@@ -75,6 +75,7 @@ AnnounceState = Literal[
     "nested",
 ]
 ANNOUNCE_STATES: Final[tuple[AnnounceState, ...]] = get_args(AnnounceState)
+Delivery = Literal["live", "held", "batched", "pending", "delivered", "consumed"]
 
 #: UTC ISO-8601 with milliseconds and ``Z``, as the presenters format it. Kept a string: a
 #: datetime would be re-formatted on the way out.
@@ -188,6 +189,10 @@ class Run(Closed):
     parent_run_id: str | None = Field(description="the run whose session spawned this one")
     depth: Depth
     batch_id: str | None = Field(description="the sessions_yield batch the run belongs to")
+    delivery: Delivery = Field(
+        description="who has the run's result: live, held (a wait), batched, pending (on its"
+        " way to the requester), delivered (in its conversation) or consumed"
+    )
     child_session_key: str
     child_session_id: str
     model: str | None = Field(description="<provider>/<model id>")

@@ -19,6 +19,7 @@ from gateway.agent.profile import AgentProfile, agents_above, resolve_agent, sub
 from gateway.agent.setup import TranscriptSink, TurnSetup
 from gateway.agent.sink import StoreSink
 from gateway.agent.turn import EndedBy, Inbox, Injected, TurnOutcome, run_turn
+from gateway.agent.turngate import TurnGate
 
 __all__ = [
     "DISK_FULL_REPLY",
@@ -40,6 +41,7 @@ __all__ = [
     "ToolNotAllowedError",
     "TranscriptSink",
     "TurnFactory",
+    "TurnGate",
     "TurnOutcome",
     "TurnResult",
     "TurnSetup",

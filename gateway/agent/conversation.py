@@ -187,8 +187,9 @@ class Conversations:
             if user is not None:
                 history.append(user)
                 await sink.message(user, meta=meta)
-            async with asyncio.timeout(profile.timeout_seconds):
-                outcome = await run_turn(setup, self._factory.tools, history, sink, meter=meter)
+            with self._factory.turns.turn(key):
+                async with asyncio.timeout(profile.timeout_seconds):
+                    outcome = await run_turn(setup, self._factory.tools, history, sink, meter=meter)
             await sink.sync()
             self.histories.keep(key, history, meter)
             finished = True

@@ -14,6 +14,7 @@ from gateway.agent.context import ToolContexts
 from gateway.agent.context_window import ContextPolicy
 from gateway.agent.setup import TurnSetup
 from gateway.agent.sink import StoreSink
+from gateway.agent.turngate import TurnGate
 from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry
 from gateway.reload import SettingsHolder
@@ -42,6 +43,8 @@ class TurnFactory:
         self._tools = tools
         self._contexts = contexts
         self._metrics = metrics
+        #: The sessions with a turn running in this process (chat and sub-agent turns).
+        self.turns = TurnGate()
 
     def __repr__(self) -> str:
         return f"<TurnFactory {self._providers!r}>"

@@ -47,6 +47,7 @@ from gateway.state import (
 )
 from gateway.subagents.presenter import (
     SHORT_ID,
+    announce_state,
     run_detail,
     run_name,
     run_tree,
@@ -214,13 +215,14 @@ def _show_lines(run: RunRecord, children: list[RunRecord], where: Location | Non
         f"depth      {run.depth}"
         + (f" (spawned by run {run.parent_run_id})" if run.parent_run_id else ""),
         f"batch      {run.batch_id or '-'}",
+        f"delivery   {run.delivery}",
         f"session    {run.child_session_key}",
         f"transcript {safe(str(transcript))}",
     ]
     if where is not None and where.archived_at is not None:
         lines.append(f"archived   at {where.archived_at}")
     lines.append(
-        f"announce   {run.announce_state or '-'}"
+        f"announce   {announce_state(run) or '-'}"
         + (f" ({safe(run.announce_error)})" if run.announce_error else "")
     )
     lines.append(f"result     {_block(run.result_text) if run.result_text else '-'}")

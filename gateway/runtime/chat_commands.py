@@ -67,7 +67,7 @@ class ChatCommands:
             return HELP_TEXT
         if command.name == "stop":
             turns, runs = await self.stop(session.key)
-            return f"Stopped {turns} reply(s) in progress and {runs} sub-agent run(s)."
+            return stop_answer(turns, runs)
         if command.name == "spawn":
             result = await self._spawner.spawn(
                 self._contexts.for_session(session), SpawnRequest(task=command.argument)
@@ -117,3 +117,15 @@ class ChatCommands:
         spawned = len(below)
         tail = f" and {spawned} run{'s' if spawned != 1 else ''} it spawned" if spawned else ""
         return f"Stopping sub-agent run {run.run_id[:8]}{tail}."
+
+
+def stop_answer(turns: int, runs: int) -> str:
+    """``/stop``'s one line: what it stopped, in words."""
+    if not turns and not runs:
+        return "Nothing to stop: no reply or sub-agent is running here."
+    parts = []
+    if turns:
+        parts.append("the reply in progress" if turns == 1 else f"{turns} replies in progress")
+    if runs:
+        parts.append(f"{runs} sub-agent{'s' if runs != 1 else ''}")
+    return f"Stopped {' and '.join(parts)}."

@@ -28,6 +28,15 @@ from gateway.state.errors import (
     StateUnavailableError,
 )
 from gateway.state.inbound import InboundRecord, InboundTable
+from gateway.state.lifecycle import (
+    TRANSITIONS,
+    Destination,
+    IllegalTransitionError,
+    announce_item,
+    announce_state_for,
+    check_transition,
+    destination,
+)
 from gateway.state.outbox import OutboxTable
 from gateway.state.replicas import ReplicaRecord, ReplicasTable
 from gateway.state.rows import (
@@ -36,7 +45,7 @@ from gateway.state.rows import (
     BatchRecord,
     BatchState,
     Cleanup,
-    Completion,
+    Delivery,
     Origin,
     OutboxRecord,
     OutboxState,
@@ -54,15 +63,18 @@ from gateway.state.steers import SteerRecord, SteersTable
 __all__ = [
     "FINISHED_STATUSES",
     "RUN_STATUSES",
+    "TRANSITIONS",
     "BatchRecord",
     "BatchState",
     "BatchesTable",
     "ChildLimitError",
     "ClaimsTable",
     "Cleanup",
-    "Completion",
     "CursorTable",
+    "Delivery",
+    "Destination",
     "DiskFullError",
+    "IllegalTransitionError",
     "InboundRecord",
     "InboundTable",
     "InvalidUpdateError",
@@ -93,8 +105,12 @@ __all__ = [
     "StateUnavailableError",
     "SteerRecord",
     "SteersTable",
+    "announce_item",
+    "announce_state_for",
     "backend_of",
+    "check_transition",
     "database_reachable",
+    "destination",
     "is_out_of_space",
     "migrate_state",
     "open_state",

@@ -1,16 +1,10 @@
-"""The ``batches`` table and the run-side writes of orchestration, each one transaction.
-
-Who gets a finished run's result is decided inside the write that makes the run final
-(:meth:`BatchesTable.finish_run`), so a ``sessions_yield`` forming a batch, a
-``subagents wait`` holding a run and the run's own end can never both claim it: SQLite runs
-one write at a time, and each reads the run's row inside its own transaction.
-"""
+"""The ``batches`` table: ``sessions_yield`` batches and their follow-ups, each write one
+transaction. A run's own end and its result's way on are ``gateway.state.runends``."""
 
 from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.state._sql import (
@@ -18,24 +12,24 @@ from gateway.state._sql import (
     column_list,
     in_clause,
     insert_sql,
-    integrity_error,
     returned_row,
     update_assignments,
 )
-from gateway.state.errors import RecordConflictError, RecordNotFoundError
+from gateway.state.errors import RecordNotFoundError
 from gateway.state.rows import (
     BATCH_COLUMNS,
     FINISHED_STATUSES,
     OUTBOX_COLUMNS,
     RUN_COLUMNS,
     BatchRecord,
+    Delivery,
     OutboxRecord,
     RunRecord,
     batch_from_row,
     run_from_row,
     to_column_value,
 )
-from gateway.state.runs import count_live, is_live, returned_run
+from gateway.state.runends import insert_item, move, select_runs
 
 _COLUMNS = column_list(BATCH_COLUMNS)
 _SELECT = f"SELECT {_COLUMNS} FROM batches"
@@ -47,14 +41,10 @@ _FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
 
 
 class BatchesTable:
-    """Data access for ``batches`` and the orchestration writes on ``runs``."""
+    """Data access for ``batches``."""
 
-    def __init__(
-        self, db: Database, *, session_changed: Callable[[str], None] = lambda key: None
-    ) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
-        #: Told the key of a session row a write here changed (the sessions cache drops it).
-        self._session_changed = session_changed
 
     async def form(self, batch: BatchRecord) -> BatchRecord | None:
         """Record ``batch`` over every live run ``batch.session_key`` spawned that is in no
@@ -163,13 +153,14 @@ class BatchesTable:
             if batch.state == "done":
                 return batch
             if item is not None:
-                _insert_item(conn, item)
+                insert_item(conn, item)
             marks, ids = in_clause(batch.run_ids)
-            conn.execute(
-                f"UPDATE runs SET completion = 'consumed' WHERE run_id IN {marks}"
-                f" AND status IN {_FINAL_MARKS}",
-                [*ids, *_FINISHED],
+            batched = select_runs(
+                conn,
+                f"run_id IN {marks} AND batch_id = ? AND delivery = 'batched'",
+                [*ids, batch_id],
             )
+            move(conn, batched, Delivery.CONSUMED)
             return _returned(
                 conn,
                 "UPDATE batches SET state = 'done', reply_text = ?, ended_at = ?"
@@ -180,158 +171,19 @@ class BatchesTable:
 
         return await self._db.write(run)
 
-    async def finish_run(
-        self,
-        run_id: str,
-        changes: dict[str, Any],
-        item: OutboxRecord | None,
-        *,
-        by: str | None = None,
-        archive_due_at: float | None = None,
-    ) -> RunRecord:
-        """Make a run final: apply ``changes`` (its status and announce text), mark its
-        completion pending (handed on ``by`` this replica), and queue ``item`` — unless the
-        run belongs to a batch (its announce is ``consumed``: the batch's follow-up speaks
-        for it) or a ``wait`` holds it (``held``: the waiter takes it, or releases it with
-        :meth:`release`). With ``archive_due_at``, the run's child session (unless
-        archived) is due for archiving then, in the same write."""
-        allowed = frozenset(RUN_COLUMNS) - {"run_id"}
+    async def mark_stopped(self, session_key: str, now: float) -> int:
+        """A ``/stop`` (or ``subagents cancel all``) in ``session_key``: its waiting batches
+        were stopped by that answer; returns how many."""
 
-        def run(conn: sqlite3.Connection) -> RunRecord:
-            current = _run(conn, run_id)
-            if current.finished:  # a final run never changes; a second completion is refused
-                raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
-            update = {**changes, "completion": "pending", "completion_by": by}
-            if current.batch_id is not None:
-                update["announce_state"] = "consumed"
-            elif current.held:
-                update["announce_state"] = "held"
-            elif item is not None:
-                update["announce_state"] = "queued"
-                _insert_item(conn, item)
-            assignments, values = update_assignments("runs", update, allowed)
-            sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_RUN_COLUMNS}"
-            after = returned_run(conn, sql, [*values, run_id], run_id)
-            count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
-            if archive_due_at is not None:
-                conn.execute(
-                    "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
-                    (archive_due_at, after.child_session_key),
-                )
-            return after
-
-        final = await self._db.write(run)
-        if archive_due_at is not None:
-            self._session_changed(final.child_session_key)
-        return final
-
-    async def hold(self, run_ids: Sequence[str], *, by: str | None = None) -> None:
-        """Mark live runs as waited for (a ``wait`` began on replica ``by``)."""
-        marks, ids = in_clause(run_ids)
-
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                f"UPDATE runs SET held = 1, held_by = ? WHERE run_id IN {marks}"
-                f" AND status NOT IN {_FINAL_MARKS}",
-                [by, *ids, *_FINISHED],
+        def run(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "UPDATE batches SET stopped_at = ? WHERE session_key = ? AND state = 'waiting'"
+                " AND stopped_at IS NULL",
+                (now, session_key),
             )
-
-        await self._db.write(run)
-
-    async def consume(self, run_ids: Iterable[str]) -> builtins.list[RunRecord]:
-        """Take the pending completions of ``run_ids`` (a ``wait`` returns them): they are
-        never written into history later, and a held announce is dropped with them."""
-        marks, ids = in_clause(run_ids)
-
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
-            rows = conn.execute(
-                f"{_RUN_SELECT} WHERE run_id IN {marks} AND completion = 'pending'"
-                " AND batch_id IS NULL",
-                ids,
-            ).fetchall()
-            taken = [str(row["run_id"]) for row in rows]
-            if not taken:
-                return []
-            marks2, ids2 = in_clause(taken)
-            updated = conn.execute(
-                "UPDATE runs SET completion = 'consumed', held = 0, announce_state ="
-                " CASE WHEN announce_state = 'held' THEN 'consumed' ELSE announce_state END"
-                f" WHERE run_id IN {marks2} RETURNING {_RUN_COLUMNS}",
-                ids2,
-            ).fetchall()
-            by_id = {r.run_id: r for r in map(run_from_row, updated)}
-            return [by_id[run_id] for run_id in taken]
+            return int(cursor.rowcount)
 
         return await self._db.write(run)
-
-    async def release(
-        self, run_ids: Iterable[str], *, by: str | None = None
-    ) -> builtins.list[RunRecord]:
-        """A wait ended: clear ``held``; runs whose announce it held and did not take are
-        returned (their announce is queued now by the caller, replica ``by``, which hands
-        their completions on too)."""
-        marks, ids = in_clause(run_ids)
-
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
-            rows = conn.execute(
-                f"{_RUN_SELECT} WHERE run_id IN {marks} AND announce_state = 'held'", ids
-            ).fetchall()
-            conn.execute(
-                "UPDATE runs SET held = 0, completion_by = CASE WHEN completion = 'pending'"
-                f" THEN ? ELSE completion_by END WHERE run_id IN {marks}",
-                [by, *ids],
-            )
-            return [run_from_row(row) for row in rows]
-
-        return await self._db.write(run)
-
-    async def queue_held(self, run_id: str, item: OutboxRecord) -> None:
-        """Queue the announce a wait held and released."""
-
-        def run(conn: sqlite3.Connection) -> None:
-            current = _run(conn, run_id)
-            if current.announce_state != "held":
-                return
-            _insert_item(conn, item)
-            conn.execute(
-                "UPDATE runs SET announce_state = 'queued', held = 0 WHERE run_id = ?", (run_id,)
-            )
-
-        await self._db.write(run)
-
-    async def mark_delivered(self, run_id: str) -> bool:
-        """The completion was written into the requester's history; False if it had been
-        taken (consumed), delivered meanwhile, or belongs to a batch or a wait instead."""
-
-        def run(conn: sqlite3.Connection) -> bool:
-            sql = (
-                "UPDATE runs SET completion = 'delivered' WHERE run_id = ?"
-                " AND completion = 'pending' AND batch_id IS NULL AND held = 0"
-            )
-            return conn.execute(sql, (run_id,)).rowcount == 1
-
-        return await self._db.write(run)
-
-    async def routed_completions(self, session_key: str) -> builtins.list[RunRecord]:
-        """Pending completions whose nearest requester still live is ``session_key``: those of
-        the runs it spawned, and of the runs below them whose own requester run is final
-        (a result is never dropped because its requester ended). Outside any batch and any
-        wait; oldest end first."""
-        marks, statuses = in_clause(sorted(FINISHED_STATUSES))
-        sql = (
-            "WITH RECURSIVE routed(run_id, status) AS ("
-            " SELECT run_id, status FROM runs WHERE parent_session_key = ?"
-            " UNION SELECT r.run_id, r.status FROM runs r"
-            f" JOIN routed p ON r.parent_run_id = p.run_id WHERE p.status IN {marks})"
-            f" {_RUN_SELECT} WHERE run_id IN (SELECT run_id FROM routed)"
-            " AND completion = 'pending' AND batch_id IS NULL AND held = 0"
-            " ORDER BY ended_at, run_id"
-        )
-
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
-            return [run_from_row(row) for row in conn.execute(sql, [session_key, *statuses])]
-
-        return await self._db.read(run)
 
     async def open_for_run(self, run_id: str) -> BatchRecord | None:
         """The batch sub-agent run ``run_id`` yielded to and whose follow-up it has not
@@ -364,12 +216,8 @@ class BatchesTable:
                 "UPDATE batches SET state = 'done', ended_at = ? WHERE batch_id = ?",
                 (ended_at, batch_id),
             )
-            rows = conn.execute(
-                f"{_RUN_SELECT} WHERE run_id IN {marks} AND status IN {_FINAL_MARKS}"
-                " AND completion = 'pending'",
-                [*ids, *_FINISHED],
-            ).fetchall()
-            return [run_from_row(row) for row in rows]
+            batched = select_runs(conn, f"run_id IN {marks} AND delivery = 'batched'", ids)
+            return move(conn, batched, Delivery.PENDING)
 
         return await self._db.write(run)
 
@@ -383,17 +231,6 @@ class BatchesTable:
             return [by_id[i] for i in batch.run_ids if i in by_id]
 
         return await self._db.read(run)
-
-
-def _insert_item(conn: sqlite3.Connection, item: OutboxRecord) -> None:
-    """Queue ``item`` in the outbox inside the caller's transaction."""
-    try:
-        conn.execute(
-            insert_sql("outbox", _OUTBOX_INSERT),
-            [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
-        )
-    except sqlite3.IntegrityError as exc:
-        raise integrity_error("outbox", exc) from exc
 
 
 def _find(conn: sqlite3.Connection, batch_id: str) -> BatchRecord | None:
@@ -413,10 +250,3 @@ def _returned(
 ) -> BatchRecord:
     """The batch row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
     return batch_from_row(returned_row(conn, sql, params, "batches", batch_id))
-
-
-def _run(conn: sqlite3.Connection, run_id: str) -> RunRecord:
-    row = conn.execute(f"{_RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
-    if row is None:
-        raise RecordNotFoundError("runs", run_id)
-    return run_from_row(row)

@@ -31,10 +31,10 @@ from gateway.state.rows import (
     run_from_row,
 )
 
-#: What a ``wait`` holds: live runs held, and final ones whose announce it held.
-_HELD = "(held = 1 OR announce_state = 'held')"
-#: Completions not yet in a conversation that no batch and no wait takes instead.
-_PENDING = "completion = 'pending' AND batch_id IS NULL AND held = 0"
+#: What a ``wait`` holds: live runs, and final ones whose result it may take.
+_HELD = "delivery = 'held'"
+#: Completions on their way to a conversation (no batch and no wait takes them instead).
+_PENDING = "delivery = 'pending'"
 
 
 def _owners(

@@ -21,8 +21,8 @@ A write the disk has no room for raises :class:`DiskFullError` at once and puts
 checkpoints the WAL and tells its listeners when space is back.
 
 Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs`,
-:attr:`StateDB.outbox`, :attr:`StateDB.batches`, :attr:`StateDB.seen`, :attr:`StateDB.steers` and
-others; anything else can
+:attr:`StateDB.outbox`, :attr:`StateDB.batches`, :attr:`StateDB.ends` (a run's end and its
+result's way on), :attr:`StateDB.seen`, :attr:`StateDB.steers` and others; anything else can
 use :meth:`StateDB.read`/:meth:`StateDB.write` with a function of a
 :class:`sqlite3.Connection`.
 """
@@ -58,6 +58,7 @@ from gateway.state.errors import (
 from gateway.state.inbound import InboundTable
 from gateway.state.outbox import OutboxTable
 from gateway.state.replicas import ReplicasTable
+from gateway.state.runends import RunEndsTable
 from gateway.state.runs import RunsTable
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 from gateway.state.seen import SeenTable
@@ -99,7 +100,8 @@ class StateDB:
         self.sessions = SessionsTable(self)
         self.runs = RunsTable(self)
         self.outbox = OutboxTable(self)
-        self.batches = BatchesTable(self, session_changed=self.sessions.forget)
+        self.batches = BatchesTable(self)
+        self.ends = RunEndsTable(self, session_changed=self.sessions.forget)
         self.claims = ClaimsTable(self)
         self.seen = SeenTable(self)
         self.inbound = InboundTable(self)

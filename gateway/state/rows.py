@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final, Literal, get_args
 
 import orjson
@@ -26,7 +27,25 @@ FINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset(
     {"done", "error", "timeout", "cancelled", "interrupted"}
 )
 Cleanup = Literal["delete", "keep"]
-Completion = Literal["pending", "delivered", "consumed"]
+
+
+class Delivery(StrEnum):
+    """Who has a run's result; its legal moves are ``gateway.state.lifecycle.TRANSITIONS``."""
+
+    #: Not final, and no wait holds it.
+    LIVE = "live"
+    #: A ``subagents wait`` holds it (live or final): the waiter takes the result.
+    HELD = "held"
+    #: Final inside a ``sessions_yield`` batch: the batch's follow-up speaks for it.
+    BATCHED = "batched"
+    #: Final; its completion is on its way to its nearest live requester.
+    PENDING = "pending"
+    #: Its completion was written into the requester's conversation.
+    DELIVERED = "delivered"
+    #: Taken by a wait or a batch's follow-up turn.
+    CONSUMED = "consumed"
+
+
 #: How a run's conversation began: the task only, or a copy of the requester's first.
 RunContext = Literal["isolated", "fork"]
 BatchState = Literal["waiting", "following", "done"]
@@ -242,10 +261,8 @@ class RunRecord:
     depth: int = 1
     #: The ``sessions_yield`` batch this run belongs to, if any.
     batch_id: str | None = None
-    #: The result's way into the requester's conversation (see the schema docstring).
-    completion: Completion | None = None
-    #: A ``subagents wait`` is waiting for this run: its announce is held for the waiter.
-    held: bool = False
+    #: Who has the run's result (``gateway.state.lifecycle``).
+    delivery: Delivery = Delivery.LIVE
     #: ``fork``: the child's transcript starts with a copy of the requester's conversation.
     context: RunContext = "isolated"
     #: The replica whose wait holds (or held) the run.
@@ -332,6 +349,9 @@ class BatchRecord:
     reply_text: str | None = None
     #: The replica running the follow-up (set when the batch becomes ``following``).
     claimed_by: str | None = None
+    #: When a ``/stop`` (or ``subagents cancel all``) stopped the batch's runs: that answer
+    #: told the chat, so the batch closes without a line of its own.
+    stopped_at: float | None = None
 
     @property
     def origin(self) -> Origin | None:
@@ -350,7 +370,7 @@ BATCH_COLUMNS: Final = field_names(BatchRecord)
 def run_from_row(row: sqlite3.Row) -> RunRecord:
     values = {name: row[name] for name in RUN_COLUMNS}
     values["model_applied"] = bool(values["model_applied"])
-    values["held"] = bool(values["held"])
+    values["delivery"] = Delivery(values["delivery"])
     return RunRecord(**values)
 
 
@@ -372,6 +392,8 @@ def to_column_value(value: Any) -> Any:
     """A Python value as SQLite stores it (bools as 0/1, tuples/lists as JSON text)."""
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, StrEnum):  # its value: a driver may adapt an enum by its name
+        return value.value
     if isinstance(value, (tuple, list)):
         return orjson.dumps(list(value)).decode()
     return value

@@ -36,7 +36,8 @@ from gateway.state.rows import (
 
 _COLUMNS = column_list(RUN_COLUMNS)
 _SELECT = f"SELECT {_COLUMNS} FROM runs"
-_UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id"}
+#: ``delivery`` moves only through the checked transitions of ``gateway.state.runends``.
+_UPDATABLE = frozenset(RUN_COLUMNS) - {"run_id", "delivery"}
 _FINAL_MARKS, _FINISHED = in_clause(sorted(FINISHED_STATUSES))
 _RUN_INSERT = insert_sql("runs", RUN_COLUMNS)
 _SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
@@ -93,6 +94,20 @@ class RunsTable:
             return run_from_row(row) if row is not None else None
 
         return await self._db.read(run)
+
+    async def end_waiting(self, run_id: str, outcome: str, now: float) -> bool:
+        """A ``running`` run that is not executing (it yielded) ends ``outcome``: it becomes
+        ``announcing`` with that outcome; False when it is no longer ``running``."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE runs SET status = 'announcing', outcome = ?, ended_at = ?"
+                " WHERE run_id = ? AND status = 'running'",
+                (outcome, now, run_id),
+            )
+            return cursor.rowcount == 1
+
+        return await self._db.write(run)
 
     async def update(self, run_id: str, /, **changes: Any) -> RunRecord:
         """Set columns of one run; return the updated row (or raise RecordNotFoundError)."""

@@ -59,11 +59,18 @@ connection was up.
 
 Version 12 keeps the steers of running runs until their turn wrote them (``steers``): a steer
 reaches its run on whichever replica executes it, and survives a stop or a crash.
+
+Version 13 gives each run one delivery state (``runs.delivery``: who has its result, with
+its legal moves in ``gateway.state.lifecycle``) in place of ``completion``, ``held`` and the
+routing values of ``announce_state`` (which now records only what became of the chat post),
+and ``batches.stopped_at``: a ``/stop`` stopped the batch's runs (it closes without a turn).
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from gateway.state.lifecycle import DELIVERY_SQL
 
 RUN_STATUS_SQL: Final = (
     "'queued', 'running', 'announcing', 'done', 'error', 'timeout', 'cancelled', 'interrupted'"
@@ -330,6 +337,33 @@ _V12: Final = (
     "CREATE INDEX steers_run ON steers (run_id, steer_id)",
 )
 
+#: One delivery state per run (``gateway.state.lifecycle``) in place of ``completion``,
+#: ``held`` and the ``held``/``consumed`` values of ``announce_state``; the old columns stay,
+#: unused, so a replica of the previous version still reads rows while a rolling restart
+#: replaces it.
+_V13: Final = (
+    f"""
+    ALTER TABLE runs ADD COLUMN delivery TEXT NOT NULL DEFAULT 'live'
+        CHECK (delivery IN ({DELIVERY_SQL}))
+    """,
+    """
+    UPDATE runs SET delivery = CASE
+        WHEN completion = 'delivered' THEN 'delivered'
+        WHEN completion = 'consumed' THEN 'consumed'
+        WHEN held = 1 OR announce_state = 'held' THEN 'held'
+        WHEN completion = 'pending' AND batch_id IS NOT NULL THEN 'batched'
+        WHEN completion = 'pending' THEN 'pending'
+        ELSE 'live' END
+    """,
+    "UPDATE runs SET announce_state = NULL WHERE announce_state = 'held'",
+    "DROP INDEX runs_completion",
+    "DROP INDEX runs_held",
+    "CREATE INDEX runs_delivery_pending ON runs (delivery) WHERE delivery = 'pending'",
+    # The takeover after every heartbeat looks for the few held runs, not every run.
+    "CREATE INDEX runs_delivery_held ON runs (held_by) WHERE delivery = 'held'",
+    "ALTER TABLE batches ADD COLUMN stopped_at REAL",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -343,5 +377,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V10,
     _V11,
     _V12,
+    _V13,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

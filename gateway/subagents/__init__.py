@@ -3,6 +3,7 @@
 - :mod:`~gateway.subagents.spawn`: the policy and the record of a new run (``Spawner``);
 - :mod:`~gateway.subagents.runner`: executing a run, from start or resumed;
 - :mod:`~gateway.subagents.announce`: the announce step and message;
+- :mod:`~gateway.subagents.ends`: where a final run's result goes on (``RunEnds``);
 - :mod:`~gateway.subagents.manager`: lane jobs, abort, wait, close (``RunManager``);
 - :mod:`~gateway.subagents.recovery`: what a previous process left;
 - :mod:`~gateway.subagents.presenter`: how a run is shown;
@@ -20,6 +21,7 @@ from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.completions import COMPLETION_PREFIX, Completions
 from gateway.subagents.control import SubagentControl
+from gateway.subagents.ends import RunEnds
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunInbox
@@ -43,8 +45,9 @@ from gateway.subagents.presenter import (
     run_view,
     tree_name,
 )
+from gateway.subagents.queueing import LaneQueue, YieldedRunQueue
 from gateway.subagents.recovery import recover, settle_archives
-from gateway.subagents.runner import RunRunner
+from gateway.subagents.runner import RunnerParts, RunRunner
 from gateway.subagents.spawn import (
     SPAWN_FORBIDDEN_NESTED,
     SpawnAccepted,
@@ -77,14 +80,17 @@ __all__ = [
     "BatchCoordinator",
     "ChildSessions",
     "Completions",
+    "LaneQueue",
     "Notices",
     "Owner",
+    "RunEnds",
     "RunFeed",
     "RunFinishedError",
     "RunInbox",
     "RunManager",
     "RunNotFoundError",
     "RunRunner",
+    "RunnerParts",
     "SpawnAccepted",
     "SpawnRefused",
     "SpawnRequest",
@@ -96,6 +102,7 @@ __all__ = [
     "SubagentsService",
     "TurnQueue",
     "YieldService",
+    "YieldedRunQueue",
     "allowed_targets",
     "compose_announce",
     "recover",

@@ -16,9 +16,9 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
@@ -28,7 +28,15 @@ from gateway.llm import ChatMessage, ModelRequest
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
-from gateway.state import OutboxRecord, RunRecord, RunStatus, SessionRecord, StateDB
+from gateway.state import (
+    Delivery,
+    Destination,
+    RunRecord,
+    RunStatus,
+    SessionRecord,
+    StateDB,
+    destination,
+)
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.owner import ALONE, Owner
@@ -42,6 +50,20 @@ ANNOUNCE_TIMEOUT_SECONDS = 120.0
 #: Statuses whose announce goes through a model turn; cancelled and interrupted runs get
 #: the system announce at once (a person asked them to stop, or the gateway did).
 MODEL_ANNOUNCED: frozenset[str] = frozenset({"done", "error", "timeout"})
+
+
+class ResultHandOn(Protocol):
+    """What takes a final run's result on from its announce step (its batch, its waiter or
+    its requester): :class:`gateway.subagents.ends.RunEnds`."""
+
+    async def hand_on(self, run: RunRecord) -> None: ...
+
+
+class TurnsInProgress(Protocol):
+    """Whether a session's turn is running, and waiting for it to end:
+    :class:`gateway.subagents.turngate.TurnGate`."""
+
+    async def settled(self, session_key: str, run_id: str) -> None: ...
 
 
 def status_line(run: RunRecord, status: str, runtime_seconds: float | None) -> str | None:
@@ -123,14 +145,15 @@ class Announcer:
         archive: ArchiveScheduler,
         feed: RunFeed,
         metrics: Metrics,
-        on_final: Callable[[RunRecord], Awaitable[None]],
+        results: ResultHandOn,
+        turns: TurnsInProgress,
         owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         #: Records this gateway as the one handing each run's completion on.
         self._by = owner.name
-        #: Hands a final run's result on (its batch, its waiter or its requester's history).
-        self.on_final = on_final
+        self._results = results
+        self._turns = turns
         self._holder = holder
         self._db = db
         self._store = store
@@ -153,19 +176,29 @@ class Announcer:
         if ended is None and await self._db.outbox.get_by_run(run_id) is not None:
             # Queued before a crash by an older version, which applied the final status in
             # a separate write; only the status update was lost.
-            run, due = await self._make_final(run, {"status": run.outcome or "error"}, None)
+            run, due = await self._make_final(run, {"status": run.outcome or "error"})
             await self._settled(run, due)
             return
         status: RunStatus = run.outcome or "error"
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
+        if (
+            run.parent_session_key is not None
+            and run.parent_run_id is None
+            and status in MODEL_ANNOUNCED
+            and run.delivery != Delivery.HELD
+        ):
+            # The person's turn that spawned it may still yield and take it into its batch:
+            # decide once that turn has ended (a wait that holds it lets it go on at once).
+            await self._turns.settled(run.parent_session_key, run.run_id)
+            run = await self._db.runs.get(run_id) or run
         # A run of a batch posts nothing of its own: the follow-up speaks for it.
-        turn = status in MODEL_ANNOUNCED and run.batch_id is None
+        turn = status in MODEL_ANNOUNCED and destination(run) is not Destination.BATCH
         if turn:
             reply = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
                 changes = {"status": status, "announce_state": "skipped"}
-                run, due = await self._make_final(run, changes, None)
+                run, due = await self._make_final(run, changes)
                 self._metrics.announce_delivery("skipped")
                 await self._store.append_event(child, "announce", {"skipped": True})
                 await self._settled(run, due)
@@ -196,28 +229,11 @@ class Announcer:
     async def _finish(
         self, run: RunRecord, status: RunStatus, text: str
     ) -> tuple[RunRecord, float | None]:
-        """Apply the final status and queue the announce for the origin, in one write
-        (unless a batch or a wait takes the run's result instead). Only a run a person's
-        session spawned posts to the chat: a nested run's announce reaches its requester
-        inside its completion."""
-        origin = run.origin
-        changes: dict[str, object] = {"status": status, "announce_text": text}
-        item: OutboxRecord | None = None
-        if run.depth > 1:
-            changes["announce_state"] = "nested"
-        elif origin is None:
-            changes["announce_state"] = "no_origin"
-        else:
-            item = OutboxRecord(
-                channel=origin.channel,
-                account=origin.account,
-                chat_id=origin.chat_id,
-                thread_id=origin.thread_id,
-                text=text,
-                created_at=self._clock(),
-                run_id=run.run_id,
-            )
-        run, due = await self._make_final(run, changes, item)
+        """Apply the final status and, where the result goes to the chat, queue the announce,
+        in one write (the write decides, as it reads the run: a batch or a wait may take
+        the result instead, and a nested run's announce reaches its requester inside its
+        completion)."""
+        run, due = await self._make_final(run, {"status": status, "announce_text": text})
         if run.announce_state == "queued":
             self._outbox.kick()
         elif run.announce_state == "no_origin":
@@ -225,14 +241,14 @@ class Announcer:
         return run, due
 
     async def _make_final(
-        self, run: RunRecord, changes: dict[str, Any], item: OutboxRecord | None
+        self, run: RunRecord, changes: dict[str, Any]
     ) -> tuple[RunRecord, float | None]:
         """``finish_run``, with the time its child is due for archiving (when it is
         archived later, not now) written in the same transaction; the final run and that
         time. A stop right after it leaves nothing for the start-up's archive check."""
         due = self._archive_due(run)
-        final = await self._db.batches.finish_run(
-            run.run_id, changes, item, by=self._by, archive_due_at=due
+        final = await self._db.ends.finish_run(
+            run.run_id, changes, now=self._clock(), by=self._by, archive_due_at=due
         )
         return final, due
 
@@ -253,7 +269,7 @@ class Announcer:
 
     async def _completed(self, run: RunRecord) -> None:
         try:
-            await self.on_final(run)
+            await self._results.hand_on(run)
         except Exception:
             logger.exception("completion not handed on", extra={"run_id": run.run_id})
 

@@ -31,19 +31,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Protocol
 
 from gateway.agent import Conversations, TurnResult
 from gateway.delivery import Outbox
 from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
 from gateway.state import BatchRecord, Origin, OutboxRecord, RunRecord, SessionRecord, StateDB
-from gateway.subagents.completions import (
-    FOLLOWUP_KIND,
-    Completions,
-    followup_text,
-    has_meta_line,
-)
+from gateway.subagents.completions import FOLLOWUP_KIND, followup_text, has_meta_line
 from gateway.subagents.owner import ALONE, Owner
 from gateway.usage import format_batch_stats_line, sum_usage
 from lanes import Lane, LaneClosed
@@ -71,6 +67,19 @@ def batch_stats_line(
     )
 
 
+class YieldedRuns(Protocol):
+    """How a batch's end sends its yielded run on
+    (:class:`gateway.subagents.queueing.YieldedRunQueue`)."""
+
+    def submit(self, run_id: str) -> None:
+        """Queue the run again: it goes on with the follow-up message."""
+        ...
+
+    async def expire(self, run_id: str) -> None:
+        """The run's own timeout passed while it waited: it ends ``timeout`` now."""
+        ...
+
+
 class BatchCoordinator:
     """Forms batches, watches them, and runs their follow-ups (module docstring)."""
 
@@ -83,13 +92,13 @@ class BatchCoordinator:
         session_lane: Lane,
         main_lane: Lane,
         outbox: Outbox,
-        completions: Completions,
+        runs: YieldedRuns,
         owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
         self._owner = owner
-        self._completions = completions
+        self._runs = runs
         self._store = store
         self._conversations = conversations
         self._session_lane = session_lane
@@ -102,10 +111,6 @@ class BatchCoordinator:
         #: Batches found mid-follow-up at start: only their turn may have begun already.
         self._resumed: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Queues a yielded sub-agent run again (the run manager's ``submit``).
-        self.resume_run: Callable[[str], None] = _no_runner
-        #: Ends a yielded run whose own timeout passed (the run manager's ``expire``).
-        self.expire_run: Callable[[str], Awaitable[None]] = _no_expiry
 
     def __repr__(self) -> str:
         return f"<BatchCoordinator waiting={len(self._timers)} started={len(self._started)}>"
@@ -166,22 +171,17 @@ class BatchCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def hand_on(self, run: RunRecord) -> None:
-        """Where a final run's result goes: its batch, its waiter (woken by the run feed),
-        or its nearest live requester. Then what waited for the run goes on up the chain:
-        the batch it yielded to, if it ended first, and completions routed to it."""
-        if run.batch_id is not None:
-            await self.run_final(run.batch_id)
-        elif not run.held:
-            await self._completions.deliver(run)
+    async def dissolve_for(self, run: RunRecord) -> None:
+        """``run`` is final: the batch it yielded to, if its follow-up has not run, is
+        dissolved (its runs' results go up the chain as completions of their own)."""
         stranded = await self._db.batches.open_for_run(run.run_id)
-        if stranded is not None:
-            timer = self._timers.pop(stranded.batch_id, None)
-            if timer is not None:
-                timer.cancel()
-            await self._db.batches.dissolve(stranded.batch_id, self._clock())
-            logger.info("batch dissolved", extra={"batch": stranded.batch_id})
-        await self._completions.forward(run)
+        if stranded is None:
+            return
+        timer = self._timers.pop(stranded.batch_id, None)
+        if timer is not None:
+            timer.cancel()
+        await self._db.batches.dissolve(stranded.batch_id, self._clock())
+        logger.info("batch dissolved", extra={"batch": stranded.batch_id})
 
     async def run_final(self, batch_id: str) -> None:
         """A run of the batch is final: start the follow-up once all of them are."""
@@ -230,6 +230,9 @@ class BatchCoordinator:
         if batch is None or batch.state == "done":
             return
         runs = await self._db.batches.runs_of(batch)
+        if stopped(runs):
+            await self._close_stopped(batch, runs)
+            return
         key = batch.session_key
         logger.info("batch follow-up started", extra={"batch": batch_id})
         async with self._main_lane.slot():
@@ -246,6 +249,30 @@ class BatchCoordinator:
         ended = self._clock()
         stats = batch_stats_line(runs, result, ended - batch.first_spawn_at)
         reply = f"{result.text.strip()}\n\n{stats}" if result.text else stats
+        await self._close(batch, reply, ended, post=True)
+        logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
+
+    async def _close_stopped(self, batch: BatchRecord, runs: list[RunRecord]) -> None:
+        """Every run of the batch was stopped: nobody wants a reply written about that, so no
+        model turn runs. The completions go into the conversation (the agent knows what
+        happened when the person speaks next) with one line from Herald — posted unless a
+        ``/stop`` or ``subagents cancel all`` already said it (``stopped_at``)."""
+        key = batch.session_key
+        line = stopped_line(len(runs))
+        records = (await self._store.read(key)).records
+        if not followup_begun(records, batch.batch_id):
+            meta = {"kind": FOLLOWUP_KIND, "batchId": batch.batch_id}
+            await self._conversations.write_in(key, followup_text(batch, runs), meta)
+        session = await self._store.get(key)
+        if session is not None and not session.archived:
+            await self._store.append_event(
+                session, "batch_stopped", {"batchId": batch.batch_id, "text": line}
+            )
+        await self._close(batch, line, self._clock(), post=batch.stopped_at is None)
+        logger.info("batch stopped", extra={"batch": batch.batch_id, "runs": len(runs)})
+
+    async def _close(self, batch: BatchRecord, reply: str, ended: float, *, post: bool) -> None:
+        """Close the batch with ``reply``, posted to its chat (``post``) in the same write."""
         origin = batch.origin
         item = (
             OutboxRecord(
@@ -256,17 +283,16 @@ class BatchCoordinator:
                 text=reply,
                 created_at=ended,
                 kind="followup",
-                batch_id=batch_id,
+                batch_id=batch.batch_id,
             )
-            if origin is not None
+            if origin is not None and post
             else None
         )
-        await self._db.batches.finish(batch_id, reply, ended, item)
-        self._started.discard(batch_id)
-        self._resumed.discard(batch_id)
+        await self._db.batches.finish(batch.batch_id, reply, ended, item)
+        self._started.discard(batch.batch_id)
+        self._resumed.discard(batch.batch_id)
         if item is not None:
             self._outbox.kick()
-        logger.info("batch follow-up queued", extra={"batch": batch_id, "runs": len(runs)})
 
     async def _resume(self, batch: BatchRecord, timed_out: bool) -> None:
         """The yielded run goes on with the follow-up (its runner, on the lane) — or, when
@@ -276,9 +302,9 @@ class BatchCoordinator:
             return  # stopped while waiting: its end dissolves the batch
         deadline = run_deadline(run)
         if timed_out and deadline is not None and deadline <= batch.deadline_at:
-            await self.expire_run(run.run_id)
+            await self._runs.expire(run.run_id)
         else:
-            self.resume_run(run.run_id)
+            self._runs.submit(run.run_id)
 
     async def waiting_for(self, run_id: str) -> BatchRecord | None:
         """The batch sub-agent run ``run_id`` yielded to, until its follow-up is done."""
@@ -363,12 +389,14 @@ def run_deadline(run: RunRecord) -> float | None:
     return run.started_at + run.run_timeout_seconds
 
 
-def _no_runner(run_id: str) -> None:
-    logger.error("no runner to resume a yielded run", extra={"run_id": run_id})
+def stopped(runs: list[RunRecord]) -> bool:
+    """Whether every run of a batch was stopped (``cancelled``): it gets no follow-up turn."""
+    return bool(runs) and all(run.status == "cancelled" for run in runs)
 
 
-async def _no_expiry(run_id: str) -> None:
-    _no_runner(run_id)
+def stopped_line(count: int) -> str:
+    """Herald's one line for a batch whose runs were all stopped."""
+    return f"Stopped {count} sub-agent{'s' if count != 1 else ''}."
 
 
 def followup_begun(records: list[dict[str, object]], batch_id: str) -> bool:

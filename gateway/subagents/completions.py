@@ -36,7 +36,7 @@ from typing import Final
 from gateway.agent import Conversations, Inbox, Injected
 from gateway.llm import ChatMessage
 from gateway.sessions import SessionStore
-from gateway.state import BatchRecord, RunRecord, SessionRecord, StateDB
+from gateway.state import BatchRecord, Delivery, RunRecord, SessionRecord, StateDB
 from gateway.subagents.owner import ALONE, Owner
 from gateway.subagents.presenter import run_name
 from lanes import Lane, LaneClosed, LaneFullError
@@ -163,7 +163,7 @@ class Completions:
     async def forward(self, run: RunRecord) -> None:
         """``run`` is final: the completions still waiting for it go on up the chain."""
         self._due.discard(run.run_id)
-        for waiting in await self._db.batches.routed_completions(run.child_session_key):
+        for waiting in await self._db.ends.routed_completions(run.child_session_key):
             await self.deliver(waiting)
 
     async def _target(self, run: RunRecord) -> RunRecord | str | None:
@@ -175,9 +175,9 @@ class Completions:
             if requester is None:
                 logger.warning("requester run missing", extra={"run_id": current.run_id})
                 return None
-            if not requester.finished:
+            if not requester.finished:  # ``Destination.REQUESTER``: the live run takes it
                 return requester
-            current = requester
+            current = requester  # ``Destination.UP_CHAIN``: on to its own requester
         return current.parent_session_key
 
     def _queue(self, key: str, run: RunRecord, *, check: bool = False) -> None:
@@ -200,18 +200,18 @@ class Completions:
 
     async def _write(self, key: str, run_id: str, *, check: bool = False) -> None:
         run = await self._db.runs.get(run_id)
-        if run is None or run.completion != "pending" or run.batch_id or run.held:
+        if run is None or run.delivery != Delivery.PENDING:
             return  # taken by a batch or a wait meanwhile
         if check:
             session = await self._store.get(key)
             if session is None or session.archived:
                 return
             if has_completion_line((await self._store.read(key)).records, run_id):
-                await self._db.batches.mark_delivered(run_id)
+                await self._db.ends.mark_delivered(run_id)
                 return
         meta = {"kind": COMPLETION_KIND, "runId": run_id}
         if await self._conversations.write_in(key, completion_text(run), meta):
-            await self._db.batches.mark_delivered(run_id)
+            await self._db.ends.mark_delivered(run_id)
         else:
             logger.info("requester session gone; completion not written", extra={"run_id": run_id})
 
@@ -302,12 +302,12 @@ class RunCompletions:
         if not (self._due(self._run_id) or self._look):
             return items
         self._look = False
-        pending = await self._db.batches.routed_completions(self._child.key)
+        pending = await self._db.ends.routed_completions(self._child.key)
         if pending and self._dedupe:
             records = (await self._store.read(self._child.key)).records
             written = [run for run in pending if has_completion_line(records, run.run_id)]
             for run in written:
-                await self._db.batches.mark_delivered(run.run_id)
+                await self._db.ends.mark_delivered(run.run_id)
             pending = [run for run in pending if run not in written]
         self._dedupe = False
         for run in pending:
@@ -322,4 +322,4 @@ class RunCompletions:
         await self._store.sync(self._child)
         given, self._given = self._given, []
         for run_id in given:
-            await self._db.batches.mark_delivered(run_id)
+            await self._db.ends.mark_delivered(run_id)

@@ -18,11 +18,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from gateway.delivery import Outbox
-from gateway.state import OutboxRecord, RunRecord, StateDB
+from gateway.state import (
+    Delivery,
+    RunRecord,
+    StateDB,
+    announce_item,
+    announce_state_for,
+    destination,
+)
+from gateway.subagents.announce import ResultHandOn
 from gateway.subagents.errors import (
     InboxClosedError,
     InboxFullError,
@@ -43,6 +51,13 @@ logger = logging.getLogger(__name__)
 LIST_LIMIT = 50
 
 
+class WaitedRuns(Protocol):
+    """Tells the announce steps of runs a wait holds to go on without waiting for the turn
+    that waits (:meth:`gateway.agent.TurnGate.release`)."""
+
+    def release(self, session_key: str, run_ids: Iterable[str]) -> None: ...
+
+
 class SubagentControl:
     """The ``subagents`` tool's service (see the module docstring)."""
 
@@ -54,7 +69,8 @@ class SubagentControl:
         inbox: RunInbox,
         feed: RunFeed,
         outbox: Outbox,
-        hand_on: Callable[[RunRecord], Awaitable[None]],
+        results: ResultHandOn,
+        turns: WaitedRuns,
         owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -64,7 +80,8 @@ class SubagentControl:
         self._inbox = inbox
         self._feed = feed
         self._outbox = outbox
-        self._hand_on = hand_on
+        self._results = results
+        self._turns = turns
         self._clock = clock
         self._waits = 0
 
@@ -94,7 +111,8 @@ class SubagentControl:
         A completion in ``completed`` is consumed: it reaches the model here only."""
         ids = list(dict.fromkeys(run_ids))
         await self._own(session_key, ids)
-        await self._db.batches.hold(ids, by=self._owner.name)
+        await self._db.ends.hold(ids, by=self._owner.name)
+        self._turns.release(session_key, ids)  # their results come here, not after this turn
         self._waits += 1
         logger.info("waiting for sub-agent runs", extra={"runs": len(ids)})
         loop = asyncio.get_running_loop()
@@ -104,7 +122,7 @@ class SubagentControl:
             while True:
                 seen = self._feed.generation  # before looking: no change can slip between
                 left = [i for i in ids if i not in completed]
-                for run in await self._db.batches.consume(left):
+                for run in await self._db.ends.consume(left):
                     completed[run.run_id] = _completion(run)
                 for run_id in [i for i in ids if i not in completed]:
                     found = await self._db.runs.get(run_id)
@@ -191,36 +209,26 @@ class SubagentControl:
     async def _release(self, run_ids: Sequence[str], *, hand_on: bool) -> None:
         """Clear the holds; queue the announces held and not taken, then hand each run's
         completion on when ``hand_on``."""
-        for run in await self._db.batches.release(run_ids, by=self._owner.name):
+        for run in await self._db.ends.release(run_ids, by=self._owner.name):
             try:
                 await self._announce_held(run)
                 if hand_on:
                     fresh = await self._db.runs.get(run.run_id)
-                    await self._hand_on(fresh or run)
+                    await self._results.hand_on(fresh or run)
             except Exception:  # one run's trouble never keeps the others held
                 logger.exception("held announce not released", extra={"run_id": run.run_id})
 
     async def _announce_held(self, run: RunRecord) -> None:
-        """Queue the announce of ``run`` as its announce step would have (or record why
-        there is nothing to post)."""
-        origin = run.origin
-        if run.depth > 1:  # a nested run never posts to a chat: its requester has its result
-            await self._db.runs.update(run.run_id, announce_state="nested", held=False)
-        elif not run.announce_text:  # the announce turn answered ANNOUNCE_SKIP
-            await self._db.runs.update(run.run_id, announce_state="skipped")
-        elif origin is None:
-            await self._db.runs.update(run.run_id, announce_state="no_origin")
-        else:
-            item = OutboxRecord(
-                channel=origin.channel,
-                account=origin.account,
-                chat_id=origin.chat_id,
-                thread_id=origin.thread_id,
-                text=run.announce_text,
-                created_at=self._clock(),
-                run_id=run.run_id,
-            )
-            await self._db.batches.queue_held(run.run_id, item)
+        """Let go of a final run the wait held and did not take: its result goes where it
+        would have gone without the wait (its announce queued now, or why there is none
+        recorded), in one write."""
+        where = destination(run, waited=False)
+        text = run.announce_text
+        item = announce_item(run, text, self._clock()) if where.announces and text else None
+        # No text: the announce turn answered ANNOUNCE_SKIP.
+        state = announce_state_for(where, run) if text else "skipped"
+        await self._db.ends.release_final(run.run_id, state or "no_origin", item)
+        if item is not None:
             self._outbox.kick()
 
 
@@ -247,13 +255,13 @@ def _completion(run: RunRecord) -> dict[str, Any]:
 def _given_elsewhere(run: RunRecord) -> bool:
     """A final run whose result this wait cannot take: a batch's follow-up has it, or it
     reached the conversation (or an earlier wait) already."""
-    return run.finished and (run.batch_id is not None or run.completion != "pending")
+    return run.finished and run.delivery not in (Delivery.PENDING, Delivery.HELD)
 
 
 def _given_note(run: RunRecord) -> dict[str, Any]:
     note = (
         "its result comes in the sessions_yield follow-up"
-        if run.batch_id is not None and run.completion != "consumed"
+        if run.delivery == Delivery.BATCHED
         else "its result was given to you earlier"
     )
     return {

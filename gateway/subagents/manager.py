@@ -31,7 +31,7 @@ from gateway.state import DiskFullError, RunRecord, StateDB
 from gateway.subagents.errors import RunFinishedError, RunNotFoundError
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.queueing import LaneQueue, RunQueue
-from gateway.subagents.runner import RunRunner
+from gateway.subagents.runner import RunnerParts, RunRunner
 from lanes import JobHandle, JobState, Lane
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class RunManager:
         *,
         db: StateDB,
         lane: Lane,
-        runner: RunRunner,
+        runner: RunnerParts,
         feed: RunFeed,
         queue: RunQueue | None = None,
         on_restart: Callable[[], str] = lambda: "resume",
@@ -72,13 +72,17 @@ class RunManager:
     ) -> None:
         self._db = db
         self._lane = lane
-        self._runner = runner
+        self._queue: RunQueue = queue if queue is not None else LaneQueue(self)
+        self._queue.bind(self)
+        #: The manager makes its runner: it is how the runner stops a run's descendants and
+        #: has a deferred announce run.
+        self._runner = RunRunner(
+            runner, control=self, defer_announces=not self._queue.shared, clock=clock
+        )
         self._feed = feed
         self._clock = clock
         #: ``agent.subagents.onRestart`` in force (a run taken over from another replica).
         self._on_restart = on_restart
-        self._queue: RunQueue = queue if queue is not None else LaneQueue(self)
-        self._queue.bind(self)
         self._handles: dict[str, JobHandle[None]] = {}
         self._prune_at = PRUNE_AT
         self._stopping: set[str] = set()
@@ -245,7 +249,10 @@ class RunManager:
 
     async def stop_all(self, session_key: str) -> list[str]:
         """Abort every unfinished run the session spawned and every unfinished run spawned
-        under those (even under one that has ended); the ids of those this call stopped."""
+        under those (even under one that has ended); the ids of those this call stopped.
+        The session's yielded batches are marked stopped first: this answer tells the chat,
+        and their runs' end runs no follow-up turn."""
+        await self._db.batches.mark_stopped(session_key, self._clock())
         stopped: list[str] = []
         for run in await self._db.runs.session_tree(session_key):
             if run.status not in ("queued", "running"):
@@ -254,21 +261,6 @@ class RunManager:
                 await self.abort(run.run_id)
                 stopped.append(run.run_id)
         return stopped
-
-    async def expire(self, run_id: str) -> None:
-        """A yielded run's own timeout passed while it waited for its batch: it ends
-        ``timeout`` now (announced, its descendants stopped) without waiting for a lane
-        slot, which its own children may hold."""
-        run = await self._db.runs.get(run_id)
-        if run is None or run.status != "running" or self._runner.executing(run_id):
-            return  # ended meanwhile, or executing: it times out on its own
-        if run_id in self._stopping:
-            return
-        self._stopping.add(run_id)
-        await self._db.runs.update(
-            run_id, status="announcing", outcome="timeout", ended_at=self._clock()
-        )
-        self._queue.submit(run_id, urgent=True)
 
     async def abort_descendants(self, run_id: str) -> int:
         """Stop every live run below ``run_id`` (its run ended ``timeout`` or

@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.sessions import optional_iso
 from gateway.shapes import Announce, Origin, Run, RunChild, RunDetail, Usage
-from gateway.state import RunRecord
+from gateway.state import Delivery, RunRecord
 from gateway.usage import format_cost, format_runtime, format_tokens
 
 #: Longest task excerpt used as a run's name when it has no label.
@@ -45,6 +45,7 @@ def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
         parent_run_id=run.parent_run_id,
         depth=run.depth,
         batch_id=run.batch_id,
+        delivery=run.delivery.value,
         child_session_key=run.child_session_key,
         child_session_id=run.child_session_id,
         model=run.model,
@@ -61,10 +62,18 @@ def run_view(run: RunRecord, *, transcript_path: str | None = None) -> Run:
         result=run.result_text,
         error=run.error,
         announce=Announce(
-            state=run.announce_state, error=run.announce_error, text=run.announce_text
+            state=announce_state(run), error=run.announce_error, text=run.announce_text
         ),
         transcript_path=transcript_path or run.transcript_path,
     )
+
+
+def announce_state(run: RunRecord) -> str | None:
+    """What became of the run's announce: as recorded, or ``held`` while a wait holds a
+    final run's announce back."""
+    if run.announce_state is None and run.finished and run.delivery == Delivery.HELD:
+        return "held"
+    return run.announce_state
 
 
 def run_detail(
@@ -158,6 +167,6 @@ def run_info(run: RunRecord) -> str:
         + (f" • parent run {run.parent_run_id}" if run.parent_run_id else "")
         + (f" • batch {run.batch_id}" if run.batch_id else "")
         + "\n"
-        f"announce: {run.announce_state or 'pending'}"
+        f"announce: {announce_state(run) or 'pending'}"
         + (f" ({run.announce_error})" if run.announce_error else "")
     )

@@ -9,9 +9,11 @@ the manager's :class:`RunHost`, so retries, abort and a clean stop behave the sa
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Protocol
 
-from gateway.state import RunRecord
+from gateway.state import RunRecord, StateDB
 from lanes import JobHandle
 
 
@@ -83,7 +85,7 @@ class LaneQueue:
 
     shared = False
 
-    def __init__(self, host: RunHost) -> None:
+    def __init__(self, host: RunHost | None = None) -> None:
         self._host = host
 
     def __repr__(self) -> str:
@@ -97,6 +99,8 @@ class LaneQueue:
 
     def submit(self, run_id: str, *, attempt: int = 1, urgent: bool = False) -> None:
         """Raises ``LaneClosed`` once the lane shut down."""
+        if self._host is None:
+            raise RuntimeError("LaneQueue: no run manager bound yet")
         if urgent:
             self._host.announce_here(run_id)
         else:
@@ -111,3 +115,26 @@ class LaneQueue:
 
     async def close(self, drain_seconds: float) -> None:
         return None  # the manager shuts the lane down
+
+
+class YieldedRunQueue:
+    """A yielded run's way on (:class:`gateway.subagents.batches.YieldedRuns`): queued again
+    when its batch ended, or ended ``timeout`` when its own timeout passed while it waited
+    (announced at once, outside the lane, whose slots its own children may hold)."""
+
+    def __init__(
+        self, db: StateDB, queue: RunQueue, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._db = db
+        self._queue = queue
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<YieldedRunQueue {self._queue!r}>"
+
+    def submit(self, run_id: str) -> None:
+        self._queue.submit(run_id)
+
+    async def expire(self, run_id: str) -> None:
+        if await self._db.runs.end_waiting(run_id, "timeout", self._clock()):
+            self._queue.submit(run_id, urgent=True)

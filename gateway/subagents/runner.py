@@ -16,7 +16,13 @@ Nesting: a run's turn takes the completions of its own sub-agents before each mo
 (its inbox, :meth:`gateway.subagents.Completions.inbox`). A run that yields
 (``sessions_yield``) ends its lane job but stays ``running``; queued again when its batch
 ends, it goes on with the follow-up message. A run that ends ``timeout`` or ``cancelled``
-stops its live descendants (``stop_descendants``); one that ends otherwise leaves them.
+stops its live descendants (:class:`DescendantStopper`: the run manager, which builds its
+runner); one that ends otherwise leaves them.
+
+A run a person's session spawned that ends while that session's turn runs (the
+:class:`~gateway.agent.TurnGate` knows) leaves its lane slot and announces once the turn has
+ended: the turn may yield and take it into its batch. A nested run never waits: its running
+orchestrator takes its completion before its next model call.
 """
 
 from __future__ import annotations
@@ -25,13 +31,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
-from gateway.agent import TurnOutcome, run_turn
+from gateway.agent import TurnGate, TurnOutcome, run_turn
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
-from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
-from gateway.subagents.announce import Announcer
+from gateway.state import BatchRecord, Delivery, RunRecord, RunStatus, StateDB
+from gateway.subagents.announce import MODEL_ANNOUNCED, Announcer
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions, spawned_event
 from gateway.subagents.completions import Completions
@@ -44,6 +52,33 @@ logger = logging.getLogger(__name__)
 CASCADING: frozenset[RunStatus] = frozenset({"timeout", "cancelled"})
 
 
+class RunControl(Protocol):
+    """What a runner asks of the run manager that makes it."""
+
+    async def abort_descendants(self, run_id: str) -> int:
+        """Stop the live runs below ``run_id``."""
+        ...
+
+    def announce_here(self, run_id: str) -> None:
+        """Run ``run_id``'s announce step now, outside the lane."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerParts:
+    """What a :class:`RunRunner` works with, besides the manager that makes it."""
+
+    db: StateDB
+    store: SessionStore
+    children: ChildSessions
+    announcer: Announcer
+    feed: RunFeed
+    inbox: RunInbox
+    completions: Completions
+    batches: BatchCoordinator
+    turns: TurnGate
+
+
 class RunRunner:
     """Executes runs. :meth:`cancel` aborts a run in its child phase (it ends ``cancelled``);
     any other cancellation is a shutdown (the run stays ``running`` and resumes later). Once
@@ -52,25 +87,25 @@ class RunRunner:
 
     def __init__(
         self,
+        parts: RunnerParts,
         *,
-        db: StateDB,
-        store: SessionStore,
-        children: ChildSessions,
-        announcer: Announcer,
-        feed: RunFeed,
-        inbox: RunInbox,
-        completions: Completions | None = None,
-        batches: BatchCoordinator | None = None,
+        control: RunControl,
+        defer_announces: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._db = db
-        self._store = store
-        self._children = children
-        self._announcer = announcer
-        self._feed = feed
-        self._inbox = inbox
-        self._completions = completions
-        self._batches = batches
+        self._db = parts.db
+        self._store = parts.store
+        self._children = parts.children
+        self._announcer = parts.announcer
+        self._feed = parts.feed
+        self._inbox = parts.inbox
+        self._completions = parts.completions
+        self._batches = parts.batches
+        self._turns = parts.turns
+        self._control = control
+        #: A run that ends while the turn that spawned it runs leaves its lane slot to wait
+        #: for that turn (one process; in a cluster the queue's job must end with the run).
+        self._defer_announces = defer_announces
         self._clock = clock
         self._aborting: set[str] = set()
         #: Runs this runner is executing: the task, and whether it is in its child phase.
@@ -78,8 +113,6 @@ class RunRunner:
         self._in_child: set[str] = set()
         #: Runs queued again while still executing (a batch ended as its run yielded).
         self._again: set[str] = set()
-        #: Stops the live runs below a run (the run manager's ``abort_descendants``).
-        self.stop_descendants: Callable[[str], Awaitable[object]] | None = None
 
     def __repr__(self) -> str:
         return f"<RunRunner executing={len(self._tasks)} in_child={len(self._in_child)}>"
@@ -175,7 +208,7 @@ class RunRunner:
             self._in_child.discard(run_id)
             self._tasks[run_id] = None
             self._inbox.close(run_id)
-        if batch is not None and self._batches is not None:
+        if batch is not None:
             await self._batches.run_answered(batch, result or "")
         if yielded and status == "done":
             return  # stays `running`; the batch's end queues it again
@@ -190,18 +223,41 @@ class RunRunner:
         self._feed.publish(run)
         await self._inbox.drop(run_id, box)
         await self._stop_below(run_id, status)
+        if self._defer(run):
+            return
         await self._announcer.announce(run_id, ended=run)
+
+    def _defer(self, run: RunRecord) -> bool:
+        """Whether ``run``'s announce waits, outside the lane, for the turn that spawned it:
+        that turn may yield and take the run into its batch (then no announce model turn
+        runs). A run a wait holds goes on at once: the waiting turn takes its result."""
+        key = run.parent_session_key
+        if (
+            not self._defer_announces
+            or key is None
+            or run.parent_run_id is not None
+            or run.outcome not in MODEL_ANNOUNCED
+            or run.delivery == Delivery.HELD
+            or not self._turns.busy(key)
+        ):
+            return False
+        self._feed.spawn(self._announce_after_turn(key, run.run_id))
+        return True
+
+    async def _announce_after_turn(self, session_key: str, run_id: str) -> None:
+        await self._turns.settled(session_key, run_id)
+        self._control.announce_here(run_id)
 
     async def _waited_batch(self, run_id: str) -> BatchRecord | None:
         """The batch a resumed run yielded to (None: it yielded to none)."""
-        return await self._batches.waiting_for(run_id) if self._batches is not None else None
+        return await self._batches.waiting_for(run_id)
 
     async def _stop_below(self, run_id: str, status: RunStatus | None) -> None:
         """A run ending ``timeout`` or ``cancelled`` stops its live descendants with it."""
-        if status not in CASCADING or self.stop_descendants is None:
+        if status not in CASCADING:
             return
         try:
-            await self.stop_descendants(run_id)
+            await self._control.abort_descendants(run_id)
         except Exception:
             logger.exception("descendants not stopped", extra={"run_id": run_id})
 
@@ -214,29 +270,22 @@ class RunRunner:
         await self._store.ensure_transcript(child, spawned_event(run, task=True))
         setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
         history = await self._children.history(child, run, resume=resume)
-        if batch is not None and self._batches is not None:
+        if batch is not None:
             await self._batches.continue_run(batch, child, history)
         if resume and history and history[-1].role == "assistant" and not history[-1].tool_calls:
             return TurnOutcome(text=history[-1].content, ended_by="reply")
         timeout = run.run_timeout_seconds or None
         if resume and timeout and run.started_at:
             timeout = max(0.0, run.started_at + timeout - self._clock())
-        inbox = (
-            self._completions.inbox(run, child, resume=resume, steers=box)
-            if self._completions is not None
-            else None
-        )
+        inbox = self._completions.inbox(run, child, resume=resume, steers=box)
         try:
             async with asyncio.timeout(timeout):
-                outcome = await run_turn(
-                    setup, self._children.tools, history, sink, inbox if inbox is not None else box
-                )
+                outcome = await run_turn(setup, self._children.tools, history, sink, inbox)
             await sink.sync()  # a line the disk refused ends the run as an error
             return outcome
         finally:
-            if inbox is not None:
-                with contextlib.suppress(Exception):  # unsettled ones stay pending
-                    await asyncio.shield(inbox.settle())
+            with contextlib.suppress(Exception):  # unsettled ones stay pending
+                await asyncio.shield(inbox.settle())
             with contextlib.suppress(Exception):  # unsettled steers stay kept
                 await asyncio.shield(box.settle())
             await asyncio.shield(sink.save_usage())

@@ -61,4 +61,4 @@ async def test_an_orchestrator_takes_the_completion_of_a_child_another_replica_r
             assert COMPLETION_PREFIX in answers.bodies
             assert await completion_ids(a, orchestrator.child_session_key) == [leaf.run_id]
             leaf = await a.db.runs.get(leaf.run_id) or leaf
-            assert (leaf.announce_state, leaf.completion) == ("nested", "delivered")
+            assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")

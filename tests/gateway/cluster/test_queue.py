@@ -170,7 +170,7 @@ async def test_abort_from_another_replica_ends_the_run_cancelled_where_it_runs(
                 # Nothing changed it later (but its completion, handed on to the requester).
                 later = await b.db.runs.get(run.run_id)
                 assert later is not None
-                assert dataclasses.replace(later, completion=run.completion) == run
+                assert dataclasses.replace(later, delivery=run.delivery) == run
             assert "doing" not in await job_statuses(pg_url, running)
 
 

@@ -129,7 +129,7 @@ async def test_waits_on_one_replica_end_when_the_run_ends_on_another(
 
         async def held() -> bool:
             run = await other.db.runs.get(run_id)
-            return run is not None and run.held
+            return run is not None and run.delivery == "held"
 
         await eventually(held, "the wait holds the run")
         model.gates["solo"].set()

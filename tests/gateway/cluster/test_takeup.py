@@ -60,7 +60,7 @@ async def test_a_replica_starting_leaves_a_live_replicas_wait_alone(
 
         async def held() -> bool:
             run = await a.db.runs.get(run_id)
-            return run is not None and run.held and run.status == "running"
+            return run is not None and run.delivery == "held" and run.status == "running"
 
         await eventually(held, "the run held by a's wait, and running")
         async with replica(tmp_path, pg_url, "b") as b:
@@ -74,7 +74,7 @@ async def test_a_replica_starting_leaves_a_live_replicas_wait_alone(
             assert sent(a, b, kind="announce") == []
         run = await a.db.runs.get(run_id)
         assert run is not None
-        assert (run.status, run.announce_state, run.completion) == (
+        assert (run.status, run.announce_state, run.delivery) == (
             "cancelled",
             "consumed",
             "consumed",
@@ -92,7 +92,7 @@ async def test_a_replica_starting_leaves_a_completion_a_live_replica_hands_on(
         accepted = await a.spawn(ctx, SpawnRequest(task="task: x"))
         run_id = accepted["runId"]
         run = await a.finished(run_id)
-        assert run.completion == "pending"
+        assert run.delivery == "pending"
         async with replica(tmp_path, pg_url, "b") as b:
             gate.set()
             await turn
@@ -100,7 +100,7 @@ async def test_a_replica_starting_leaves_a_completion_a_live_replica_hands_on(
 
             async def written() -> bool:
                 done = await a.db.runs.get(run_id)
-                return done is not None and done.completion == "delivered"
+                return done is not None and done.delivery == "delivered"
 
             await eventually(written, "the completion written in")
             assert await no_session_job(b)  # b left it to a
@@ -206,15 +206,15 @@ async def leave_ghost_work(ghost: StateDB, survivor: Harness) -> dict[str, str]:
     await survivor.store.ensure(PERSON, origin=ORIGIN)
     # A wait held this run; it ended while held (its announce and completion kept back).
     held = await ghost_run(ghost, PERSON, "held")
-    await ghost.batches.hold([held.run_id], by="ghost")
+    await ghost.ends.hold([held.run_id], by="ghost")
     changes = {"status": "done", "announce_text": "the held announce"}
-    await ghost.batches.finish_run(held.run_id, changes, None, by="ghost")
+    await ghost.ends.finish_run(held.run_id, changes, now=0.0, by="ghost")
     # Ended, its completion on its way into the person's session.
     pending = await ghost_run(ghost, PERSON, "pending")
-    await ghost.batches.finish_run(pending.run_id, {"status": "done"}, None, by="ghost")
+    await ghost.ends.finish_run(pending.run_id, {"status": "done"}, now=0.0, by="ghost")
     # Written into the session just before the ghost died, not yet recorded as delivered.
     written = await ghost_run(ghost, PERSON, "written")
-    await ghost.batches.finish_run(written.run_id, {"status": "done"}, None, by="ghost")
+    await ghost.ends.finish_run(written.run_id, {"status": "done"}, now=0.0, by="ghost")
     meta = {"kind": COMPLETION_KIND, "runId": written.run_id}
     assert await survivor.conversations.write_in(PERSON, "[sub-agent completion] written", meta)
     # A yield's batch whose one run ended; the ghost claimed its follow-up.
@@ -237,7 +237,7 @@ async def leave_ghost_work(ghost: StateDB, survivor: Harness) -> dict[str, str]:
         )
     )
     assert batch is not None
-    await ghost.batches.finish_run(batched.run_id, {"status": "done"}, None, by="ghost")
+    await ghost.ends.finish_run(batched.run_id, {"status": "done"}, now=0.0, by="ghost")
     assert await ghost.batches.claim(batch.batch_id, now, timed_out=False, by="ghost")
     return {
         "held": held.run_id,
@@ -268,14 +268,14 @@ async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_o
             assert await no_session_job(b)
             held = await a.db.runs.get(left["held"])
             assert held is not None
-            assert (held.held, held.announce_state) == (True, "held")
+            assert (held.delivery, held.announce_state) == ("held", None)
 
             # The ghost falls silent: dead to both survivors.
             await ghost.write(lambda conn: conn.execute("UPDATE replicas SET heartbeat_at = 0"))
 
             async def settled() -> bool:
                 runs = [await a.db.runs.get(left[k]) for k in ("held", "pending", "written")]
-                done = [r is not None and r.completion == "delivered" for r in runs]
+                done = [r is not None and r.delivery == "delivered" for r in runs]
                 batch = await a.db.batches.get(left["batch"])
                 return all(done) and batch is not None and batch.state == "done"
 

@@ -166,7 +166,7 @@ async def test_stop_counts_the_reply_in_progress_and_the_runs_it_stopped(
     await gw.status(run_id, "running")
     await gw.say("task-slow: reply")  # a turn the scripted model answers in 30 s
     answer = await ask(commands, chat, "/stop")
-    assert answer == "Stopped 1 reply(s) in progress and 1 sub-agent run(s)."
+    assert answer == "Stopped the reply in progress and 1 sub-agent."
     assert (await gw.finished(run_id)).status == "cancelled"
 
 

@@ -62,9 +62,9 @@ async def setup(db: StateDB, runs: int) -> tuple[BatchRecord, list[str]]:
 
 async def test_a_batch_is_claimed_once_and_only_when_every_run_is_final(db: StateDB) -> None:
     _, ids = await setup(db, 2)
-    await db.batches.finish_run(ids[0], {"status": "done"}, None)
+    await db.ends.finish_run(ids[0], {"status": "done"}, now=0.0)
     assert await db.batches.claim("b1", 5.0, timed_out=False) is None  # one still runs
-    await db.batches.finish_run(ids[1], {"status": "error"}, None)
+    await db.ends.finish_run(ids[1], {"status": "error"}, now=0.0)
     first, second = await asyncio.gather(
         db.batches.claim("b1", 6.0, timed_out=False),
         db.batches.claim("b1", 6.0, timed_out=False),
@@ -77,7 +77,7 @@ async def test_a_batch_is_claimed_once_and_only_when_every_run_is_final(db: Stat
 
 async def test_a_timed_out_claim_lets_the_live_runs_leave_the_batch(db: StateDB) -> None:
     _, ids = await setup(db, 3)
-    await db.batches.finish_run(ids[1], {"status": "done"}, None)
+    await db.ends.finish_run(ids[1], {"status": "done"}, now=0.0)
     claimed = await db.batches.claim("b1", 100.0, timed_out=True)
     assert claimed is not None
     batch, left = claimed

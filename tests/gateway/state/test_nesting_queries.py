@@ -58,7 +58,7 @@ async def spawned(
 
 
 async def final(db: StateDB, run: RunRecord, at: float = 20.0) -> RunRecord:
-    return await db.batches.finish_run(run.run_id, {"status": "done", "ended_at": at}, None)
+    return await db.ends.finish_run(run.run_id, {"status": "done", "ended_at": at}, now=0.0)
 
 
 def test_the_live_statuses_of_the_index_are_the_statuses_not_final() -> None:
@@ -102,19 +102,19 @@ async def test_completions_are_routed_past_final_requesters_only(db: StateDB) ->
     orchestrator = await spawned(db, None)
     leaf = await final(db, await spawned(db, orchestrator))
     # The orchestrator is live: the leaf's completion is its own, not the person's.
-    assert [
-        r.run_id for r in await db.batches.routed_completions(orchestrator.child_session_key)
-    ] == [leaf.run_id]
-    assert await db.batches.routed_completions(PERSON) == []
+    assert [r.run_id for r in await db.ends.routed_completions(orchestrator.child_session_key)] == [
+        leaf.run_id
+    ]
+    assert await db.ends.routed_completions(PERSON) == []
     orchestrator = await final(db, orchestrator, at=30.0)
     # Final, the orchestrator no longer takes it: it reaches the person, after the
     # orchestrator's own.
-    assert [r.run_id for r in await db.batches.routed_completions(PERSON)] == [
+    assert [r.run_id for r in await db.ends.routed_completions(PERSON)] == [
         leaf.run_id,
         orchestrator.run_id,
     ]
-    await db.batches.mark_delivered(leaf.run_id)
-    assert [r.run_id for r in await db.batches.routed_completions(PERSON)] == [orchestrator.run_id]
+    await db.ends.mark_delivered(leaf.run_id)
+    assert [r.run_id for r in await db.ends.routed_completions(PERSON)] == [orchestrator.run_id]
 
 
 async def test_a_dissolved_batch_lets_its_runs_complete_on_their_own(db: StateDB) -> None:
@@ -136,11 +136,11 @@ async def test_a_dissolved_batch_lets_its_runs_complete_on_their_own(db: StateDB
     assert await db.batches.open_for_run(orchestrator.run_id) == batch
     ended = await final(db, ended)
     assert ended.announce_state == "consumed"
-    assert await db.batches.routed_completions(orchestrator.child_session_key) == []
+    assert await db.ends.routed_completions(orchestrator.child_session_key) == []
     due = await db.batches.dissolve(batch.batch_id, 50.0)
     assert [r.run_id for r in due] == [ended.run_id]
     assert await db.batches.open_for_run(orchestrator.run_id) is None
     assert (await db.runs.get(running.run_id) or running).batch_id is None
-    routed = await db.batches.routed_completions(orchestrator.child_session_key)
+    routed = await db.ends.routed_completions(orchestrator.child_session_key)
     assert [r.run_id for r in routed] == [ended.run_id]
     assert await db.batches.dissolve(batch.batch_id, 60.0) == []  # once

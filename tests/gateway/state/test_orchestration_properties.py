@@ -4,9 +4,9 @@ waits, deliveries and restarts, on the real state database (seed 002's propertie
 No session ever has more than ``maxChildrenPerSession`` runs not yet final (the limit is
 checked in the spawn's own transaction). For every batch: pending + completed = N always,
 pending only shrinks and completed only grows. Every final run's result reaches the
-requester's model exactly once: its completion goes ``pending`` → ``delivered`` or
-``pending`` → ``consumed``, never both, never back. A final run never changes status, and a
-second completion of it is refused.
+requester's model exactly once: its delivery goes ``live`` → ``pending`` → ``delivered`` or
+→ ``consumed``, or ``live`` → ``batched`` → ``consumed``, never both, never back. A final
+run never changes status, and a second completion of it is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from hypothesis.stateful import (
 from gateway.state import (
     BatchRecord,
     ChildLimitError,
-    OutboxRecord,
     RecordConflictError,
     RunRecord,
     SessionRecord,
@@ -59,11 +58,10 @@ class Orchestration(RuleBasedStateMachine):
         self.db = self.run(self.open())
         self.runs: list[str] = []
         self.final: dict[str, str] = {}  # run id → its final status, once final
-        self.completion: dict[str, str] = {}  # run id → last completion state seen
+        self.delivery: dict[str, str] = {}  # run id → its delivery state, as expected
         self.batches: dict[str, tuple[str, ...]] = {}
         self.pending_seen: dict[str, set[str]] = {}
         self.completed_seen: dict[str, set[str]] = {}
-        self.held: set[str] = set()
         self.empty_yields = 0
 
     def run(self, coro: Any) -> Any:
@@ -130,6 +128,7 @@ class Orchestration(RuleBasedStateMachine):
             return
         self.run(self.db.runs.insert(run, max_live_siblings=MAX_CHILDREN))
         self.runs.append(run.run_id)
+        self.delivery[run.run_id] = "live"
 
     @rule()
     def yield_batch(self) -> None:
@@ -159,53 +158,49 @@ class Orchestration(RuleBasedStateMachine):
     @rule(data=st.data(), status=st.sampled_from(FINAL))
     def finish(self, data: st.DataObject, status: str) -> None:
         run_id = data.draw(st.sampled_from(self.runs))
-        item = OutboxRecord(
-            channel="memory",
-            account="default",
-            chat_id="c1",
-            text="announce",
-            created_at=0.0,
-            run_id=run_id,
-        )
+        changes = {"status": status, "announce_text": "announce"}
         if run_id in self.final:
             with pytest.raises(RecordConflictError):
-                self.run(self.db.batches.finish_run(run_id, {"status": status}, item))
+                self.run(self.db.ends.finish_run(run_id, changes, now=0.0))
             return
-        run = self.run(self.db.batches.finish_run(run_id, {"status": status}, item))
+        run = self.run(self.db.ends.finish_run(run_id, changes, now=0.0))
         self.final[run_id] = status
-        assert run.completion == "pending"
-        self.completion[run_id] = "pending"
         if self._in_batch(run_id):
-            assert run.announce_state == "consumed"
-        elif run_id in self.held:
-            assert run.announce_state == "held"
+            assert (run.delivery, run.announce_state) == ("batched", "consumed")
         else:
-            assert run.announce_state == "queued"
+            assert (run.delivery, run.announce_state) == ("pending", "queued")
+            item = self.run(self.db.outbox.get_by_run(run_id))
+            assert item is not None
+            assert item.text == "announce"
+        self.delivery[run_id] = run.delivery
 
     @precondition(lambda self: bool(self.runs))
     @rule(data=st.data())
     def deliver(self, data: st.DataObject) -> None:
         run_id = data.draw(st.sampled_from(self.runs))
-        delivered = self.run(self.db.batches.mark_delivered(run_id))
-        expected = self.completion.get(run_id) == "pending" and not self._in_batch(run_id)
-        assert delivered == expected
+        delivered = self.run(self.db.ends.mark_delivered(run_id))
+        assert delivered == (self.delivery[run_id] == "pending")
         if delivered:
-            self.completion[run_id] = "delivered"
+            self.delivery[run_id] = "delivered"
 
     @precondition(lambda self: bool(self.runs))
     @rule(data=st.data())
     def wait(self, data: st.DataObject) -> None:
         ids = data.draw(st.lists(st.sampled_from(self.runs), min_size=1, max_size=4, unique=True))
-        self.run(self.db.batches.hold(ids))
-        self.held.update(r for r in ids if r not in self.final)
-        taken = self.run(self.db.batches.consume(ids))
+        self.run(self.db.ends.hold(ids))
+        for run_id in ids:
+            if self.delivery[run_id] == "live":
+                self.delivery[run_id] = "held"
+            assert self.run(self.db.runs.get(run_id)).delivery == self.delivery[run_id]
+        taken = self.run(self.db.ends.consume(ids))
         for run in taken:
-            assert self.completion.get(run.run_id) == "pending"
-            assert not self._in_batch(run.run_id)
-            self.completion[run.run_id] = "consumed"
-        released = self.run(self.db.batches.release(ids))
-        self.held.difference_update(ids)
-        assert all(run.announce_state == "held" for run in released)
+            assert self.delivery[run.run_id] == "pending"
+            self.delivery[run.run_id] = "consumed"
+        released = self.run(self.db.ends.release(ids))
+        assert released == []  # nothing ended while held: a wait here is one step
+        for run_id in ids:
+            if self.delivery[run_id] == "held":
+                self.delivery[run_id] = "live"
 
     @precondition(lambda self: bool(self.batches))
     @rule(data=st.data())
@@ -216,8 +211,8 @@ class Orchestration(RuleBasedStateMachine):
             return
         self.run(self.db.batches.finish(batch_id, "reply", 1.0, None))
         for run_id in ids:
-            if self.completion.get(run_id) == "pending":
-                self.completion[run_id] = "consumed"
+            if self.delivery[run_id] == "batched":
+                self.delivery[run_id] = "consumed"
 
     @rule()
     def restart(self) -> None:
@@ -255,9 +250,9 @@ class Orchestration(RuleBasedStateMachine):
             assert run is not None
             if run_id in self.final:
                 assert run.status == self.final[run_id]  # a final run never changes
-                assert run.completion == self.completion[run_id]  # exactly one way in
             else:
-                assert run.completion is None
+                assert run.delivery in ("live", "held")
+            assert run.delivery == self.delivery[run_id]  # exactly one way in
 
 
 class PostgresOrchestration(Orchestration):

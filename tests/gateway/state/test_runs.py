@@ -168,7 +168,7 @@ async def test_live_runs_are_counted_per_requester_through_every_status_change(
     await assert_live(2)
     await db.runs.update(c.run_id, label="relabelled")  # no status: no change
     await assert_live(2)
-    await db.batches.finish_run(b.run_id, {"status": "error"}, None)
+    await db.ends.finish_run(b.run_id, {"status": "error"}, now=0.0)
     await assert_live(1)
     with pytest.raises(RecordNotFoundError):
         await db.runs.update("missing", status="done")
@@ -237,13 +237,13 @@ async def test_a_runs_final_status_and_its_childs_archive_time_are_one_write(
 ) -> None:
     child = await _child(db)
     run = await db.runs.insert(_run(child, status="announcing"))
-    final = await db.batches.finish_run(run.run_id, {"status": "done"}, None, archive_due_at=99.0)
+    final = await db.ends.finish_run(run.run_id, {"status": "done"}, now=0.0, archive_due_at=99.0)
     assert final.status == "done"
     session = await db.sessions.get(child.key)
     assert session is not None
     assert session.archive_due_at == 99.0
     # A refused second end changes nothing, the archive time included.
     with pytest.raises(RecordConflictError):
-        await db.batches.finish_run(run.run_id, {"status": "error"}, None, archive_due_at=5.0)
+        await db.ends.finish_run(run.run_id, {"status": "error"}, now=0.0, archive_due_at=5.0)
     sql = "SELECT archive_due_at FROM sessions WHERE key = ?"
     assert await db.read(lambda c: c.execute(sql, (child.key,)).fetchone()[0]) == 99.0

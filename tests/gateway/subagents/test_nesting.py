@@ -200,7 +200,7 @@ async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the
             final = await gw.finished(leaf.run_id)
             assert final.parent_run_id == orchestrator.run_id
             assert final.parent_session_key == orchestrator.child_session_key
-            assert (final.status, final.announce_state, final.completion) == (
+            assert (final.status, final.announce_state, final.delivery) == (
                 "done",
                 "consumed",
                 "consumed",
@@ -240,7 +240,7 @@ async def test_a_grandchild_that_ends_after_its_orchestrator_reaches_the_persons
         )
         await gw.runs_idle()
         leaf = await gw.finished(leaf.run_id)
-        assert leaf.completion == "delivered"
+        assert leaf.delivery == "delivered"
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id, leaf.run_id]
         assert await completion_ids(gw, orchestrator.child_session_key) == []
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
@@ -480,7 +480,7 @@ async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_
         orchestrator, leaf = await run_orchestration(gw, answers)
         leaf = await gw.db.runs.get(leaf.run_id) or leaf  # as the orchestrator left it
         assert (leaf.depth, leaf.parent_run_id) == (2, orchestrator.run_id)
-        assert (leaf.announce_state, leaf.completion) == ("nested", "delivered")
+        assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")
         # The orchestrator's next model call had the completion, after the tool result.
         last = answers.bodies[COMPLETION_PREFIX][0]["messages"]
         assert last[-2]["role"] == "tool"
@@ -514,7 +514,7 @@ async def test_a_completion_waiting_for_an_orchestrator_that_ends_goes_up_to_the
         assert orchestrator.result_text == "orchestrator done"
         await gw.runs_idle()
         leaf = await gw.db.runs.get(leaf.run_id) or leaf
-        assert (leaf.announce_state, leaf.completion) == ("nested", "delivered")
+        assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")
         assert COMPLETION_PREFIX not in answers.bodies
         assert await completion_ids(gw, orchestrator.child_session_key) == []
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id, leaf.run_id]

@@ -67,7 +67,7 @@ async def run_once(gw: Harness, task: str) -> None:
     await gw.runs_idle()  # its completion is written into the chat's session
     run = await gw.db.runs.get(run_id)
     assert run is not None
-    assert (run.status, run.announce_state, run.completion) == ("done", "delivered", "delivered")
+    assert (run.status, run.announce_state, run.delivery) == ("done", "delivered", "delivered")
     child = await gw.db.sessions.get(run.child_session_key)
     assert child is not None
     assert child.archive_due_at is not None  # written with the final status
@@ -87,5 +87,5 @@ async def test_a_run_costs_at_most_ten_write_transactions(
     total = sum(counter.writes.values())
     assert total <= MAX_WRITES_PER_RUN * RUNS, counter.writes
     # A run's end is one write: its final status, its announce and its child's archive time.
-    assert counter.writes["BatchesTable.finish_run"] == RUNS, counter.writes
+    assert counter.writes["RunEndsTable.finish_run"] == RUNS, counter.writes
     assert "SessionsTable._update_returning" not in counter.writes, counter.writes

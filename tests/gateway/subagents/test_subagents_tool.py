@@ -143,7 +143,7 @@ async def held(gw: Harness, run_id: str) -> None:
     """Wait until a ``wait`` holds ``run_id``."""
 
     async def check() -> bool:
-        return (await run_of(gw, run_id)).held
+        return (await run_of(gw, run_id)).delivery == "held"
 
     await until(check)
 
@@ -283,12 +283,7 @@ async def test_wait_returns_the_result_and_the_run_posts_nothing_nor_reaches_his
         "pending": [],
     }
     assert announces(gw, run_id) == []
-    assert (run.status, run.announce_state, run.completion, run.held) == (
-        "done",
-        "consumed",
-        "consumed",
-        False,
-    )
+    assert (run.status, run.announce_state, run.delivery) == ("done", "consumed", "consumed")
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
     assert not [u for u in users if u.startswith(COMPLETION_PREFIX)]
     assert lines == []
@@ -315,10 +310,10 @@ async def test_a_wait_that_times_out_returns_pending_and_the_run_announces_later
         run = await run_of(gw, run_id)
         lines = await completion_lines(gw, CHAT)
     assert result == {"completed": [], "pending": [run_id]}
-    assert released.held is False
+    assert released.delivery != "held"
     assert announce.run_id == run_id
     assert announce.text.startswith("announced alpha\n\nStats: ")
-    assert run.completion == "delivered"  # into the conversation, as with no wait
+    assert run.delivery == "delivered"  # into the conversation, as with no wait
     assert [line["meta"]["runId"] for line in lines] == [run_id]
 
 
@@ -362,7 +357,7 @@ async def test_wait_refuses_other_sessions_runs_unknown_ids_and_bad_bounds(
         too_many = await call(gw, {"action": "wait", "runIds": [mine] * 33})
         too_long = await call(gw, {"action": "wait", "runIds": [mine], "timeoutSeconds": 61})
         no_ids = await call(gw, {"action": "wait"})
-        held_after = [(await run_of(gw, i)).held for i in (mine, theirs)]
+        held_after = [(await run_of(gw, i)).delivery == "held" for i in (mine, theirs)]
         with pytest.raises(ToolArgumentsError) as through_api:
             await gw.invoker.invoke(
                 SessionKey.parse(CHAT), "subagents", {"action": "wait", "runIds": [mine] * 33}
@@ -538,7 +533,7 @@ async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(
         (answer,) = await gw.wait_sent(lambda m: m.kind == "notice")
         model.gates["alpha-nested"].set()  # had the stop missed it, it would end done
         finals = [(await gw.finished(i)).status for i in (parent, nested)]
-    assert answer.text == "Stopped 0 reply(s) in progress and 2 sub-agent run(s)."
+    assert answer.text == "Stopped 2 sub-agents."
     assert finals == ["cancelled", "cancelled"]
 
 
@@ -583,7 +578,7 @@ async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_res
         run_id = await spawn(gw, "alpha")
         await model.arrived("alpha")
         # What a wait records as it begins; the process then stops before it returns.
-        await gw.db.batches.hold([run_id])
+        await gw.db.ends.hold([run_id])
         model.gates["alpha"].set()
         await gw.finished(run_id)
         await gw.outbox.flush(5)
@@ -600,11 +595,11 @@ async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_res
         await gw.runs_idle()
         after = await run_of(gw, run_id)
         lines = await completion_lines(gw, CHAT)
-    assert (before.status, before.announce_state, before.completion) == ("done", "held", "pending")
+    assert (before.status, before.announce_state, before.delivery) == ("done", None, "held")
     assert posted_before == []
     assert announce.run_id == run_id
     assert announce.text.startswith("announced alpha\n\nStats: ")
-    assert (after.held, after.announce_state, after.completion) == (False, "delivered", "delivered")
+    assert (after.announce_state, after.delivery) == ("delivered", "delivered")
     assert [line["meta"]["runId"] for line in lines] == [run_id]
 
 
@@ -683,7 +678,7 @@ async def test_a_wait_killed_mid_way_gives_the_run_its_announce_after_the_restar
     finally:
         await db.close()
     assert run is not None
-    assert (run.status, run.held, run.announce_state) == ("done", False, "delivered")
+    assert (run.status, run.announce_state) == ("done", "delivered")
     # Not consumed: the wait that held it never returned, so the result still reaches the
     # conversation (written before the stop, or at the next start).
-    assert run.completion in ("delivered", "pending")
+    assert run.delivery in ("delivered", "pending")

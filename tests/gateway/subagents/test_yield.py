@@ -138,7 +138,7 @@ async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_
         await gw.runs_idle()
         assert not [m for m in gw.channel.sent if m.kind == "announce"]
         for run in runs:
-            assert (run.status, run.announce_state, run.completion) == (
+            assert (run.status, run.announce_state, run.delivery) == (
                 "done",
                 "consumed",
                 "consumed",
@@ -186,7 +186,7 @@ async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_la
         await gw.runs_idle()
         final = await gw.db.runs.get(slow.run_id)
         assert final is not None
-        assert final.completion == "delivered"  # into the conversation, once
+        assert final.delivery == "delivered"  # into the conversation, once
 
 
 async def test_a_yield_with_nothing_pending_says_so_and_the_turn_goes_on(

@@ -142,7 +142,7 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
     assert done is not None
     assert done.state == "done"
     assert {run.status for run in runs} == {"done"}
-    assert {run.completion for run in runs} == {"consumed"}
+    assert {run.delivery for run in runs} == {"consumed"}
     (item,) = items  # queued once
     assert item.state == "delivered" or (item.state == "failed" and item.last_error == UNCERTAIN)
     # Shown once (the page dedupes replays by id): never twice, and once unless the kill

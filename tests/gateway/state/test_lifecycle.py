@@ -1,0 +1,317 @@
+"""Where a final run's result goes (``destination``) and the delivery states it moves through.
+
+``destination`` is checked over every shape a run can have; the transition table pair by
+pair; and every legal move is made by the real writes on each backend (the writes' own
+checks refuse the rest: an illegal move raises and writes nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.state import (
+    FINISHED_STATUSES,
+    TRANSITIONS,
+    BatchRecord,
+    Delivery,
+    Destination,
+    IllegalTransitionError,
+    RunRecord,
+    SessionRecord,
+    StateDB,
+    check_transition,
+    destination,
+)
+from gateway.state.runends import move, select_runs
+
+REQUESTER = "agent:main:memory:channel:c1"
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def shaped(
+    *,
+    batched: bool,
+    held: bool,
+    depth: int,
+    origin: bool,
+    status: str,
+) -> RunRecord:
+    return RunRecord(
+        run_id="r",
+        child_session_key="agent:main:subagent:x",
+        child_session_id="x",
+        requester_agent_id="main",
+        agent_id="main",
+        task="t",
+        created_at=0.0,
+        status=status,  # type: ignore[arg-type]
+        parent_session_key=REQUESTER,
+        parent_run_id="p" if depth > 1 else None,
+        depth=depth,
+        batch_id="b" if batched else None,
+        delivery=Delivery.HELD if held else Delivery.LIVE,
+        origin_channel="memory" if origin else None,
+        origin_account="default" if origin else None,
+        origin_chat_id="c1" if origin else None,
+    )
+
+
+@given(
+    batched=st.booleans(),
+    held=st.booleans(),
+    depth=st.integers(min_value=1, max_value=5),
+    origin=st.booleans(),
+    requester_live=st.booleans(),
+    status=st.sampled_from(sorted(FINISHED_STATUSES)),
+)
+def test_destination_over_every_shape_a_run_can_have(
+    batched: bool, held: bool, depth: int, origin: bool, requester_live: bool, status: str
+) -> None:
+    run = shaped(batched=batched, held=held, depth=depth, origin=origin, status=status)
+    where = destination(run, requester_live=requester_live)
+    if batched:  # a batch's follow-up speaks for its runs, waited for or not
+        assert where is Destination.BATCH
+    elif held:
+        assert where is Destination.WAITER
+    elif depth > 1:  # a nested run never posts to a chat: its requester gets it
+        assert where is (Destination.REQUESTER if requester_live else Destination.UP_CHAIN)
+    else:
+        assert where is (Destination.CHAT if origin else Destination.REQUESTER)
+    # Only a run a person's session spawned, with a chat, is announced there.
+    assert where.announces == (where is Destination.CHAT)
+    assert where.announces <= (depth == 1 and origin)
+    # A result a batch or a wait takes never also becomes a completion of its own.
+    assert where.completes == (where not in (Destination.BATCH, Destination.WAITER))
+    # How the run ended never changes where its result goes.
+    for other in FINISHED_STATUSES:
+        again = shaped(batched=batched, held=held, depth=depth, origin=origin, status=other)
+        assert destination(again, requester_live=requester_live) is where
+    # A wait that lets the run go leaves it where it would have gone without the wait.
+    free = shaped(batched=batched, held=False, depth=depth, origin=origin, status=status)
+    assert destination(run, requester_live=requester_live, waited=False) is destination(
+        free, requester_live=requester_live
+    )
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(Delivery, Delivery)))
+def test_the_transition_table_allows_its_moves_and_refuses_the_rest(
+    old: Delivery, new: Delivery
+) -> None:
+    if new in TRANSITIONS[old]:
+        check_transition("r", old, new)
+        return
+    with pytest.raises(IllegalTransitionError) as refused:
+        check_transition("r", old, new)
+    assert (refused.value.old, refused.value.new) == (old, new)
+    assert f"from {old} to {new}" in str(refused.value)
+
+
+def test_a_result_once_given_never_moves_again() -> None:
+    for final in (Delivery.DELIVERED, Delivery.CONSUMED):
+        assert TRANSITIONS[final] == frozenset()
+    # Nothing ever goes back to live but a wait letting go of a live run.
+    assert {old for old, news in TRANSITIONS.items() if Delivery.LIVE in news} == {Delivery.HELD}
+
+
+def test_the_readme_describes_the_delivery_states_as_the_table_has_them() -> None:
+    """The README's list (``- `old` → `new`, `new` …``) is the table, line for line."""
+    text = README.read_text("utf-8")
+    start = text.index("<!-- delivery-states -->")
+    end = text.index("<!-- /delivery-states -->")
+    described: dict[Delivery, frozenset[Delivery]] = {}
+    for line in text[start:end].splitlines():
+        if not line.startswith("- `"):
+            continue
+        head, _, tail = line.partition("→")
+        old = Delivery(head.strip("- `").split("`")[0])
+        news = tail.split("—")[0] if tail else ""
+        described[old] = frozenset(
+            Delivery(word.strip(" `,.")) for word in news.split(",") if word.strip(" `,.")
+        )
+    assert described == dict(TRANSITIONS)
+
+
+async def _setup(db: StateDB, runs: int, *, origin: bool = True) -> list[str]:
+    await db.sessions.create(
+        SessionRecord(
+            key=REQUESTER,
+            session_id=str(uuid.uuid4()),
+            agent_id="main",
+            kind="chat",
+            created_at=1.0,
+            updated_at=1.0,
+        )
+    )
+    ids = []
+    for n in range(runs):
+        child, _ = await db.sessions.create(
+            SessionRecord(
+                key=f"agent:main:subagent:{uuid.uuid4()}",
+                session_id=str(uuid.uuid4()),
+                agent_id="main",
+                kind="subagent",
+                created_at=1.0,
+                updated_at=1.0,
+                parent_key=REQUESTER,
+            )
+        )
+        run = RunRecord(
+            run_id=f"run-{n}",
+            child_session_key=child.key,
+            child_session_id=child.session_id,
+            requester_agent_id="main",
+            agent_id="main",
+            task="t",
+            created_at=float(n),
+            status="running",
+            parent_session_key=REQUESTER,
+            origin_channel="memory" if origin else None,
+            origin_account="default" if origin else None,
+            origin_chat_id="c1" if origin else None,
+        )
+        await db.runs.insert(run)
+        ids.append(run.run_id)
+    return ids
+
+
+async def _delivery(db: StateDB, run_id: str) -> Delivery:
+    run = await db.runs.get(run_id)
+    assert run is not None
+    return run.delivery
+
+
+def _batch(batch_id: str) -> BatchRecord:
+    return BatchRecord(
+        batch_id=batch_id,
+        session_key=REQUESTER,
+        run_ids=(),
+        first_spawn_at=0.0,
+        created_at=0.0,
+        deadline_at=100.0,
+    )
+
+
+async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -> None:
+    a, b, c, d, e = await _setup(db, 5)
+    seen: set[tuple[Delivery, Delivery]] = set()
+
+    async def step(run_id: str, before: Delivery, after: Delivery) -> None:
+        assert await _delivery(db, run_id) == after
+        seen.add((before, after))
+
+    done = {"status": "done", "announce_text": "announce"}
+    # a: live → held (a wait), held → live (it ended with the run still live), live → pending
+    # (the run ended), pending → delivered (written into the requester's conversation).
+    await db.ends.hold([a])
+    await step(a, Delivery.LIVE, Delivery.HELD)
+    assert await db.ends.release([a]) == []
+    await step(a, Delivery.HELD, Delivery.LIVE)
+    await db.ends.finish_run(a, done, now=1.0)
+    await step(a, Delivery.LIVE, Delivery.PENDING)
+    assert await db.ends.mark_delivered(a)
+    await step(a, Delivery.PENDING, Delivery.DELIVERED)
+    # b: held → consumed (the run ended while waited for; the wait took it).
+    await db.ends.hold([b])
+    await db.ends.finish_run(b, done, now=1.0)
+    assert await _delivery(db, b) == Delivery.HELD
+    assert [r.run_id for r in await db.ends.consume([b])] == [b]
+    await step(b, Delivery.HELD, Delivery.CONSUMED)
+    # c: held → pending (the wait ended without taking it: its announce goes out now).
+    await db.ends.hold([c])
+    await db.ends.finish_run(c, done, now=1.0)
+    (released,) = await db.ends.release([c])
+    assert await db.ends.release_final(released.run_id, "queued", None) is not None
+    await step(c, Delivery.HELD, Delivery.PENDING)
+    # pending → consumed (a wait took a completion still on its way).
+    assert [r.run_id for r in await db.ends.consume([c])] == [c]
+    await step(c, Delivery.PENDING, Delivery.CONSUMED)
+    # d, e: live → batched (ended inside a batch), batched → consumed (its follow-up done);
+    # batched → pending (the batch dissolved: its yielding run ended first).
+    formed = await db.batches.form(_batch("b1"))
+    assert formed is not None
+    assert set(formed.run_ids) == {d, e}
+    await db.ends.finish_run(d, done, now=1.0)
+    await step(d, Delivery.LIVE, Delivery.BATCHED)
+    await db.ends.finish_run(e, done, now=1.0)
+    await db.batches.finish("b1", "reply", 2.0, None)
+    await step(d, Delivery.BATCHED, Delivery.CONSUMED)
+    f, _live = await _setup_more(db, 2)
+    assert await db.batches.form(_batch("b2")) is not None
+    await db.ends.finish_run(f, done, now=1.0)
+    assert [r.run_id for r in await db.batches.dissolve("b2", 3.0)] == [f]
+    await step(f, Delivery.BATCHED, Delivery.PENDING)
+    legal = {(old, new) for old, news in TRANSITIONS.items() for new in news}
+    assert seen == legal
+
+
+async def _setup_more(db: StateDB, runs: int) -> list[str]:
+    """Two more live runs of the requester (after :func:`_setup`)."""
+    ids = []
+    for n in range(runs):
+        child, _ = await db.sessions.create(
+            SessionRecord(
+                key=f"agent:main:subagent:{uuid.uuid4()}",
+                session_id=str(uuid.uuid4()),
+                agent_id="main",
+                kind="subagent",
+                created_at=1.0,
+                updated_at=1.0,
+                parent_key=REQUESTER,
+            )
+        )
+        run = RunRecord(
+            run_id=f"more-{n}",
+            child_session_key=child.key,
+            child_session_id=child.session_id,
+            requester_agent_id="main",
+            agent_id="main",
+            task="t",
+            created_at=10.0 + n,
+            status="running",
+            parent_session_key=REQUESTER,
+        )
+        await db.runs.insert(run)
+        ids.append(run.run_id)
+    return ids
+
+
+async def test_an_illegal_move_raises_and_writes_nothing(db: StateDB) -> None:
+    (run_id,) = await _setup(db, 1)
+    await db.ends.finish_run(run_id, {"status": "done", "announce_text": "x"}, now=1.0)
+    assert await db.ends.mark_delivered(run_id)
+
+    def back_to_pending(conn: object) -> None:
+        runs = select_runs(conn, "run_id = ?", [run_id])  # type: ignore[arg-type]
+        move(conn, runs, Delivery.PENDING)  # type: ignore[arg-type]
+
+    with pytest.raises(IllegalTransitionError):
+        await db.write(back_to_pending)
+    assert await _delivery(db, run_id) == Delivery.DELIVERED
+    # The writes that own the moves never make one: a second delivery finds nothing to do.
+    assert not await db.ends.mark_delivered(run_id)
+    assert await db.ends.consume([run_id]) == []
+
+
+async def test_the_final_write_queues_the_announce_only_where_the_chat_gets_it(
+    db: StateDB,
+) -> None:
+    chat, waited = await _setup(db, 2)
+    (silent,) = await _setup_more(db, 1)  # no origin: nowhere to post
+    await db.ends.hold([waited])
+    for run_id in (chat, waited, silent):
+        await db.ends.finish_run(run_id, {"status": "done", "announce_text": "hi"}, now=1.0)
+    item = await db.outbox.get_by_run(chat)
+    assert item is not None
+    assert (item.text, item.chat_id) == ("hi", "c1")
+    assert await db.outbox.get_by_run(waited) is None  # the wait decides first
+    assert await db.outbox.get_by_run(silent) is None
+    runs = {r.run_id: r for r in await db.runs.list()}
+    assert (runs[chat].announce_state, runs[chat].delivery) == ("queued", "pending")
+    assert (runs[waited].announce_state, runs[waited].delivery) == (None, "held")
+    assert (runs[silent].announce_state, runs[silent].delivery) == ("no_origin", "pending")
