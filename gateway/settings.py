@@ -20,10 +20,10 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from channels.config_base import ConfigModel, SecretUrl, secrets_in
 from channels.discord.config import DiscordConfig
 from channels.slack.config import SlackConfig
 from channels.webchat.config import WebchatConfig
+from configbase import ConfigModel, SecretUrl, secrets_in
 from gateway.constants import (
     DEFAULT_MAX_RESULT_CHARS,
     DEFAULT_STATE_DIR,

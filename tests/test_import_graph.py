@@ -46,7 +46,7 @@ def strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["gateway", "channels", "lanes"])
+@pytest.mark.parametrize("package", ["gateway", "channels", "lanes", "configbase"])
 def test_no_module_imports_itself_round_a_circle(package: str) -> None:
     graph = grimp.build_graph(
         package, include_external_packages=False, exclude_type_checking_imports=True

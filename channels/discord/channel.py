@@ -36,7 +36,6 @@ from channels.base import (
     OutboundMessage,
     SentMessage,
 )
-from channels.config_base import secret_value
 from channels.cursors import ChatCursors, MemoryCursors
 from channels.discord._sdk import discord
 from channels.discord.client import Client, discord_intents
@@ -59,6 +58,7 @@ from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import SeenKeys
+from configbase import secret_value
 
 log = logging.getLogger(__name__)
 

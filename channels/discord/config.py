@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr, field_validator
 
-from channels.config_base import ConfigModel
+from configbase import ConfigModel
 
 
 class DiscordConfig(ConfigModel):

@@ -21,11 +21,11 @@ from typing import Final
 import aiohttp
 import orjson
 
-from channels.config_base import secret_value
 from channels.discord._sdk import discord
 from channels.discord.config import DiscordConfig
 from channels.discord.endpoints import DEFAULT_API_BASE_URL
 from channels.probe import MASK, ProbeResult, scrub
+from configbase import secret_value
 
 TOKEN_SETTING: Final = "channels.discord.token"
 URL_SETTING: Final = "channels.discord.apiBaseUrl"

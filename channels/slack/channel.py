@@ -47,7 +47,6 @@ from channels.base import (
     OutboundMessage,
     SentMessage,
 )
-from channels.config_base import secret_value
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
@@ -75,6 +74,7 @@ from channels.slack.events import (
 )
 from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
+from configbase import secret_value
 
 log = logging.getLogger(__name__)
 _sdk_log = logging.getLogger(f"{__name__}.sdk")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import SecretStr
 
-from channels.config_base import ConfigModel
+from configbase import ConfigModel
 
 
 class SlackConfig(ConfigModel):

@@ -19,11 +19,11 @@ from typing import Any, Final
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from channels.config_base import secret_value
 from channels.probe import ProbeResult, scrub
 from channels.slack.config import SlackConfig
 from channels.slack.constants import DEFAULT_API_BASE_URL, TRANSIENT_ERRORS
 from channels.slack.delivery import web_client
+from configbase import secret_value
 
 _sdk_log = logging.getLogger(f"{__name__}.sdk")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from channels.config_base import ConfigModel
+from configbase import ConfigModel
 
 
 class WebchatConfig(ConfigModel):

@@ -13,7 +13,7 @@ from typing import Final
 
 import psycopg
 
-from channels.config_base import redact_url
+from configbase import redact_url
 
 #: PostgreSQL truncates application_name to 63 bytes.
 APPLICATION_NAME_MAX: Final = 63

@@ -29,7 +29,7 @@ from typing import Any, Final
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from channels.config_base import redact_url, url_password
+from configbase import redact_url, url_password
 from gateway.backoff import backoff
 from gateway.constants import SESSION_LOCK_LOST
 

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from channels.config_base import secret_value
 from channels.discord.config import DiscordConfig
 from channels.probe import ProbeOutcome, ProbeResult
 from channels.slack.config import SlackConfig
+from configbase import secret_value
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
 from gateway.settings import HeraldSettings, ProviderConfig

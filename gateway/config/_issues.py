@@ -12,7 +12,7 @@ import re
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from channels.config_base import secret_value
+from configbase import secret_value
 from gateway.config._file import ConfigFile
 from gateway.config._schema import (
     KeyPath,

@@ -18,7 +18,7 @@ import orjson
 import tomli_w
 from pydantic import SecretStr
 
-from channels.config_base import SecretUrl
+from configbase import SecretUrl
 from gateway.config._load import LoadedSettings
 from gateway.logs import MIN_SECRET_LENGTH
 

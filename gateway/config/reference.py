@@ -24,7 +24,7 @@ from pydantic.alias_generators import to_snake
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from channels.config_base import SecretUrl
+from configbase import SecretUrl
 from gateway.config._schema import fields_by_alias, model_class, unwrap
 from gateway.constants import ENV_NESTED_DELIMITER, ENV_PREFIX
 from gateway.settings import HeraldSettings

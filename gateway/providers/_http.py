@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from channels.config_base import secret_value
 from channels.probe import DEFAULT_PROBE_TIMEOUT
+from configbase import secret_value
 from gateway.llm import ProviderProbe
 from gateway.providers._retry import (
     DEFAULT_RETRY_POLICY,

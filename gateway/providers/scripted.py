@@ -64,8 +64,8 @@ import orjson
 import pyjson5
 from pydantic import Field, ValidationError
 
-from channels.config_base import ConfigModel
 from channels.probe import DEFAULT_PROBE_TIMEOUT
+from configbase import ConfigModel
 from gateway.errors import ConfigIssue
 from gateway.llm import (
     ChatMessage,

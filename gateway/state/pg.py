@@ -42,7 +42,7 @@ from typing import Final, Literal, TypeVar, cast
 
 import psycopg
 
-from channels.config_base import redact_url, url_password
+from configbase import redact_url, url_password
 from gateway.backoff import backoff
 from gateway.state import diskfull
 from gateway.state.db import StateDB

@@ -147,6 +147,12 @@ class RunFeed:
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
 
+    async def side_tasks_done(self) -> None:
+        """Return once no side task runs (those it starts meanwhile included): the announces
+        of stopped runs, and those that waited for their requester's turn."""
+        while self._side_tasks:
+            await asyncio.gather(*self._side_tasks, return_exceptions=True)
+
     async def close(self) -> None:
         """Cancel side tasks still running. Idempotent."""
         for task in list(self._side_tasks):

@@ -183,6 +183,11 @@ class RunManager:
             )
         return len(waiting)
 
+    async def side_tasks_done(self) -> None:
+        """Return once no announce runs outside the lane (a stopped run's, or one that
+        waited for its requester's turn): for a caller waiting for quiet (tests, benches)."""
+        await self._feed.side_tasks_done()
+
     async def wait(self, run_id: str) -> RunRecord:
         """Wait until ``run_id`` has its final status (tests, ``herald spawn --wait``)."""
         return await self._feed.wait(run_id)

@@ -185,6 +185,9 @@ class Harness(wiring.AppParts):
             for _ in range(3):  # each lane's work can queue work on the other
                 await self.lanes.subagent.join()
                 await self.lanes.session.join()
+                # Announces outside the lanes: stopped runs', and those that waited for
+                # their requester's turn to end.
+                await self.runs.side_tasks_done()
 
     async def finished(self, run_id: str) -> RunRecord:
         async with asyncio.timeout(HANG_GUARD_SECONDS):

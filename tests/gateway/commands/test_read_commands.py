@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from channels.config_base import redact_url
+from configbase import redact_url
 from gateway.config import load_settings
 from gateway.constants import STATE_DB_NAME
 from gateway.llm import ChatMessage

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from channels.config_base import ConfigModel
+from configbase import ConfigModel
 from gateway.commands.config import show_config
 from gateway.config import MASK, LoadedSettings, load_settings, render_settings
 from gateway.settings import HeraldSettings

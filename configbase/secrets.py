@@ -1,4 +1,9 @@
-"""The base of every configuration model: camelCase keys, unknown keys rejected."""
+"""Secrets in configuration: plain values where they are used, masked everywhere else.
+
+Every ``SecretStr`` of a settings tree is found by walking it (:func:`secrets_in`), so a
+secret field added anywhere is masked in logs without being listed; a URL (:class:`SecretUrl`)
+keeps everything but its password readable.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, SecretStr
-from pydantic.alias_generators import to_camel
-
-
-class ConfigModel(BaseModel):
-    """Config sections use camelCase keys in files (``stateDir``) and snake_case in Python."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        validate_default=True,
-        # JSON5 reads Infinity and NaN, TOML inf and nan, and 1e999 overflows to infinity; no
-        # setting means any of them, and a run record holding one is not valid JSON.
-        allow_inf_nan=False,
-        # Each field's docstring is its description: in the JSON Schema editors complete
-        # from, and in the generated configuration reference.
-        use_attribute_docstrings=True,
-    )
+from pydantic import BaseModel, SecretStr
 
 
 def secret_value(secret: SecretStr | None) -> str | None:

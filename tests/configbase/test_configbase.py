@@ -1,10 +1,10 @@
-"""Secrets found by walking the schema (channels/config_base.py's ``secrets_in``)."""
+"""Secrets found by walking the schema (configbase's ``secrets_in``)."""
 
 from __future__ import annotations
 
 from pydantic import SecretStr
 
-from channels.config_base import ConfigModel, secrets_in
+from configbase import ConfigModel, secrets_in
 from gateway.logs import SecretRedactor
 from gateway.settings import HeraldSettings
 
