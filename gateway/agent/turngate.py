@@ -65,12 +65,12 @@ class TurnGate:
                 self._let_go.pop(session_key, None)
                 self._idle.pop(session_key).set()
 
-    async def settled(self, session_key: str, run_id: str) -> None:
+    async def settled(self, session_key: str, run_id: str) -> bool:
         """Return once ``session_key`` has no turn running (at once when it has none), or
-        ``run_id`` is released, or :data:`SETTLE_MAX_SECONDS` passed."""
+        ``run_id`` is released, or :data:`SETTLE_MAX_SECONDS` passed; whether it waited."""
         idle = self._idle.get(session_key)
         if idle is None or run_id in self._let_go.get(session_key, ()):
-            return
+            return False
         released = self._released.setdefault(run_id, asyncio.Event())
         async with self._began:
             self._began.notify_all()
@@ -82,6 +82,7 @@ class TurnGate:
                 waiting.cancel()
             if self._released.get(run_id) is released:
                 del self._released[run_id]
+        return True
 
     def waiting(self, run_id: str) -> bool:
         """Whether ``run_id``'s announce step waits for its requester's turn now."""

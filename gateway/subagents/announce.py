@@ -60,10 +60,23 @@ class ResultHandOn(Protocol):
 
 
 class TurnsInProgress(Protocol):
-    """Whether a session's turn is running, and waiting for it to end:
-    :class:`gateway.subagents.turngate.TurnGate`."""
+    """Waiting for a session's running turn to end: :class:`gateway.agent.TurnGate`."""
 
-    async def settled(self, session_key: str, run_id: str) -> None: ...
+    async def settled(self, session_key: str, run_id: str) -> bool: ...
+
+
+def waits_for_requester_turn(run: RunRecord) -> bool:
+    """Whether ``run``, just ended, decides where its result goes only once the turn of the
+    person's session that spawned it has ended: that turn may still yield and take it into
+    its batch (then no announce turn is spent on it). Not a nested run (its orchestrator's
+    running turn takes its completion), not one a wait holds (the waiting turn takes it),
+    not one announced without a model turn (stopped or interrupted)."""
+    return (
+        run.parent_session_key is not None
+        and run.parent_run_id is None
+        and (run.outcome or "error") in MODEL_ANNOUNCED
+        and run.delivery != Delivery.HELD
+    )
 
 
 def status_line(run: RunRecord, status: str, runtime_seconds: float | None) -> str | None:
@@ -182,15 +195,13 @@ class Announcer:
         status: RunStatus = run.outcome or "error"
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
-        if (
-            run.parent_session_key is not None
-            and run.parent_run_id is None
-            and status in MODEL_ANNOUNCED
-            and run.delivery != Delivery.HELD
-        ):
-            # The person's turn that spawned it may still yield and take it into its batch:
-            # decide once that turn has ended (a wait that holds it lets it go on at once).
-            await self._turns.settled(run.parent_session_key, run.run_id)
+        key = run.parent_session_key
+        waited = (
+            key is not None
+            and waits_for_requester_turn(run)
+            and await self._turns.settled(key, run.run_id)
+        )
+        if waited:  # the turn may have taken it into its batch
             run = await self._db.runs.get(run_id) or run
         # A run of a batch posts nothing of its own: the follow-up speaks for it.
         turn = status in MODEL_ANNOUNCED and destination(run) is not Destination.BATCH

@@ -38,8 +38,8 @@ from typing import Protocol
 from gateway.agent import TurnGate, TurnOutcome, run_turn
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
-from gateway.state import BatchRecord, Delivery, RunRecord, RunStatus, StateDB
-from gateway.subagents.announce import MODEL_ANNOUNCED, Announcer
+from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
+from gateway.subagents.announce import Announcer, waits_for_requester_turn
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions, spawned_event
 from gateway.subagents.completions import Completions
@@ -228,16 +228,13 @@ class RunRunner:
         await self._announcer.announce(run_id, ended=run)
 
     def _defer(self, run: RunRecord) -> bool:
-        """Whether ``run``'s announce waits, outside the lane, for the turn that spawned it:
-        that turn may yield and take the run into its batch (then no announce model turn
-        runs). A run a wait holds goes on at once: the waiting turn takes its result."""
+        """Whether ``run``'s announce waits, outside the lane, for the turn that spawned it
+        (:func:`~gateway.subagents.announce.waits_for_requester_turn`)."""
         key = run.parent_session_key
         if (
             not self._defer_announces
             or key is None
-            or run.parent_run_id is not None
-            or run.outcome not in MODEL_ANNOUNCED
-            or run.delivery == Delivery.HELD
+            or not waits_for_requester_turn(run)
             or not self._turns.busy(key)
         ):
             return False
