@@ -54,3 +54,10 @@ def test_init_into_another_folder_says_how_to_start_with_it(
     out = capsys.readouterr().out
     assert f"herald run --config {target / 'herald.json5'}" in out
     assert (target / "demo-script.json5").is_file()
+    # The check command it prints works as printed (not a bare `herald config check`, which
+    # would find no file here and check the embedded defaults instead).
+    check = out.split("check it with `", 1)[1].split("`", 1)[0]
+    assert check == f"herald config check --config {target / 'herald.json5'}"
+    monkeypatch.setenv("HERALD_GATEWAY__STATE_DIR", str(tmp_path / "state"))
+    assert main(check.split()[1:]) == 0
+    assert f"{target / 'herald.json5'}: OK" in capsys.readouterr().out

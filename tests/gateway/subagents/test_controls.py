@@ -153,7 +153,7 @@ async def test_stop_cascades_to_the_sessions_subagents(
         await gw.reply(count=2)
         await gw.say("/stop")
         (notice,) = await gw.wait_sent(lambda m: m.kind == "notice")
-        assert notice.text.endswith("and 2 sub-agent run(s).")
+        assert notice.text.endswith(" 2 sub-agent runs (the runs they spawned included).")
         for run in await gw.db.runs.list():
             assert (await gw.finished(run.run_id)).status == "cancelled"
         gate.set()
