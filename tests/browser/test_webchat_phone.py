@@ -78,6 +78,18 @@ async def test_on_a_phone_runs_wait_behind_a_badge_and_never_move_the_conversati
         assert box is not None
         assert box["y"] + box["height"] <= before["y"] + before["height"] + AT_BOTTOM_PX
         await shot(page, tmp_path / "phone-announce.png")
+        # The stats line breaks at its " • " separators: every figure short enough for a
+        # line stays on one (a long path may break, and is the only part that does).
+        stats = announce.locator(".stats")
+        assert (await stats.inner_text()).startswith("Stats: runtime ")
+        parts = await stats.locator(".stats-part").evaluate_all(
+            "spans => spans.map(s => [s.textContent, s.classList.contains('long'),"
+            " s.getClientRects().length])"
+        )
+        assert len(parts) >= 5
+        whole = [(text, lines) for text, long, lines in parts if not long]
+        assert whole
+        assert all(lines == 1 for _, lines in whole), whole
 
         # A tap on the badge opens the runs as a sheet over the conversation.
         await toggle.click()

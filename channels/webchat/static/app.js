@@ -195,6 +195,24 @@
   }).observe(els.messages);
   els.toNewest.addEventListener("click", toBottom);
 
+  // A stats line wraps at its " • " separators, not inside a figure: each part is kept
+  // whole, except a part too long for a phone's line (a path, a session key), which may
+  // break anywhere. The text stays the line as posted.
+  const STATS_SEPARATOR = " • ";
+  const STATS_PART_WHOLE = 32;
+  function renderStats(stats) {
+    const line = document.createElement("p");
+    line.className = "stats";
+    stats.split(STATS_SEPARATOR).forEach((part, i) => {
+      if (i > 0) line.append(STATS_SEPARATOR);
+      const span = document.createElement("span");
+      span.className = part.length > STATS_PART_WHOLE ? "stats-part long" : "stats-part";
+      span.textContent = part;
+      line.append(span);
+    });
+    return line;
+  }
+
   function renderMessage(frame) {
     const kind = WHO[frame.kind] ? frame.kind : "notice";
     const stick = pinned;
@@ -219,10 +237,7 @@
       const [main, stats] = splitStats(text);
       renderText(main, body);
       if (stats !== null) {
-        const line = document.createElement("p");
-        line.className = "stats";
-        line.textContent = stats;
-        body.append(line);
+        body.append(renderStats(stats));
       }
     } else {
       renderText(text, body);
