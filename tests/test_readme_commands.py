@@ -243,7 +243,7 @@ def try_it_block() -> str:
     found = [body for lang, body in FENCE.findall(section) if lang == "sh"]
     assert len(found) == 1, "Try it shows one terminal block"
     assert found[0].startswith("make install")
-    return found[0]
+    return str(found[0])
 
 
 def free_port() -> int:
