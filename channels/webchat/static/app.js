@@ -206,10 +206,14 @@
     stats.split(STATS_SEPARATOR).forEach((part, i) => {
       if (i > 0) line.append(STATS_SEPARATOR);
       const span = document.createElement("span");
-      span.className = part.length > STATS_PART_WHOLE ? "stats-part long" : "stats-part";
+      const long = part.length > STATS_PART_WHOLE;
+      span.className = long ? "stats-part long" : "stats-part";
       span.textContent = part;
+      if (long) span.title = part;
       line.append(span);
     });
+    // On a phone the long parts are cut to one line each; a tap shows them whole.
+    line.addEventListener("click", () => line.classList.toggle("open"));
     return line;
   }
 

@@ -538,7 +538,7 @@ async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(
         (answer,) = await gw.wait_sent(lambda m: m.kind == "notice")
         model.gates["alpha-nested"].set()  # had the stop missed it, it would end done
         finals = [(await gw.finished(i)).status for i in (parent, nested)]
-    assert answer.text == "Stopped 0 reply(s) in progress and 2 sub-agent run(s)."
+    assert answer.text == "Stopped 2 sub-agent runs (the runs they spawned included)."
     assert finals == ["cancelled", "cancelled"]
 
 
