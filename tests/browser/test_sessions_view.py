@@ -98,6 +98,7 @@ async def test_sessions_and_transcripts_are_browsed_read_only_with_the_token(
             "Sub-agent research — Research the history of tea"
         )
         await expect(chat.locator(".session-channel")).to_have_text("webchat")
+        await expect(chat.locator(".session-model")).not_to_have_text("")
         await expect(chat.locator(".session-tokens")).to_have_text(
             re.compile(r"^\d+(\.\d)?k tokens$")
         )

@@ -162,8 +162,9 @@
       link.append(el("span", "session-key", session.key));
       const meta = el("span", "session-meta");
       const usage = session.usage || {};
+      meta.append(el("span", "session-channel", kindOf(session)));
+      if (session.model) meta.append(el("span", "session-model", session.model));
       meta.append(
-        el("span", "session-channel", kindOf(session)),
         when(session.updatedAt, { relative: true }),
         el("span", "session-tokens", `${tokens(usage.total)} tokens`),
         el("span", "session-cost", cost(session.costUsd)),
