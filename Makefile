@@ -2,9 +2,17 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 STAMP := $(VENV)/.synced
-CONFIG ?= config/herald.json5
+# `make run` uses the config lookup every herald command uses (--config, $$HERALD_CONFIG,
+# ./herald.json5, ~/.config/herald/, /etc/herald/) and falls back to this example.
+EXAMPLE_CONFIG := config/herald.json5
+CONFIG ?=
+# `make install`: where uv keeps herald's own environment and links the command (uv's
+# defaults: ~/.local/share/uv/tools and ~/.local/bin), and the interpreter it runs on.
+TOOL_DIR ?=
+BIN_DIR ?=
+PYTHON ?=
 
-.PHONY: run test lint typecheck pytest bench soak clean env postgresql docs
+.PHONY: run test lint typecheck pytest bench soak clean env postgresql docs install
 
 $(UV):
 	python3 -m pip install --user --quiet uv
@@ -16,7 +24,17 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 env: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/herald run --config $(CONFIG)
+	@config="$(CONFIG)"; \
+	[ -n "$$config" ] || config=$$($(VENV)/bin/herald config path 2>/dev/null) || config=$(EXAMPLE_CONFIG); \
+	echo "herald run --config $$config"; \
+	exec $(VENV)/bin/herald run --config "$$config"
+
+# The `herald` command on PATH, in an environment of its own (never the system's or another
+# project's site-packages: the wheel's top-level packages are gateway, channels and lanes,
+# and `channels` is also Django Channels' import name). For a server, see README.md.
+install: | $(UV)
+	$(if $(TOOL_DIR),UV_TOOL_DIR=$(TOOL_DIR)) $(if $(BIN_DIR),UV_TOOL_BIN_DIR=$(BIN_DIR)) \
+	$(UV) tool install --reinstall $(if $(PYTHON),--python $(PYTHON)) .
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

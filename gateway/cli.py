@@ -58,6 +58,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Commands that never take a running gateway's config: ``run`` starts one, ``init`` and
+#: ``config path`` are about the lookup itself.
+_OWN_LOOKUP = frozenset({"run", "init"})
+
+
+def adopt_running_config(args: argparse.Namespace) -> None:
+    """Give a command with no config of its own the running gateway's: when neither
+    ``--config``, ``$HERALD_CONFIG`` nor the lookup names a file, and a gateway holds the
+    default state directory, the file it runs on (recorded in its lock) is the one meant.
+    So ``make run`` (the repository's example) and ``herald status`` agree."""
+    from gateway import instance
+    from gateway.config import find_config, load_settings
+
+    if getattr(args, "command", None) in _OWN_LOOKUP or getattr(args, "config", "") is not None:
+        return
+    if getattr(args, "config_command", None) in ("path", "schema"):
+        return
+    if find_config(os.environ) is not None:
+        return
+    state_dir = load_settings(None, environ=os.environ).settings.gateway.resolved_state_dir()
+    running = instance.holder(state_dir)
+    if running is not None and running.config is not None and running.config.is_file():
+        args.config = str(running.config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script."""
     parser = build_parser()
@@ -67,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        adopt_running_config(args)
         status: int = func(args)
         # Flushed here, so that a reader that went away (``herald runs list | head``) is
         # met inside this try, not by the interpreter's own flush at exit.

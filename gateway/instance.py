@@ -8,7 +8,9 @@ is left behind harmlessly). A second start is refused with the holder's pid. Rep
 cluster share the state directory and coordinate through the database, so each locks
 ``<stateDir>/replicas/<replicaId>.lock`` instead: another replica id starts, the same one is
 refused. (``flock`` reaches other hosts only on a filesystem that passes it on, as NFSv4
-does.) The listening
+does.) The lock file says who holds it: the pid on its first line and the config file the
+gateway runs on the second (empty for the embedded defaults), so ``herald status`` and the
+other commands can find the config a running gateway uses (:func:`holder`). The listening
 socket is bound before the app starts too, so a port in use is one readable line and no
 run was recovered or started by a gateway that cannot serve.
 """
@@ -21,6 +23,7 @@ import fcntl
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +32,8 @@ LOCK_NAME: Final = "herald.lock"
 REPLICAS_DIR: Final = "replicas"
 #: A replica's lock file name: an id normalised by the caller (never a raw one in a path).
 _REPLICA_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: Enough for a pid and a config path (PATH_MAX is 4096).
+LOCK_TEXT_MAX: Final = 4200
 #: The state directory's mode when this creates it (owner only, as the sessions' folders).
 DIR_MODE: Final = 0o700
 
@@ -84,10 +89,13 @@ def lock_path(state_dir: Path, replica: str | None = None) -> Path:
     return state_dir / REPLICAS_DIR / f"{replica}.lock"
 
 
-def acquire(state_dir: Path, replica: str | None = None) -> InstanceLock:
+def acquire(
+    state_dir: Path, replica: str | None = None, config: Path | None = None
+) -> InstanceLock:
     """Lock ``state_dir`` for this process (creating it 0700 if needed), or with
     ``replica`` (a normalised replica id) that replica's lock in it; raise
-    :class:`AlreadyRunningError` when another process holds it."""
+    :class:`AlreadyRunningError` when another process holds it. ``config`` (the file the
+    gateway runs on) is written beside the pid."""
     state_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     path = lock_path(state_dir, replica)
     path.parent.mkdir(mode=DIR_MODE, exist_ok=True)
@@ -102,16 +110,53 @@ def acquire(state_dir: Path, replica: str | None = None) -> InstanceLock:
         os.close(fd)
         raise
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    shown = str(config.resolve()) if config is not None else ""
+    os.pwrite(fd, f"{os.getpid()}\n{shown}\n".encode(), 0)
     return InstanceLock(path, fd)
 
 
-def _read_pid(fd: int) -> int | None:
+@dataclass(frozen=True)
+class Holder:
+    """The gateway holding a lock: its pid (-1 when the file does not say) and config file
+    (None for the embedded defaults, or a lock written before the file said)."""
+
+    pid: int
+    config: Path | None
+
+
+def _read_holder(fd: int) -> Holder | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text else None
-    except (OSError, ValueError):
+        text = os.pread(fd, LOCK_TEXT_MAX, 0).decode("utf-8", "replace")
+    except OSError:
         return None
+    first, _, rest = text.partition("\n")
+    config = rest.split("\n", 1)[0].strip()
+    pid = int(first) if first.strip().isdigit() else -1
+    return Holder(pid, Path(config) if config else None)
+
+
+def _read_pid(fd: int) -> int | None:
+    found = _read_holder(fd)
+    return found.pid if found is not None and found.pid >= 0 else None
+
+
+def holder(lock: Path) -> Holder | None:
+    """The gateway holding the lock file ``lock`` (or, for a directory, the state
+    directory's lock in it), or None when none runs."""
+    path = lock / LOCK_NAME if lock.is_dir() else lock
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd) or Holder(-1, None)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None  # nobody holds it: no gateway on this state directory
+    finally:
+        os.close(fd)
 
 
 def bind(host: str, port: int) -> socket.socket:

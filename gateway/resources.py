@@ -110,7 +110,12 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
     app[RUN_RECORDS] = db.runs
     services: dict[ServiceKey[Any], object] = {SESSIONS: store}
     app[TOOL_SERVICES] = services
-    extra = {"state_dir": str(state_dir), "database": backend_of(settings)}
+    # The schema version the start ended at (after any migrations it applied).
+    extra = {
+        "state_dir": str(state_dir),
+        "database": backend_of(settings),
+        "schema_version": str(db.schema_version),
+    }
     if settings.cluster.database_url is not None:
         extra["replica"] = settings.cluster.resolved_replica_id()
     logger.info("state ready", extra=extra)

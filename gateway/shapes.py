@@ -239,6 +239,8 @@ class Session(Closed):
     """A session of the index, with where its transcript is now."""
 
     key: str
+    #: For people: where the session lives and the first words of its first message.
+    title: str
     session_id: str
     agent_id: str
     kind: SessionKind

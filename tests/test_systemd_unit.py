@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,79 @@ def test_systemd_analyze_verify_accepts_an_instance_of_the_template(tmp_path: Pa
     ours = [line for line in (result.stdout + result.stderr).splitlines() if "herald@" in line]
     assert ours == []
     assert result.returncode == 0, result.stderr
+
+
+# -- the one install story: the unit's comment, the README and the binary ExecStart runs --
+
+INSTALL_LINE = re.compile(r"^#\s+(sudo make install .+)$", re.MULTILINE)
+#: What ProtectHome=yes hides from the service.
+HIDDEN = (Path("/home"), Path("/root"))
+
+
+def install_line() -> str:
+    found = INSTALL_LINE.findall(UNIT.read_text())
+    assert len(found) == 1, "the unit's comment shows one install command"
+    return str(found[0])
+
+
+def test_the_unit_and_the_readme_give_the_same_install_line(
+    service: dict[str, list[str]],
+) -> None:
+    line = install_line()
+    readme = (SYSTEMD_DIR.parent / "README.md").read_text(encoding="utf-8")
+    assert f"\n{line}\n" in readme
+    values = dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
+    assert service["ExecStart"][0].split()[0] == f"{values['BIN_DIR']}/herald"
+
+
+def hidden(path: Path) -> bool:
+    return any(path == top or top in path.parents for top in HIDDEN)
+
+
+@pytest.mark.slow
+def test_the_install_line_gives_a_herald_that_starts_with_home_hidden(tmp_path: Path) -> None:
+    """The install line, with its directories moved under a scratch root, installs a
+    ``herald`` whose environment and interpreter live outside /home and /root, and that
+    runs with both hidden (as ``ProtectHome=yes`` does; bubblewrap stands in for systemd)."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap, "bubblewrap is not installed: apt-get install bubblewrap"
+    words = shlex.split(install_line())
+    assert words[:3] == ["sudo", "make", "install"]
+    values = dict(word.split("=", 1) for word in words[3:])
+    root = tmp_path / "root-fs"
+    moved = {k: str(root / v.lstrip("/")) if k != "PYTHON" else v for k, v in values.items()}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERALD_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(
+        [str(Path(shutil.which("uv") or Path.home() / ".local/bin/uv").parent), "/usr/bin", "/bin"]
+    )
+    done = subprocess.run(
+        ["make", "install", *(f"{k}={v}" for k, v in moved.items())],
+        cwd=SYSTEMD_DIR.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    command = Path(moved["BIN_DIR"]) / "herald"
+    assert command.resolve().is_relative_to(Path(moved["TOOL_DIR"]))
+    interpreter = Path(command.read_text().splitlines()[0].removeprefix("#!").split()[0])
+    assert interpreter.is_relative_to(Path(moved["TOOL_DIR"]))
+    assert not hidden(interpreter.resolve()), interpreter.resolve()
+    protected = [bwrap, "--ro-bind", "/", "/", "--tmpfs", "/root", "--tmpfs", "/home"]
+    protected += ["--dev", "/dev", "--proc", "/proc", "--setenv", "HOME", "/nonexistent"]
+    config = SYSTEMD_DIR.parent / "config" / "herald.json5"
+    state = tmp_path / "state"  # writable, as StateDirectory= is
+    state.mkdir()
+    protected += ["--bind", str(state), str(state)]
+    protected += ["--setenv", "HERALD_GATEWAY__STATE_DIR", str(state)]
+    checked = subprocess.run(
+        [*protected, str(command), "config", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith(f"{config}: OK")

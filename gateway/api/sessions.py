@@ -20,6 +20,7 @@ Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 40
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -42,7 +43,11 @@ async def list_sessions(request: web.Request, query: SessionsQuery) -> web.Respo
     records = await store.list(
         include_subagents=query.include_subagents, include_archived=query.include_archived
     )
-    return reply(SessionList(sessions=[session_view(r, store.current_path(r)) for r in records]))
+    # Each title reads the head of its transcript: off the event loop, all in one hop.
+    views = await asyncio.to_thread(
+        lambda: [session_view(r, store.current_path(r)) for r in records]
+    )
+    return reply(SessionList(sessions=views))
 
 
 async def history(request: web.Request, params: HistoryParams) -> web.Response:
@@ -80,7 +85,7 @@ async def transcript(request: web.Request, params: TranscriptParams) -> web.Resp
     start = max(0, end - params.limit)
     return reply(
         Transcript(
-            session=session_view(record, store.current_path(record)),
+            session=await asyncio.to_thread(session_view, record, store.current_path(record)),
             records=list(_records(key, contents.records[start:end])),
             start=start,
             total=total,

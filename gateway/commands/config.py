@@ -1,4 +1,4 @@
-"""``herald config check|show|schema``."""
+"""``herald config check|show|schema|path``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def add_commands(subparsers: Any) -> None:
     show.add_argument("--config", "-c", help="config file (.json5, .json or .toml)")
     show.add_argument("--format", choices=("json5", "json", "toml"), default="json5")
     show.set_defaults(func=show_config)
+    path = sub.add_parser(
+        "path", help="print the config file the lookup finds (exit 1 when there is none)"
+    )
+    path.set_defaults(func=print_path)
     schema = sub.add_parser(
         "schema", help="print the configuration's JSON Schema (for editor completion)"
     )
@@ -43,6 +47,19 @@ def show_config(args: argparse.Namespace) -> int:
     loaded = load_settings(args.config, environ=os.environ)
     text = render_settings(loaded, args.format)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def print_path(args: argparse.Namespace) -> int:
+    """The file ``herald run`` would load with no ``--config``: what ``make run`` asks before
+    it falls back to the repository's example."""
+    from gateway.config import find_config
+
+    found = find_config(os.environ)
+    if found is None:
+        print("herald: no config file found (the embedded defaults apply)", file=sys.stderr)
+        return 1
+    print(found)
     return 0
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gateway.config import config_candidates
+from gateway.config import config_candidates, find_config
 
 CONFIG_NAME = "herald.json5"
 SCRIPT_NAME = "demo-script.json5"
@@ -78,7 +79,13 @@ def init_command(args: argparse.Namespace) -> int:
         print(f"herald: cannot write {folder}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"wrote {config} and {script}")
-    looked_up = folder.resolve() in {f.resolve() for f in lookup_folders(os.environ)}
-    run = "herald run" if looked_up else f"herald run --config {config}"
-    print(f"edit it (every key is commented), check it with `herald config check`, then `{run}`")
+    # Without a flag only when the lookup finds this very file (an earlier folder's config,
+    # or $HERALD_CONFIG, would shadow it).
+    lookup = find_config(os.environ)
+    looked_up = lookup is not None and Path(lookup).resolve() == config.resolve()
+    flag = "" if looked_up else f" --config {shlex.quote(str(config))}"
+    print(
+        f"edit it (every key is commented), check it with `herald config check{flag}`,"
+        f" then `herald run{flag}`"
+    )
     return 0

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import datetime as dt
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -95,14 +96,28 @@ def with_db(source: StateSource, fn: Callable[[StateDB], Coroutine[Any, Any, T]]
     return asyncio.run(run())
 
 
+#: A run id's first characters, as ``runs show`` takes them (a whole id is a UUID).
+_RUN_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,34}")
+
+
 def locate_ref(source: StateSource, ref: str) -> Location | None:
-    """The session ``ref`` names (key, session id, run id or transcript path), or None
-    after saying on stderr why not."""
+    """The session ``ref`` names (key, session id, run id, a unique prefix of a run id, or
+    transcript path), or None after saying on stderr why not."""
+
+    async def runs_named(db: StateDB) -> list[str]:
+        return [r.run_id for r in await db.runs.list() if r.run_id.startswith(ref.lower())]
 
     async def query(db: StateDB) -> Location:
         return await locate(source.state_dir, db, ref)
 
     try:
+        if _RUN_PREFIX.fullmatch(ref.lower()):
+            named = with_db(source, runs_named)
+            if len(named) > 1:
+                err(f"more than one run matches {ref!r} {source.where()}")
+                return None
+            if named:
+                ref = named[0]
         parse_ref(ref)  # before the database: a malformed reference is told as such
         return with_db(source, query)
     except StateMissingError:

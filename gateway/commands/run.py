@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     preflight(loaded)  # before anything is created: a config error exits 78 here
     gateway = loaded.settings.gateway
     try:
-        lock = instance.acquire(gateway.resolved_state_dir(), replica_lock_name(loaded.settings))
+        lock = instance.acquire(
+            gateway.resolved_state_dir(), replica_lock_name(loaded.settings), loaded.path
+        )
     except instance.AlreadyRunningError as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return EXIT_TEMPFAIL

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from typing import Any, TypeVar
 
@@ -315,7 +316,11 @@ async def _abort(url: str, headers: dict[str, str], run_id: str) -> int:
         return 0
     error = data.get("error", {}) if isinstance(data, dict) else {}
     if response.status == 409:
-        err(f"run {run_id} has already finished: {error.get('message', '')}".rstrip(": "))
+        # One line, once: the API's message repeats the run id ("run … already finished
+        # (done)"); its status is the part worth keeping.
+        ended = re.search(r"\((\w+)\)\s*$", str(error.get("message", "")))
+        status = f" ({ended.group(1)})" if ended else ""
+        err(f"run {run_id} has already finished{status}; nothing to abort")
     elif response.status == 404:
         err(f"the gateway at {url} has no run {run_id}")
     else:

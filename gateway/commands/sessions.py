@@ -39,6 +39,7 @@ from gateway.sessions import (
     describe_session,
     parse_transcript,
 )
+from gateway.sessions.titles import read_head, session_title
 from gateway.state import SessionRecord, StateDB, StateError, StateMissingError
 
 
@@ -104,14 +105,20 @@ def sessions_list(args: argparse.Namespace) -> int:
     if not records:
         _out("No sessions.")
         return 0
+    # The title last: it has spaces and any length, the columns before it line up.
     rows = [["KEY", "KIND", "MODEL", "UPDATED", "TOKENS", "COST"]]
     if args.archived:
         rows[0].append("ARCHIVED")
+    rows[0].append("TITLE")
     for r in records:
-        row = [r.key, r.kind, r.model or "-", when(r.updated_at), _tokens(r.usage.total)]
+        head = read_head(current_transcript_path(source.state_dir, r))
+        title = session_title(r, head)
+        model = r.model or head.model or "-"
+        row = [r.key, r.kind, model, when(r.updated_at), _tokens(r.usage.total)]
         row.append(_cost(r.cost_usd))
         if args.archived:
             row.append(when(r.archived_at) if r.archived_at else "-")
+        row.append(title)
         rows.append(row)
     widths = [max(len(safe(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -132,13 +139,14 @@ def sessions_show(args: argparse.Namespace) -> int:
         return 0
     usage = record.usage
     fields = [
+        ("title", info["title"]),
         ("key", record.key),
         ("session id", record.session_id),
         ("agent", record.agent_id),
         ("kind", record.kind),
         ("parent", record.parent_key or "-"),
         ("label", record.label or "-"),
-        ("model", record.model or "-"),
+        ("model", info["model"] or "-"),
         ("origin", origin_text(record.origin)),
         ("created", info["createdAt"]),
         ("updated", info["updatedAt"]),

@@ -4,7 +4,8 @@ The pid comes from the state directory's lock (held by a running ``herald run``)
 and channels (``connected``, or in a cluster ``standby``: another replica holds its
 connection) from ``GET /readyz``, lane depths and runs from ``GET /metrics`` — the same
 figures an operator would scrape. Exit status: 0 running and ready, 1 running but not ready
-or not answering, 3 not running (as ``systemctl status``).
+or not answering, 3 not running (as ``systemctl status``), 4 the gateway wants a token this
+command was not given (``/readyz`` needs none, ``/metrics`` does).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import os
 import sys
 from collections import defaultdict
@@ -24,7 +24,8 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.instance import LOCK_NAME, REPLICAS_DIR, lock_path
+from gateway import instance
+from gateway.instance import REPLICAS_DIR, lock_path
 from gateway.sessions.keys import normalize_id
 from gateway.settings import HeraldSettings
 
@@ -32,6 +33,13 @@ from gateway.settings import HeraldSettings
 PROBE_SECONDS = 5.0
 EXIT_NOT_READY = 1
 EXIT_NOT_RUNNING = 3
+EXIT_NO_TOKEN = 4
+#: What to do when the gateway refuses the token (or its absence).
+TOKEN_HINT = (
+    "the gateway wants its token: set HERALD_GATEWAY__AUTH__TOKEN (or the variable the "
+    "config's gateway.auth.token names, such as HERALD_TOKEN) in this shell, or run "
+    "with --config naming the gateway's config"
+)
 
 
 @dataclass
@@ -43,6 +51,8 @@ class Status:
     answering: bool = False
     ready: bool = False
     error: str | None = None
+    #: The gateway answered 401: this command has no token, or another one.
+    unauthorized: bool = False
     channels: dict[str, bool] = field(default_factory=dict)
     #: connected, standby (another replica holds its connection) or disconnected.
     channel_states: dict[str, str] = field(default_factory=dict)
@@ -103,21 +113,8 @@ def gateway_pid(settings: HeraldSettings) -> int | None:
 def lock_holder(lock: Path) -> int | None:
     """The pid of the gateway holding the lock file ``lock`` (or, for a directory, the
     state directory's lock in it), or None when none runs."""
-    path = lock / LOCK_NAME if lock.is_dir() else lock
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None  # nobody holds it: no gateway on this state directory
-    finally:
-        os.close(fd)
+    found = instance.holder(lock)
+    return found.pid if found is not None else None
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -142,6 +139,8 @@ def status_command(args: argparse.Namespace) -> int:
         print(render(state))
     if not state.running:
         return EXIT_NOT_RUNNING
+    if state.unauthorized:
+        return EXIT_NO_TOKEN
     return 0 if state.ready else EXIT_NOT_READY
 
 
@@ -159,6 +158,9 @@ async def _probe(state: Status, headers: dict[str, str]) -> None:
             async with http.get(f"{state.url}/metrics") as response:
                 if response.status == 200:
                     read_metrics(state, await response.text())
+                elif response.status == 401:
+                    state.unauthorized = True
+                    state.error = TOKEN_HINT
                 else:
                     state.error = f"/metrics answered {response.status}"
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

@@ -32,9 +32,38 @@ LIST_DESCENDANTS = 40
 #: Runs of a conversation a ``/subagents`` argument is matched against (and as many of
 #: the runs they spawned).
 MATCH_RUNS = 50
-#: Transcript messages ``/subagents log`` shows, each cut to this many characters.
+#: Transcript messages ``/subagents log`` shows, each cut (at a word) to this many characters.
 LOG_MESSAGES = 10
 LOG_CHARS = 300
+#: How the announce turn's user message begins (``templates/announce.md``): Herald's own
+#: question to the sub-agent, not part of the run's conversation, so the log leaves it out.
+ANNOUNCE_PROMPT_HEAD = "[announce]"
+
+
+def clip(text: str, limit: int = LOG_CHARS) -> str:
+    """``text`` on one line, cut at the last word boundary before ``limit`` characters."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
+
+
+def log_lines(messages: list[dict[str, object]]) -> list[str]:
+    """A run's conversation for ``/subagents log``: its messages by role, the announce
+    prompt left out and the reply to it shown as the announce."""
+    lines: list[str] = []
+    after_prompt = False
+    for message in messages:
+        role, content = str(message.get("role")), str(message.get("content") or "")
+        if role == "user" and content.startswith(ANNOUNCE_PROMPT_HEAD):
+            after_prompt = True
+            continue
+        if after_prompt and role == "assistant":
+            role, after_prompt = "announce", False
+        lines.append(f"{role}: {clip(content)}")
+    return lines
 
 
 class ChatCommands:
@@ -65,6 +94,8 @@ class ChatCommands:
             return command.message
         if command.name == "help":
             return HELP_TEXT
+        if command.name == "unknown":
+            return f"Unknown command /{command.argument}; see /help for the commands."
         if command.name == "stop":
             turns, runs = await self.stop(session.key)
             return stop_answer(turns, runs)
@@ -85,6 +116,14 @@ class ChatCommands:
 
     async def _subagents(self, command: ChatCommand, session: SessionRecord) -> str:
         runs = await self._db.runs.list(parent_session_key=session.key, limit=MATCH_RUNS)
+        # This conversation: `/new` keeps the session's key and starts it again (its
+        # created_at moves), so runs the conversation before it spawned are not its own.
+        runs = [run for run in runs if run.created_at >= session.created_at]
+        if command.action == "stop" and command.argument.lower() == "all":
+            stopped = await self._runs.stop_session(session.key)
+            if not stopped:
+                return "No sub-agent run of this conversation is running."
+            return f"Stopping {plural(stopped, 'sub-agent run')} (the runs they spawned included)."
         if command.action == "list":
             if not runs:
                 return "No sub-agent runs in this conversation."
@@ -102,9 +141,10 @@ class ChatCommands:
         if command.action == "info":
             return run_info(run)
         if command.action == "log":
-            lines = await self._store.history(run.child_session_key, limit=LOG_MESSAGES)
-            text = "\n".join(f"{m.get('role')}: {str(m.get('content'))[:LOG_CHARS]}" for m in lines)
-            return text or "The run's transcript is empty."
+            # One more than shown, so the announce prompt left out costs no line.
+            messages = await self._store.history(run.child_session_key, limit=LOG_MESSAGES + 1)
+            lines = log_lines(messages)[-LOG_MESSAGES:]
+            return "\n".join(lines) or "The run's transcript is empty."
         # Counted first: a cancelled run also stops its runs itself, so which stop takes
         # which descendant is a race; the answer counts every run under it that is stopping.
         below = await self._db.runs.live_descendants(run.run_id)
@@ -119,13 +159,17 @@ class ChatCommands:
         return f"Stopping sub-agent run {run.run_id[:8]}{tail}."
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def stop_answer(turns: int, runs: int) -> str:
-    """``/stop``'s one line: what it stopped, in words."""
+    """``/stop``'s answer in words: what it stopped, or that nothing was running."""
     if not turns and not runs:
-        return "Nothing to stop: no reply or sub-agent is running here."
-    parts = []
+        return "Nothing to stop: no reply is in progress and no sub-agent is running here."
+    stopped = []
     if turns:
-        parts.append("the reply in progress" if turns == 1 else f"{turns} replies in progress")
+        stopped.append("the reply in progress" if turns == 1 else f"{turns} replies in progress")
     if runs:
-        parts.append(f"{runs} sub-agent{'s' if runs != 1 else ''}")
-    return f"Stopped {' and '.join(parts)}."
+        stopped.append(plural(runs, "sub-agent"))
+    return f"Stopped {' and '.join(stopped)}."

@@ -1,18 +1,22 @@
 """Chat commands: ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
 ``/stop``, ``/compact``, ``/new`` and ``/help``.
 
-Parsing only; the gateway carries them out. Text that does not start with one of these
-commands is an ordinary message for the agent (so ``/shrug`` still reaches it).
+Parsing only; the gateway carries them out. A message whose first word is ``/`` and letters
+only but no command (``/bogus``, ``/status``) is answered "unknown command" and never reaches
+the model (someone typing a command expects a command's answer, not the model's guess);
+anything else (``/etc/hosts is broken``, ``!important``) is an ordinary message.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 #: ``compact`` and ``new`` act on the conversation itself: the router queues them on the
 #: session's lane, in order with its turns (never in the middle of one).
-CommandName = Literal["spawn", "subagents", "stop", "help", "compact", "new"]
+#: ``unknown`` carries the word typed as its argument.
+CommandName = Literal["spawn", "subagents", "stop", "help", "compact", "new", "unknown"]
 SUBAGENT_ACTIONS = ("list", "info", "log", "stop")
 #: Accepted where a chat's own UI claims "/" (``!spawn`` in Slack's composer, say).
 PREFIXES = ("/", "!")
@@ -23,11 +27,14 @@ HELP_TEXT = (
     "/subagents list - this conversation's sub-agent runs\n"
     "/subagents info <run> - one run's status, usage and cost\n"
     "/subagents log <run> - the last lines of a run's transcript\n"
-    "/subagents stop <run> - stop a run\n"
+    "/subagents stop <run>|all - stop a run (or all of them) and the runs it spawned\n"
     "/stop - stop the current reply and this conversation's sub-agents\n"
     "/compact - summarise the older part of this conversation now, to make room\n"
-    "/new - start a fresh conversation here (the old one is archived)"
+    "/new - start a fresh conversation here (the old one is archived)\n"
+    "/help - this list"
 )
+#: A word that looks like a command: "/" and letters only.
+_COMMAND_WORD = re.compile(r"/([A-Za-z]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +74,11 @@ def parse_command(text: str) -> ChatCommand | CommandUsageError | None:
         action = action.lower() or "list"
         argument = argument.strip()
         if action not in SUBAGENT_ACTIONS:
-            return CommandUsageError("usage: /subagents list|info|log|stop <run>")
+            return CommandUsageError("usage: /subagents list|info|log|stop <run> (stop <run>|all)")
         if action != "list" and not argument:
             return CommandUsageError(f"usage: /subagents {action} <run>")
         return ChatCommand("subagents", action=action, argument=argument)
+    word = stripped.split(maxsplit=1)[0]
+    if unknown := _COMMAND_WORD.fullmatch(word):
+        return ChatCommand("unknown", argument=unknown.group(1))
     return None

@@ -11,21 +11,26 @@ from typing import Any
 
 from gateway.sessions.errors import InvalidIdError, UnsafePathError
 from gateway.sessions.paths import ARCHIVED_NAME_RE, sessions_dir, transcript_path
+from gateway.sessions.titles import read_head, session_title
 from gateway.sessions.transcript import iso_timestamp, optional_iso
 from gateway.shapes import Origin, Session, Usage
 from gateway.state import SessionRecord
 
 
 def session_view(record: SessionRecord, path: Path | None) -> Session:
-    """A session as the API shows it: ISO-8601 times, ``transcriptPath`` where it is now."""
+    """A session as the API shows it: ISO-8601 times, ``transcriptPath`` where it is now,
+    a ``title`` for people, and the model (for a chat session, whose row names none, the
+    model of its first reply)."""
+    head = read_head(path)
     return Session(
         key=record.key,
+        title=session_title(record, head),
         session_id=record.session_id,
         agent_id=record.agent_id,
         kind=record.kind,
         parent_key=record.parent_key,
         label=record.label,
-        model=record.model,
+        model=record.model or head.model,
         origin=Origin.of(record.origin),
         created_at=iso_timestamp(record.created_at),
         updated_at=iso_timestamp(record.updated_at),

@@ -88,9 +88,17 @@ async def test_sessions_and_transcripts_are_browsed_read_only_with_the_token(
         await open_sessions(page)
         sessions = page.locator("#sessions > li.session")
         chat = sessions.filter(has=page.locator(".session-key", has_text=":webchat:")).first
-        run = sessions.filter(has=page.locator(".session-label", has_text="research"))
+        run = sessions.filter(has=page.locator(".session-title", has_text="Sub-agent research"))
         await expect(chat).to_be_visible()
+        # Titles a person recognises: the chat and the first words of its first message.
+        await expect(chat.locator(".session-title")).to_have_text(
+            "Web chat — research the history of tea in the background"
+        )
+        await expect(run.locator(".session-title")).to_have_text(
+            "Sub-agent research — Research the history of tea"
+        )
         await expect(chat.locator(".session-channel")).to_have_text("webchat")
+        await expect(chat.locator(".session-model")).not_to_have_text("")
         await expect(chat.locator(".session-tokens")).to_have_text(
             re.compile(r"^\d+(\.\d)?k tokens$")
         )

@@ -78,6 +78,28 @@ async def test_on_a_phone_runs_wait_behind_a_badge_and_never_move_the_conversati
         assert box is not None
         assert box["y"] + box["height"] <= before["y"] + before["height"] + AT_BOTTOM_PX
         await shot(page, tmp_path / "phone-announce.png")
+        # The stats line breaks at its " • " separators: every figure short enough for a
+        # line stays on one (a long path may break, and is the only part that does).
+        stats = announce.locator(".stats")
+        assert (await stats.inner_text()).startswith("Stats: runtime ")
+        parts = await stats.locator(".stats-part").evaluate_all(
+            "spans => spans.map(s => [s.textContent, s.classList.contains('long'),"
+            " s.getClientRects().length])"
+        )
+        assert len(parts) >= 5
+        whole = [(text, lines) for text, long, lines in parts if not long]
+        assert whole
+        assert all(lines == 1 for _, lines in whole), whole
+        # The long parts (key, id, path) are cut to one line each until the line is tapped.
+        heights = "spans => spans.map(s => s.getBoundingClientRect().height)"
+        rects = "spans => spans.map(s => s.getClientRects().length)"
+        text_height = max(await stats.locator(".stats-part:not(.long)").evaluate_all(heights))
+        cut = await stats.locator(".stats-part.long").evaluate_all(heights)
+        assert cut
+        assert max(cut) < 2 * text_height, (cut, text_height)
+        await stats.click()
+        assert max(await stats.locator(".stats-part.long").evaluate_all(rects)) > 1
+        await stats.click()
 
         # A tap on the badge opens the runs as a sheet over the conversation.
         await toggle.click()

@@ -1,6 +1,7 @@
-"""The README's "Running a cluster" commands, as written: the exports, ``herald db migrate``
-and two ``herald run`` replicas on ``config/cluster.json5``. Two things are replaced, as a
-reader replaces them: the database URL (the test's PostgreSQL) and the ports (free ones)."""
+"""The commands of docs/cluster.md ("Running a cluster"), as written: the exports,
+``herald db migrate`` and two ``herald run`` replicas on ``config/cluster.json5``. Two things
+are replaced, as a reader replaces them: the database URL (the test's PostgreSQL) and the
+ports (free ones)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from tests.gateway.daemon_process import HANG_GUARD_SECONDS, clean_env, free_por
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = re.compile(r"^## Running a cluster\n(.*?)^## ", re.MULTILINE | re.DOTALL)
+CLUSTER_DOC = ROOT / "docs" / "cluster.md"
 FENCE = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 HERALD = [sys.executable, "-m", "gateway"]
 
 
 def cluster_lines() -> list[str]:
-    section = SECTION.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert section is not None, "the README has no 'Running a cluster' section"
-    (block,) = FENCE.findall(section.group(1))
+    text = CLUSTER_DOC.read_text(encoding="utf-8")
+    assert text.startswith("# Running a cluster\n")
+    (block,) = FENCE.findall(text)
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from gateway.constants import EXIT_CONFIG, EXIT_TEMPFAIL, EXIT_UNAVAILABLE, STATE_DB_NAME
+from gateway.state.schema import LATEST_VERSION
 from tests.gateway.daemon_process import (
     HERALD,
     clean_env,
@@ -35,6 +36,9 @@ async def test_serves_health_reloads_on_sighup_and_stops_cleanly(tmp_path: Path)
         await daemon.wait_healthy()
         async with aiohttp.ClientSession() as http, http.get(f"{daemon.url}/readyz") as ready:
             assert ready.status == 200
+        # The start-up log names the schema version the state database ended at.
+        state = await daemon.wait_log("state ready")
+        assert state["schema_version"] == str(LATEST_VERSION)
         # A valid change: lane widths take effect.
         data = json.loads(config.read_text())
         data["agent"] = {"maxConcurrent": 7, "subagents": {"maxConcurrent": 3}}

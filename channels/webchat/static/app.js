@@ -195,6 +195,28 @@
   }).observe(els.messages);
   els.toNewest.addEventListener("click", toBottom);
 
+  // A stats line wraps at its " • " separators, not inside a figure: each part is kept
+  // whole, except a part too long for a phone's line (a path, a session key), which may
+  // break anywhere. The text stays the line as posted.
+  const STATS_SEPARATOR = " • ";
+  const STATS_PART_WHOLE = 32;
+  function renderStats(stats) {
+    const line = document.createElement("p");
+    line.className = "stats";
+    stats.split(STATS_SEPARATOR).forEach((part, i) => {
+      if (i > 0) line.append(STATS_SEPARATOR);
+      const span = document.createElement("span");
+      const long = part.length > STATS_PART_WHOLE;
+      span.className = long ? "stats-part long" : "stats-part";
+      span.textContent = part;
+      if (long) span.title = part;
+      line.append(span);
+    });
+    // On a phone the long parts are cut to one line each; a tap shows them whole.
+    line.addEventListener("click", () => line.classList.toggle("open"));
+    return line;
+  }
+
   function renderMessage(frame) {
     const kind = WHO[frame.kind] ? frame.kind : "notice";
     const stick = pinned;
@@ -219,10 +241,7 @@
       const [main, stats] = splitStats(text);
       renderText(main, body);
       if (stats !== null) {
-        const line = document.createElement("p");
-        line.className = "stats";
-        line.textContent = stats;
-        body.append(line);
+        body.append(renderStats(stats));
       }
     } else {
       renderText(text, body);

@@ -157,12 +157,14 @@
       li.dataset.archived = String(Boolean(session.archived));
       const link = el("a", "session-link");
       link.href = `#sessions/${encodeURIComponent(session.key)}`;
+      // The title a person recognises; the key below it, for the CLI and the API.
+      link.append(el("span", "session-title", session.title || session.key));
       link.append(el("span", "session-key", session.key));
-      if (session.label) link.append(el("span", "session-label", session.label));
       const meta = el("span", "session-meta");
       const usage = session.usage || {};
+      meta.append(el("span", "session-channel", kindOf(session)));
+      if (session.model) meta.append(el("span", "session-model", session.model));
       meta.append(
-        el("span", "session-channel", kindOf(session)),
         when(session.updatedAt, { relative: true }),
         el("span", "session-tokens", `${tokens(usage.total)} tokens`),
         el("span", "session-cost", cost(session.costUsd)),
@@ -231,7 +233,7 @@
         else dd.textContent = value;
         list.append(el("dt", "", name), dd);
       }
-      const title = el("h2", "transcript-title", session.label || session.key);
+      const title = el("h2", "transcript-title", session.title || session.label || session.key);
       els.info.replaceChildren(title, list);
     }
 

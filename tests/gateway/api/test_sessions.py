@@ -197,6 +197,9 @@ async def test_transcript_answers_every_record_as_written(
     session = body["session"]
     assert (session["key"], session["usage"]["total"], session["costUsd"]) == (key, 229, 0.0012)
     assert session["origin"] is None
+    assert session["title"] == "Web chat — what is here?"
+    listed = await _json(client, "/v1/sessions")
+    assert [s["title"] for s in listed["sessions"]] == ["Web chat — what is here?"]
 
 
 async def test_transcript_pages_back_from_the_end(client: Client, store: SessionStore) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,32 @@ def test_init_into_another_folder_says_how_to_start_with_it(
     out = capsys.readouterr().out
     assert f"herald run --config {target / 'herald.json5'}" in out
     assert (target / "demo-script.json5").is_file()
+    # The check command it prints works as printed (not a bare `herald config check`, which
+    # would find no file here and check the embedded defaults instead).
+    check = out.split("check it with `", 1)[1].split("`", 1)[0]
+    assert check == f"herald config check --config {target / 'herald.json5'}"
+    monkeypatch.setenv("HERALD_GATEWAY__STATE_DIR", str(tmp_path / "state"))
+    assert main(check.split()[1:]) == 0
+    assert f"{target / 'herald.json5'}: OK" in capsys.readouterr().out
+
+
+def test_the_files_init_writes_in_the_checkout_are_ignored_by_git() -> None:
+    for name in ("herald.json5", "herald.toml", "herald.json", "demo-script.json5"):
+        ignored = subprocess.run(
+            ["git", "check-ignore", "-q", name], cwd=REPO, check=False, timeout=30
+        )
+        assert ignored.returncode == 0, name
+
+
+def test_config_path_prints_what_the_lookup_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HERALD_CONFIG", raising=False)
+    assert main(["config", "path"]) == 1  # what `make run` then falls back from
+    assert "no config file found" in capsys.readouterr().err
+    assert main(["init"]) == 0
+    capsys.readouterr()
+    assert main(["config", "path"]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'herald.json5'}\n"

@@ -121,7 +121,16 @@ async def test_read_commands_name_the_state_directory_they_read(tmp_path: Path) 
     code, out, _ = await run_cli("sessions", "list", "-c", str(config))
     assert code == 0
     assert out.splitlines()[0] == f"state directory {state} (config {config})"
-    assert out.splitlines()[1].split() == ["KEY", "KIND", "MODEL", "UPDATED", "TOKENS", "COST"]
+    assert out.splitlines()[1].split() == [
+        "KEY",
+        "KIND",
+        "MODEL",
+        "UPDATED",
+        "TOKENS",
+        "COST",
+        "TITLE",
+    ]
+    assert out.splitlines()[2].endswith("Main session")
     for args in (
         ("sessions", "show", "agent:main:webchat:ghost"),
         ("transcripts", "show", "agent:main:webchat:ghost"),

@@ -133,7 +133,8 @@ async def test_spawn_says_where_the_result_goes_and_wait_prints_it(tmp_path: Pat
         assert "result     done: from the cli" in lines
         assert f"transcript {now}" in lines
         assert f"archived   at {shown['archivedAt']}" in lines
-        for ref in (stats_path, run_id, shown["childSessionId"], shown["childSessionKey"]):
+        refs = (stats_path, run_id, run_id[:8], shown["childSessionId"], shown["childSessionKey"])
+        for ref in refs:
             code, out, err = await cli("transcripts", "show", ref, "--config", str(path))
             assert code == 0, (ref, err)
             assert "user: task: from the cli" in out
@@ -141,6 +142,10 @@ async def test_spawn_says_where_the_result_goes_and_wait_prints_it(tmp_path: Pat
                 f"herald: session {shown['childSessionKey']} was archived at "
                 f"{shown['archivedAt']}; its transcript is now {now}\n"
             )
+        # `sessions show` takes a run id's first characters as `runs show` does.
+        code, out, err = await cli("sessions", "show", run_id[:8], "--config", str(path))
+        assert code == 0, err
+        assert f"key          {shown['childSessionKey']}" in out.splitlines()
         code, out, _ = await cli("runs", "show", run_id, "--json", "--config", str(path))
         shown = json.loads(out)
         assert (shown["runId"], shown["status"], shown["label"]) == (run_id, "done", "cli")
@@ -202,7 +207,7 @@ async def test_runs_abort_through_the_gateway(tmp_path: Path) -> None:
 
         code, _, err = await cli("runs", "abort", run_id, "-c", str(path))
         assert code == 1
-        assert f"herald: run {run_id} has already finished" in err
+        assert err == f"herald: run {run_id} has already finished (cancelled); nothing to abort\n"
         ghost = str(uuid.uuid4())
         code, _, err = await cli("runs", "abort", ghost, "-c", str(path))
         assert code == 1

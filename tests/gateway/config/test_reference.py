@@ -160,5 +160,5 @@ def test_every_key_of_the_example_config_is_in_the_reference() -> None:
 
 def test_the_readme_links_the_reference_from_its_configuration_section() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("\n## Configure\n", 1)[1].split("\n## ", 1)[0]
     assert "(docs/configuration.md)" in section

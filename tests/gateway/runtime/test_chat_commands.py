@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.runtime import ChatCommand, ChatCommands, parse_command
+from gateway.runtime.chat_commands import log_lines
 from gateway.state import Origin, RunRecord, SessionRecord
 from gateway.subagents import RunFinishedError, SpawnRequest
 from gateway.usage import format_runtime
@@ -130,9 +131,30 @@ async def test_log_shows_the_last_messages_of_a_run_cut_short(
     await blocker
     await gw.finished(run_id)
     log = (await ask(commands, chat, f"/subagents log {run_id[:8]}")).splitlines()
-    assert log[0] == "user: " + ("task: " + "x" * 400)[:300]
+    # One 400-letter word has no boundary to cut at: cut where the limit is, marked.
+    assert log[0] == "user: " + ("task: " + "x" * 400)[:299] + "…"
     assert log[1].startswith("assistant: done: xxx")
     assert all(len(line) <= len("assistant: ") + 300 for line in log)
+    # The run's conversation: Herald's announce question is left out, its answer named.
+    assert not any("[announce]" in line for line in log)
+    assert log[-1].startswith("announce: ")
+
+
+def test_log_lines_cut_at_words_and_leave_the_announce_prompt_out() -> None:
+    words = " ".join(f"word{n}" for n in range(100))
+    lines = log_lines(
+        [
+            {"role": "user", "content": words},
+            {"role": "assistant", "content": "short"},
+            {"role": "user", "content": "[announce] Your sub-agent run has ended"},
+            {"role": "assistant", "content": "Posted text"},
+        ]
+    )
+    assert lines[1:] == ["assistant: short", "announce: Posted text"]
+    head = lines[0].removeprefix("user: ")
+    assert head.endswith("…")
+    assert len(head) <= 300
+    assert words.startswith(head.removesuffix("…") + " ")  # ends on a whole word
 
 
 async def test_stop_of_one_run_then_again(
@@ -168,6 +190,58 @@ async def test_stop_counts_the_reply_in_progress_and_the_runs_it_stopped(
     answer = await ask(commands, chat, "/stop")
     assert answer == "Stopped the reply in progress and 1 sub-agent."
     assert (await gw.finished(run_id)).status == "cancelled"
+
+
+async def test_stop_with_nothing_running_says_so_in_words(
+    commands: ChatCommands, chat: SessionRecord
+) -> None:
+    assert await ask(commands, chat, "/stop") == (
+        "Nothing to stop: no reply is in progress and no sub-agent is running here."
+    )
+
+
+async def test_stop_all_stops_every_run_of_the_conversation_and_only_those(
+    gw: Harness, commands: ChatCommands, chat: SessionRecord, paused: None
+) -> None:
+    other = await gw.store.ensure("agent:main:memory:channel:c2", origin=ORIGIN)
+    theirs = await spawn(gw, other, "task: theirs")
+    ours = [await spawn(gw, chat, f"task: {n}") for n in range(3)]
+    assert await ask(commands, chat, "/subagents stop all") == (
+        "Stopping 3 sub-agent runs (the runs they spawned included)."
+    )
+    assert [(await gw.finished(run_id)).status for run_id in ours] == ["cancelled"] * 3
+    assert (await gw.db.runs.get(theirs)) is not None
+    assert (await gw.db.runs.get(theirs)).status == "queued"  # type: ignore[union-attr]
+    assert await ask(commands, chat, "/subagents stop ALL") == (
+        "No sub-agent run of this conversation is running."
+    )
+
+
+async def test_after_new_the_list_shows_the_new_conversation_s_runs_only(
+    gw: Harness, commands: ChatCommands, chat: SessionRecord, paused: None
+) -> None:
+    before = await spawn(gw, chat, "task: before")
+    await gw.store.renew(CHAT_KEY)
+    renewed = await gw.store.require(CHAT_KEY)
+    assert await ask(commands, renewed, "/subagents list") == (
+        "No sub-agent runs in this conversation."
+    )
+    assert await ask(commands, renewed, f"/subagents info {before[:8]}") == (
+        f"No run of this conversation matches {before[:8]!r}."
+    )
+    after = await spawn(gw, renewed, "task: after")
+    lines = (await ask(commands, renewed, "/subagents list")).splitlines()
+    assert [line.split()[0] for line in lines] == [after[:8]]
+
+
+async def test_unknown_commands_are_answered_and_never_reach_the_model(gw: Harness) -> None:
+    await gw.say("/status")
+    notice = (await gw.wait_sent(lambda m: m.kind == "notice"))[0]
+    assert notice.text == "Unknown command /status; see /help for the commands."
+    # No turn ran: the chat's conversation holds no message (a turn writes the user's first).
+    session = await gw.store.get(CHAT_KEY)
+    assert session is None or await gw.store.history(CHAT_KEY) == []
+    assert [m.kind for m in gw.channel.sent] == ["notice"]
 
 
 async def test_stop_racing_aborts_stops_the_run_once(

@@ -22,13 +22,21 @@ from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError, 
         ("!compact please", ChatCommand("compact")),
         ("/new", ChatCommand("new")),
         ("/NEW", ChatCommand("new")),
+        # "/" and letters only, but no command: answered as unknown, never the model's.
+        ("/bogus", ChatCommand("unknown", argument="bogus")),
+        ("/status please", ChatCommand("unknown", argument="status")),
+        ("/shrug", ChatCommand("unknown", argument="shrug")),
+        ("/subagents stop all", ChatCommand("subagents", action="stop", argument="all")),
     ],
 )
 def test_commands_parse(text: str, expected: ChatCommand) -> None:
     assert parse_command(text) == expected
 
 
-@pytest.mark.parametrize("text", ["hello", "", "   ", "/shrug", "what is /spawn?", "spawn x"])
+@pytest.mark.parametrize(
+    "text",
+    ["hello", "", "   ", "what is /spawn?", "spawn x", "/etc/hosts is broken", "!important", "/2"],
+)
 def test_ordinary_text_is_no_command(text: str) -> None:
     assert parse_command(text) is None
 
@@ -40,7 +48,7 @@ def test_ordinary_text_is_no_command(text: str) -> None:
         ("/spawn    ", "usage: /spawn <task>"),
         ("/subagents info", "usage: /subagents info <run>"),
         ("/subagents stop", "usage: /subagents stop <run>"),
-        ("/subagents frobnicate", "usage: /subagents list|info|log|stop <run>"),
+        ("/subagents frobnicate", "usage: /subagents list|info|log|stop <run> (stop <run>|all)"),
     ],
 )
 def test_misused_commands_say_how(text: str, hint: str) -> None:

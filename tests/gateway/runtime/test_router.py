@@ -76,9 +76,12 @@ async def test_commands_are_answered_in_the_chat_without_the_model(
     await gw.say("!HELP")  # where a chat's own UI claims "/"
     notices = await gw.wait_sent(lambda m: m.kind == "notice", 2)
     assert [(m.chat_id, m.text) for m in notices] == [("c1", HELP_TEXT), ("c1", HELP_TEXT)]
+    await gw.say("/shrug it depends")  # looks like a command, is none: said so
+    (*_, unknown) = await gw.wait_sent(lambda m: m.kind == "notice", 3)
+    assert unknown.text == "Unknown command /shrug; see /help for the commands."
     assert model.requests == []
-    await gw.say("/shrug it depends")  # no command: an ordinary message for the agent
-    assert (await gw.reply()).text == "re: /shrug it depends"
+    await gw.say("/etc/hosts is broken")  # no command: an ordinary message for the agent
+    assert (await gw.reply()).text == "re: /etc/hosts is broken"
 
 
 async def test_handling_returns_once_the_turn_is_queued_not_answered(
