@@ -34,6 +34,7 @@ from gateway.constants import (
     MIN_CONTEXT_WINDOW,
     MIN_RESULT_CHARS,
 )
+from gateway.mcp.config import McpConfig, policy_problems
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -101,9 +102,10 @@ class ToolPolicyConfig(ConfigModel):
     """``allow`` set means allow-only; ``deny`` always wins."""
 
     allow: list[str] | None = None
-    """Tools allowed, by name, `group:<name>` (`sessions`, `fs`, `web`, `runtime`)
-    or `*`; when set, only these. Null: every tool. `exec` runs only where
-    `agent.tools.allow` or the agent's own `tools.allow` names it (or its group)."""
+    """Tools allowed, by name, `group:<name>` (`sessions`, `fs`, `web`, `runtime`,
+    `mcp`), `mcp:<server>` (one MCP server's tools) or `*`; when set, only these.
+    Null: every tool. `exec` runs only where `agent.tools.allow` or the agent's own
+    `tools.allow` names it (or its group)."""
     deny: list[str] = []
     """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
 
@@ -410,6 +412,8 @@ class HeraldSettings(BaseSettings):
     """The chat surfaces: web chat, Slack, Discord."""
     cluster: ClusterConfig = ClusterConfig()
     """Several replicas on one PostgreSQL database."""
+    mcp: McpConfig = McpConfig()
+    """MCP servers whose tools agents get, and Herald's own MCP endpoint."""
 
     @classmethod
     def settings_customise_sources(
@@ -445,6 +449,7 @@ class HeraldSettings(BaseSettings):
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
         problems += self._window_problems()
+        problems += policy_problems(self.mcp.servers, self._policy_layers())
         token = self.gateway.auth.token
         if not self.gateway.is_loopback and (token is None or not token.get_secret_value().strip()):
             problems.append(
@@ -456,6 +461,15 @@ class HeraldSettings(BaseSettings):
         if problems:
             raise CrossReferenceError(problems)
         return self
+
+    def _policy_layers(self) -> list[tuple[str, list[str] | None, list[str]]]:
+        """Every tool policy as (key path, allow, deny)."""
+        layers = [
+            ("agent.tools", self.agent.tools),
+            ("agent.subagents.tools", self.agent.subagents.tools),
+        ]
+        layers += [(f"routing.agents.{i}.tools", a.tools) for i, a in self.routing.agents.items()]
+        return [(key, policy.allow, policy.deny) for key, policy in layers]
 
     def _window_problems(self) -> list[tuple[str, str]]:
         """``agent.compaction.reserveTokens`` must leave every model's window some room."""

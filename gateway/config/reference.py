@@ -232,6 +232,8 @@ def _plural(annotation: Any) -> str:
     inner, _ = unwrap(annotation)
     if inner is str:
         return "strings"
+    if _is_secret(inner):
+        return "strings (secrets)"
     if model_class(inner) is not None:
         return "objects"
     raise ValueError(f"no reference wording for a collection of {inner!r}")

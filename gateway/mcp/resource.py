@@ -1,0 +1,43 @@
+"""The gateway's MCP resource: servers connected in parallel with the rest of the start
+(never waited for), their tools in the registry in force, their states on ``/readyz``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.api.keys import MCP_STATES
+from gateway.mcp.manager import McpManager
+from gateway.settings import HeraldSettings
+from gateway.wiring import METRICS, TOOLS, settings_of
+
+MCP = web.AppKey("mcp", McpManager)
+
+
+def policy_names(settings: HeraldSettings) -> list[str]:
+    """Every name the tool policies write (for warnings about tools a server lacks)."""
+    layers = [settings.agent.tools, settings.agent.subagents.tools]
+    layers += [agent.tools for agent in settings.routing.agents.values()]
+    return [name for layer in layers for name in [*(layer.allow or ()), *layer.deny]]
+
+
+async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
+    """Start every enabled server in the background; stop them at teardown."""
+    settings = settings_of(app)
+    manager = McpManager(
+        settings.mcp.enabled_servers(),
+        app[TOOLS].get,
+        metrics=app[METRICS],
+        log_dir=settings.gateway.resolved_state_dir() / "logs" / "mcp",
+        policy_names=policy_names(settings),
+    )
+    app[TOOLS].add_installer(manager.install)
+    app[MCP] = manager
+    if manager.connections:
+        app[MCP_STATES] = manager.states
+    manager.start()
+    try:
+        yield
+    finally:
+        await manager.close()
