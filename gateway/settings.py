@@ -123,11 +123,52 @@ class WebFetchAccessConfig(ConfigModel):
     (refused by default, after DNS resolution and on every redirect)."""
 
 
+#: The search API root each provider defaults to (SearXNG has none: it is self-hosted).
+WEB_SEARCH_BASE_URLS: Final = {
+    "brave": "https://api.search.brave.com/res/v1",
+    "tavily": "https://api.tavily.com",
+}
+
+
+class WebSearchConfig(ConfigModel):
+    provider: Literal["brave", "tavily", "searxng"] | None = None
+    """The search API: `"brave"` (Brave Search API), `"tavily"` or `"searxng"` (a SearXNG
+    instance with its JSON format enabled); null: no `web_search` tool."""
+    api_key: SecretStr | None = None
+    """The provider's key (Brave, Tavily); never shown in errors or logs."""
+    base_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """The API root. Default: `https://api.search.brave.com/res/v1` (Brave),
+    `https://api.tavily.com` (Tavily); required for SearXNG: the instance's root. The
+    operator's choice, so `web_fetch`'s private-network guard does not apply to it."""
+    max_results: Annotated[int, Field(ge=1, le=20)] = 5
+    """Results a search returns when the call does not ask for a number."""
+    timeout_seconds: PositiveFloat = 15.0
+    """Seconds one search may take."""
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> WebSearchConfig:
+        if self.provider is None:
+            return self
+        if self.provider == "searxng" and self.base_url is None:
+            raise ValueError("baseUrl is required for searxng: the instance's root URL")
+        key = self.api_key.get_secret_value().strip() if self.api_key is not None else ""
+        if self.provider != "searxng" and not key:
+            raise ValueError(f"apiKey is required for {self.provider}")
+        return self
+
+    def resolved_base_url(self) -> str:
+        """The API root without a trailing slash."""
+        default = WEB_SEARCH_BASE_URLS.get(self.provider or "", "")
+        return (self.base_url or default).rstrip("/")
+
+
 class AgentToolsConfig(ToolPolicyConfig):
     """``agent.tools``: the global tool policy layer, plus settings of the tools themselves."""
 
     web_fetch: WebFetchAccessConfig = WebFetchAccessConfig()
     """Where `web_fetch` may connect."""
+    web_search: WebSearchConfig = WebSearchConfig()
+    """The `web_search` tool: off until `provider` is set."""
     # The floor leaves room for the cut's marker to make sense.
     max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
     """A tool result longer than this many characters is cut, with a marker, in what the

@@ -67,7 +67,7 @@ OPT_IN_TOOLS: Final = frozenset({"exec"})
 DEFAULT_GROUPS: Final[Mapping[str, frozenset[str]]] = {
     "sessions": SESSION_TOOLS,
     "fs": frozenset({"read", "write", "edit", "ls"}),
-    "web": frozenset({"web_fetch"}),
+    "web": frozenset({"web_fetch", "web_search"}),
     "runtime": frozenset({"exec"}),
     "subagent": SUBAGENT_ONLY_TOOLS,
     # Every MCP server's tools; they register as their servers list them.
