@@ -21,6 +21,7 @@ from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
 from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
+from gateway.mcp.serve import add_endpoint as add_mcp_endpoint
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.resources import RESOURCES, drain
@@ -127,4 +128,5 @@ def build_app(
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)
+    add_mcp_endpoint(app, holder.current)  # after the resources: it serves their parts
     return app
