@@ -31,11 +31,24 @@ class SearchFake:
     requests: list[dict[str, Any]] = field(default_factory=list)
     base: str = ""
 
+    #: Results point at this fake's own ``/pages/<n>`` (for a ``web_fetch`` that follows).
+    local_pages: bool = False
+
     def hits(self, query: str, n: int) -> list[dict[str, str]]:
+        root = f"{self.base}/pages" if self.local_pages else "https://example.com"
         return [
-            {"title": f"{query} #{i}", "url": f"https://example.com/{i}", "text": f"about {i}"}
+            {"title": f"{query} #{i}", "url": f"{root}/{i}", "text": f"about {i}"}
             for i in range(1, n + 1)
         ]
+
+    async def page(self, request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        self.requests.append({"provider": "page", "n": n})
+        return web.Response(
+            text=f"<html><body><p>Page {n}: the first telegraph line opened in 1844.</p>"
+            "</body></html>",
+            content_type="text/html",
+        )
 
     def _failure(self) -> web.Response | None:
         if self.fail_with is None:
@@ -94,6 +107,7 @@ async def search_server() -> AsyncIterator[SearchFake]:
     app.router.add_get("/res/v1/web/search", fake.brave)
     app.router.add_post("/search", fake.tavily)
     app.router.add_get("/searx/search", fake.searxng)
+    app.router.add_get("/pages/{n}", fake.page)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
