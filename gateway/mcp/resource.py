@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -10,9 +11,18 @@ from aiohttp import web
 from gateway.api.keys import MCP_STATES
 from gateway.mcp.manager import McpManager
 from gateway.settings import HeraldSettings
-from gateway.wiring import METRICS, TOOLS, settings_of
+from gateway.wiring import METRICS, SETTINGS, TOOLS, settings_of
+
+logger = logging.getLogger(__name__)
 
 MCP = web.AppKey("mcp", McpManager)
+
+
+def _reloaded(old: HeraldSettings, new: HeraldSettings) -> None:
+    # The servers' processes and sessions live as long as the gateway: say so, rather than
+    # let an edited mcp section look applied.
+    if old.mcp != new.mcp:
+        logger.warning("mcp: changes to the mcp section apply at the next start")
 
 
 def policy_names(settings: HeraldSettings) -> list[str]:
@@ -37,7 +47,9 @@ async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
     if manager.connections:
         app[MCP_STATES] = manager.states
     manager.start()
+    app[SETTINGS].subscribe(_reloaded)
     try:
         yield
     finally:
+        app[SETTINGS].unsubscribe(_reloaded)
         await manager.close()
