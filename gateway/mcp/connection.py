@@ -33,6 +33,9 @@ RESTART_BASE_SECONDS: Final = 1.0
 RESTART_CAP_SECONDS: Final = 60.0
 #: How long a stopping connection may take to close its session before it is cancelled.
 STOP_SECONDS: Final = 5.0
+#: An idle session is pinged this often: an HTTP server that went away says nothing until
+#: asked (a stdio server's exit is seen at once, on its closed stdout).
+PING_SECONDS: Final = 30.0
 
 
 class ServerState(StrEnum):
@@ -40,6 +43,16 @@ class ServerState(StrEnum):
     READY = "ready"
     FAILED = "failed"
     STOPPED = "stopped"
+
+
+#: Where each state may go: a failed server is started again (or stopped), never made
+#: ready without a new start.
+TRANSITIONS: Final[dict[ServerState, frozenset[ServerState]]] = {
+    ServerState.STOPPED: frozenset({ServerState.STARTING}),
+    ServerState.STARTING: frozenset({ServerState.READY, ServerState.FAILED, ServerState.STOPPED}),
+    ServerState.READY: frozenset({ServerState.FAILED, ServerState.STOPPED}),
+    ServerState.FAILED: frozenset({ServerState.STARTING, ServerState.STOPPED}),
+}
 
 
 class McpCallError(Exception):
@@ -72,6 +85,7 @@ class ServerConnection:
         environ: Mapping[str, str] = os.environ,
         restart_base: float = RESTART_BASE_SECONDS,
         restart_cap: float = RESTART_CAP_SECONDS,
+        ping_seconds: float = PING_SECONDS,
     ) -> None:
         self.name = name
         self.config = config
@@ -81,6 +95,7 @@ class ServerConnection:
         self._environ = environ
         self._restart_base = restart_base
         self._restart_cap = restart_cap
+        self._ping_seconds = ping_seconds
         self.state = ServerState.STOPPED
         #: Why the server last failed ("" while it never did).
         self.error = ""
@@ -251,7 +266,13 @@ class ServerConnection:
             self._session = session
             ready.set_result(None)
             while True:
-                await self._wake.wait()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._ping_seconds)
+                except TimeoutError:
+                    # No answer (or a transport error) ends the session: it is restarted.
+                    limit = self.config.startup_timeout_seconds
+                    await asyncio.wait_for(session.send_ping(), limit)
+                    continue
                 self._wake.clear()
                 if self._stopping or self._ended or self._broken:
                     return
@@ -288,6 +309,9 @@ class ServerConnection:
             self._publish(())
 
     def _set_state(self, state: ServerState) -> None:
-        if state is not self.state:
-            self.state = state
-            self._on_state(self.name, state)
+        if state is self.state:
+            return
+        if state not in TRANSITIONS[self.state]:
+            raise ValueError(f"MCP server {self.name}: no transition {self.state} -> {state}")
+        self.state = state
+        self._on_state(self.name, state)

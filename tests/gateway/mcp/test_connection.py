@@ -18,14 +18,17 @@ from mcp import types
 from gateway.mcp.config import McpServerConfig
 from gateway.mcp.connection import McpCallError, ServerConnection, ServerState
 from gateway.mcp.results import result_text
-from tests.gateway.mcp.conftest import HttpServer, fake_stdio, until
+from tests.gateway.mcp.conftest import HttpServer, fake_stdio, free_port, until
 
 Published = list[list[str]]
 
 
 @asynccontextmanager
 async def connected(
-    config: dict[str, Any], *, environ: dict[str, str] | None = None
+    config: dict[str, Any],
+    *,
+    environ: dict[str, str] | None = None,
+    ping_seconds: float = 30.0,
 ) -> AsyncIterator[tuple[ServerConnection, Published]]:
     """A started connection (first attempt settled) and every tool list it published."""
     published: Published = []
@@ -38,6 +41,7 @@ async def connected(
         McpServerConfig.model_validate(config),
         on_tools=on_tools,
         environ=os.environ if environ is None else environ,
+        ping_seconds=ping_seconds,
     )
     connection.start()
     try:
@@ -141,6 +145,24 @@ async def test_a_crash_is_an_error_result_then_the_server_restarts(tmp_path: Pat
         await until(lambda: server.state is ServerState.READY, "the restart")
         assert server.restarts == 1
         assert "echo" in published[-1]
+        assert result_text(await server.call("echo", {"text": "back"})) == "echo: back"
+
+
+async def test_an_http_server_that_goes_away_is_noticed_and_reconnected(
+    tmp_path: Path, http_server: HttpServer
+) -> None:
+    port = free_port()
+    url = await http_server(tmp_path, port=port)
+    async with connected({"url": url}, ping_seconds=0.2) as (server, published):
+        with pytest.raises(McpCallError) as raised:  # the server's process ends mid-call
+            await server.call("crash", {}, limit_seconds=10)
+        assert "MCP server 'fake'" in str(raised.value)
+        # Noticed (the broken call, or the next ping), its tools withdrawn...
+        await until(lambda: server.state is not ServerState.READY, "the server's loss")
+        await until(lambda: [] in published, "the tools' withdrawal")
+        # ...and once it is back on its address, the connection is made again.
+        await http_server(tmp_path, port=port)
+        await until(lambda: server.state is ServerState.READY, "the reconnection")
         assert result_text(await server.call("echo", {"text": "back"})) == "echo: back"
 
 
