@@ -64,3 +64,5 @@ DATABASE = web.AppKey("database", DatabaseProbe)
 DISK_FULL = web.AppKey("disk_full", DiskProbe)
 SCRAPE = web.AppKey("scrape", ScrapeSource)
 MCP_STATES = web.AppKey("mcp_states", McpProbe)
+#: The path of Herald's MCP endpoint, when ``mcp.serve`` is on.
+MCP_PATH = web.AppKey("mcp_path", str)

@@ -28,7 +28,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import Field
 
 from channels import Channel
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE
+from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.sessions import (
     ChatTargetError,
     SessionKey,
@@ -293,4 +293,5 @@ def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
     if not settings.mcp.serve.enabled:
         return
     app.router.add_route("*", settings.mcp.serve.path, asgi_bridge)
+    app[MCP_PATH] = settings.mcp.serve.path
     app.cleanup_ctx.append(mcp_endpoint)

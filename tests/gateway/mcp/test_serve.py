@@ -118,6 +118,17 @@ async def test_spawn_with_a_chat_target_announces_there_and_run_wait_answers(
         assert run.parent_session_key in {s["key"] for s in sessions["sessions"]}
 
 
+async def test_the_openapi_document_names_the_endpoint(tmp_path: Path) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        serving(tmp_path) as (gw, _),
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"{gw.base_url}/openapi.json") as resp,
+    ):
+        document = await resp.json()
+    assert document["paths"]["/mcp"]["post"]["operationId"] == "mcp"
+
+
 async def test_a_bad_target_is_an_error_naming_it(tmp_path: Path) -> None:
     async with serving(tmp_path) as (gw, _), client(gw) as session:
         for target, reason in [
