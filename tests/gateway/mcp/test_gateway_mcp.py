@@ -15,7 +15,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.api.keys import DATABASE, DISK_FULL, MCP_STATES, READINESS, SCRAPE
 from gateway.api.routes import route_defs
+from gateway.cli import main
 from gateway.config import load_settings
+from gateway.constants import EXIT_CONFIG
 from gateway.errors import ConfigError
 from gateway.mcp.resource import MCP
 from gateway.tools import tools_for_agent, tools_for_subagent
@@ -147,6 +149,7 @@ def test_an_unknown_server_in_a_policy_is_a_config_error_with_its_line(tmp_path:
     )
     with pytest.raises(ConfigError) as raised:
         load_settings(path, environ={})
+    assert main(["config", "check", "--config", str(path)]) == EXIT_CONFIG  # 78
     text = str(raised.value)
     assert f"{path}:4" in text
     assert "'mcp:tiem' names MCP server 'tiem', which is not in mcp.servers" in text
