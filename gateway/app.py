@@ -21,7 +21,6 @@ from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
 from gateway.api.routes import route_defs
 from gateway.delivery import DeliveryListener
-from gateway.mcp.serve import add_endpoint as add_mcp_endpoint
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.resources import RESOURCES, drain
@@ -128,5 +127,8 @@ def build_app(
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)
-    add_mcp_endpoint(app, holder.current)  # after the resources: it serves their parts
+    if holder.current.mcp.serve.enabled:  # the SDK is imported only then
+        from gateway.mcp.serve import add_endpoint
+
+        add_endpoint(app, holder.current)  # after the resources: it serves their parts
     return app

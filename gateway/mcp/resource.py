@@ -1,21 +1,29 @@
 """The gateway's MCP resource: servers connected in parallel with the rest of the start
-(never waited for), their tools in the registry in force, their states on ``/readyz``."""
+(never waited for), their tools in the registry in force, their states on ``/readyz``.
+
+The SDK is imported only when servers are configured: it is a large import (about as much
+as the rest of the gateway), and most gateways start without MCP servers.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from gateway.api.keys import MCP_STATES
-from gateway.mcp.manager import McpManager
 from gateway.settings import HeraldSettings
 from gateway.wiring import METRICS, SETTINGS, TOOLS, settings_of
 
+if TYPE_CHECKING:
+    from gateway.mcp.manager import McpManager
+
 logger = logging.getLogger(__name__)
 
-MCP = web.AppKey("mcp", McpManager)
+#: Set only when servers are configured.
+MCP: web.AppKey[McpManager] = web.AppKey("mcp")
 
 
 def _reloaded(old: HeraldSettings, new: HeraldSettings) -> None:
@@ -35,8 +43,18 @@ def policy_names(settings: HeraldSettings) -> list[str]:
 async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
     """Start every enabled server in the background; stop them at teardown."""
     settings = settings_of(app)
+    app[SETTINGS].subscribe(_reloaded)
+    servers = settings.mcp.enabled_servers()
+    if not servers:
+        try:
+            yield
+        finally:
+            app[SETTINGS].unsubscribe(_reloaded)
+        return
+    from gateway.mcp.manager import McpManager
+
     manager = McpManager(
-        settings.mcp.enabled_servers(),
+        servers,
         app[TOOLS].get,
         metrics=app[METRICS],
         log_dir=settings.gateway.resolved_state_dir() / "logs" / "mcp",
@@ -44,10 +62,8 @@ async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
     )
     app[TOOLS].add_installer(manager.install)
     app[MCP] = manager
-    if manager.connections:
-        app[MCP_STATES] = manager.states
+    app[MCP_STATES] = manager.states
     manager.start()
-    app[SETTINGS].subscribe(_reloaded)
     try:
         yield
     finally:

@@ -288,10 +288,7 @@ def _peer(request: web.Request) -> tuple[str, int] | None:
 
 
 def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
-    """With ``mcp.serve.enabled``: the route (every method) and the session manager's
-    lifetime on ``app``."""
-    if not settings.mcp.serve.enabled:
-        return
+    """The route (every method) and the session manager's lifetime on ``app``."""
     app.router.add_route("*", settings.mcp.serve.path, asgi_bridge)
     app[MCP_PATH] = settings.mcp.serve.path
     app.cleanup_ctx.append(mcp_endpoint)

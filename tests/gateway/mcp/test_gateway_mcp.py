@@ -6,6 +6,8 @@ set; config mistakes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from gateway.mcp.resource import MCP
 from gateway.tools import tools_for_agent, tools_for_subagent
 from tests.fakes.openai import FakeOpenAI, openai_server
 from tests.gateway.harness import Harness, fake_model_config, hang_guard, running_gateway
-from tests.gateway.mcp.conftest import fake_stdio, time_stdio
+from tests.gateway.mcp.conftest import ROOT, fake_stdio, time_stdio
 
 
 @pytest.fixture
@@ -190,3 +192,16 @@ def test_header_and_env_values_are_masked_in_config_show(tmp_path: Path) -> None
     shown = loaded.settings.model_dump_json()
     assert "tok-987654321" not in shown
     assert "k-123456789" not in shown
+
+
+def test_a_gateway_without_mcp_does_not_import_the_sdk() -> None:
+    # The SDK is a large import: a gateway without MCP servers must not pay for it at start.
+    code = (
+        "import sys, gateway.app, gateway.cli, gateway.daemon\n"
+        "loaded = sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.'))\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"
