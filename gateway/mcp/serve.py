@@ -3,7 +3,7 @@ gateway's own port, behind the same bearer token as the HTTP API.
 
 Built on the SDK's server side (``MCPServer``, stateless Streamable HTTP with JSON answers:
 every call is one POST, so nothing outlives a request). The SDK's transport is an ASGI app;
-:func:`asgi_bridge` hands it each aiohttp request. Tools:
+:func:`gateway.mcp.asgi.asgi_bridge` hands it each aiohttp request. Tools:
 
 - ``spawn`` {task, label?, agentId?, model?, runTimeoutSeconds?, to?}: a sub-agent run whose
   announce goes to the chat target ``to`` (its requester is that chat's own session, so the
@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import Field
 
 from channels import Channel
 from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
+from gateway.mcp.asgi import MANAGER, asgi_bridge
 from gateway.sessions import (
     ChatTargetError,
     SessionKey,
@@ -51,7 +51,6 @@ logger = logging.getLogger(__name__)
 
 #: The longest ``run_wait`` (an HTTP request stays open that long).
 MAX_WAIT_SECONDS = 300
-MANAGER = web.AppKey("mcp_serve", StreamableHTTPSessionManager)
 RunStatus = Literal[
     "queued", "running", "announcing", "done", "error", "timeout", "cancelled", "interrupted"
 ]
@@ -225,66 +224,6 @@ async def mcp_endpoint(app: web.Application) -> AsyncIterator[None]:
         app[MANAGER] = manager
         logger.info("mcp endpoint ready", extra={"path": settings.mcp.serve.path})
         yield
-
-
-async def asgi_bridge(request: web.Request) -> web.StreamResponse:
-    """Hand one aiohttp request to the SDK's ASGI transport and stream its answer back."""
-    manager = request.app.get(MANAGER)
-    if manager is None:
-        raise web.HTTPServiceUnavailable(text="the MCP endpoint is starting")
-    body = await request.read()
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": f"{request.version.major}.{request.version.minor}",
-        "method": request.method,
-        "scheme": request.scheme,
-        "path": request.path,
-        "raw_path": request.raw_path.split("?")[0].encode(),
-        "query_string": request.query_string.encode(),
-        "root_path": "",
-        "headers": [(k.lower(), v) for k, v in request.raw_headers],
-        "client": _peer(request),
-        "server": (request.host.rsplit(":", 1)[0], request.url.port or 0),
-    }
-    sent_body = False
-    finished = asyncio.Event()
-    response: web.StreamResponse | None = None
-
-    async def receive() -> MutableMapping[str, Any]:
-        nonlocal sent_body
-        if not sent_body:
-            sent_body = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await finished.wait()  # the client is gone only once the answer is complete
-        return {"type": "http.disconnect"}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        nonlocal response
-        if message["type"] == "http.response.start":
-            response = web.StreamResponse(status=message["status"])
-            for name, value in message.get("headers", []):
-                response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
-            await response.prepare(request)
-        elif message["type"] == "http.response.body" and response is not None:
-            await response.write(message.get("body", b""))
-            if not message.get("more_body", False):
-                await response.write_eof()
-
-    try:
-        await manager.handle_request(scope, receive, send)
-    finally:
-        finished.set()
-    if response is None:
-        return web.Response(status=500, text="the MCP transport gave no answer")
-    return response
-
-
-def _peer(request: web.Request) -> tuple[str, int] | None:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return (str(peer[0]), int(peer[1]))
-    return None
 
 
 def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
