@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from channels.webchat import CLIENT_ID_PATTERN
 from gateway.sessions.errors import SessionError
 from gateway.sessions.keys import SessionKey
 from gateway.state import Origin
@@ -31,7 +32,7 @@ from gateway.state import Origin
 _CHAT_IDS: Final[Mapping[str, re.Pattern[str]]] = {
     "slack": re.compile(r"^[CDG][A-Z0-9]{2,30}$"),
     "discord": re.compile(r"^[0-9]{15,25}$"),
-    "webchat": re.compile(r"^[A-Za-z0-9_-]{1,64}$"),
+    "webchat": CLIENT_ID_PATTERN,
 }
 _THREAD_IDS: Final[Mapping[str, re.Pattern[str]]] = {
     "slack": re.compile(r"^[0-9]{9,12}\.[0-9]{6}$"),
