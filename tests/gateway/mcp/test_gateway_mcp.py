@@ -6,6 +6,7 @@ set; config mistakes."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,23 @@ def test_a_gateway_without_mcp_does_not_import_the_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_policy_naming_a_tool_the_server_lacks_is_a_warning(
+    tmp_path: Path, model: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = fake_model_config(
+        model,
+        {
+            "mcp": {"servers": {"fake": fake_stdio()}},
+            "agent": {"tools": {"deny": ["fake__no_such_tool", "fake__crash"]}},
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="gateway.mcp.manager"):
+        async with running_gateway(tmp_path, config=config) as gw:
+            await settled(gw)
+            offered = tools_for_agent(gw.settings, "main", gw.tools)
+    warned = [r for r in caplog.records if "does not list" in r.getMessage()]
+    assert [getattr(r, "tool", None) for r in warned] == ["fake__no_such_tool"]
+    assert "fake__crash" not in offered  # a denied MCP tool is denied
+    assert "fake__echo" in offered
