@@ -52,7 +52,11 @@ COLUMNS = ("figure", "herald", "baseline", "ratio", "goal")
 FAN = re.compile(r"^fan (\d+)( yield)? (\S+)$")
 CHILD = re.compile(r"^child \d+ of (\S+)$")
 #: Arguments the fake sends with its tool call (other tools get ``{}``).
-TOOL_ARGUMENTS: dict[str, dict[str, Any]] = {"ls": {"path": "."}, "read": {"path": "notes.md"}}
+TOOL_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "ls": {"path": "."},
+    "read": {"path": "notes.md"},
+    "time__get_current_time": {"timezone": "UTC"},
+}
 
 
 # -- the fake provider ------------------------------------------------------------------
@@ -202,10 +206,12 @@ def bench_settings(
     model: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
     cluster: dict[str, Any] | None = None,
+    mcp: dict[str, Any] | None = None,
 ) -> HeraldSettings:
     """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts;
     ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config,
-    ``cluster`` is the ``cluster`` section (a PostgreSQL state database)."""
+    ``cluster`` is the ``cluster`` section (a PostgreSQL state database), ``mcp`` the
+    ``mcp`` section."""
     data: dict[str, Any] = {
         "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
         "agent": {
@@ -233,6 +239,7 @@ def bench_settings(
         "routing": {"defaultAgent": "main", "agents": {"main": {"name": "Main"}}},
         "channels": {"webchat": {"enabled": False}},
         **({"cluster": cluster} if cluster is not None else {}),
+        **({"mcp": mcp} if mcp is not None else {}),
     }
     settings = HeraldSettings.model_validate(data)
     # The fs tools work inside the agent's workspace; give `ls` something to list.

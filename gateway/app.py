@@ -127,4 +127,8 @@ def build_app(
     app[SCRAPE] = scrape
     app.add_routes(route_defs())
     app.cleanup_ctx.extend(RESOURCES)
+    if holder.current.mcp.serve.enabled:  # the SDK is imported only then
+        from gateway.mcp.serve import add_endpoint
+
+        add_endpoint(app, holder.current)  # after the resources: it serves their parts
     return app

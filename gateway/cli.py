@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "gateway.commands.status",
     "gateway.commands.db",
     "gateway.commands.init",
+    "gateway.commands.mcp",
 )
 
 

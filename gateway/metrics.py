@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -204,6 +204,15 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
+        self._mcp_up = Gauge(
+            "herald_mcp_server_up", "1 while an MCP server is connected", ["server"], registry=r
+        )
+        self._mcp_calls = Counter(
+            "herald_mcp_calls",
+            "MCP tool calls by server and outcome (ok, error, timeout, failed)",
+            ["server", "outcome"],
+            registry=r,
+        )
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -251,6 +260,15 @@ class Metrics:
     def lane_wait(self, lane: str, seconds: float) -> None:
         """A job started on ``lane`` after waiting ``seconds``."""
         self._lane_wait.labels(lane).observe(max(0.0, seconds))
+
+    def mcp_server_up(self, server: str, up: bool) -> None:
+        """MCP server ``server`` connected (``up``) or not."""
+        self._mcp_up.labels(server).set(1 if up else 0)
+
+    def mcp_call(self, server: str, outcome: str) -> None:
+        """One MCP tool call ended: ``ok``, ``error`` (the tool said so), ``timeout``
+        (cancelled) or ``failed`` (no answer: the server was down or broke)."""
+        self._mcp_calls.labels(server, outcome).inc()
 
     # -- wiring helpers -------------------------------------------------------------------
 

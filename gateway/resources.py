@@ -28,6 +28,7 @@ from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOK
 from gateway.archive import ArchiveScheduler
 from gateway.cluster import Heartbeat, Reaper
 from gateway.delivery import Outbox, Replier
+from gateway.mcp.resource import mcp_servers
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, InboundReplay, Router
 from gateway.sessions import SessionStore
@@ -558,6 +559,7 @@ RESOURCES: tuple[Resource, ...] = (
     _cluster,
     _providers,
     _tools,
+    mcp_servers,
     _lanes,
     _archive,
     _outbox,

@@ -34,6 +34,7 @@ from gateway.constants import (
     MIN_CONTEXT_WINDOW,
     MIN_RESULT_CHARS,
 )
+from gateway.mcp.config import McpConfig, policy_problems
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -101,9 +102,10 @@ class ToolPolicyConfig(ConfigModel):
     """``allow`` set means allow-only; ``deny`` always wins."""
 
     allow: list[str] | None = None
-    """Tools allowed, by name, `group:<name>` (`sessions`, `fs`, `web`, `runtime`)
-    or `*`; when set, only these. Null: every tool. `exec` runs only where
-    `agent.tools.allow` or the agent's own `tools.allow` names it (or its group)."""
+    """Tools allowed, by name, `group:<name>` (`sessions`, `fs`, `web`, `runtime`,
+    `mcp`), `mcp:<server>` (one MCP server's tools) or `*`; when set, only these.
+    Null: every tool. `exec` runs only where `agent.tools.allow` or the agent's own
+    `tools.allow` names it (or its group)."""
     deny: list[str] = []
     """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
 
@@ -121,11 +123,52 @@ class WebFetchAccessConfig(ConfigModel):
     (refused by default, after DNS resolution and on every redirect)."""
 
 
+#: The search API root each provider defaults to (SearXNG has none: it is self-hosted).
+WEB_SEARCH_BASE_URLS: Final = {
+    "brave": "https://api.search.brave.com/res/v1",
+    "tavily": "https://api.tavily.com",
+}
+
+
+class WebSearchConfig(ConfigModel):
+    provider: Literal["brave", "tavily", "searxng"] | None = None
+    """The search API: `"brave"` (Brave Search API), `"tavily"` or `"searxng"` (a SearXNG
+    instance with its JSON format enabled); null: no `web_search` tool."""
+    api_key: SecretStr | None = None
+    """The provider's key (Brave, Tavily); never shown in errors or logs."""
+    base_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """The API root. Default: `https://api.search.brave.com/res/v1` (Brave),
+    `https://api.tavily.com` (Tavily); required for SearXNG: the instance's root. The
+    operator's choice, so `web_fetch`'s private-network guard does not apply to it."""
+    max_results: Annotated[int, Field(ge=1, le=20)] = 5
+    """Results a search returns when the call does not ask for a number."""
+    timeout_seconds: PositiveFloat = 15.0
+    """Seconds one search may take."""
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> WebSearchConfig:
+        if self.provider is None:
+            return self
+        if self.provider == "searxng" and self.base_url is None:
+            raise ValueError("baseUrl is required for searxng: the instance's root URL")
+        key = self.api_key.get_secret_value().strip() if self.api_key is not None else ""
+        if self.provider != "searxng" and not key:
+            raise ValueError(f"apiKey is required for {self.provider}")
+        return self
+
+    def resolved_base_url(self) -> str:
+        """The API root without a trailing slash."""
+        default = WEB_SEARCH_BASE_URLS.get(self.provider or "", "")
+        return (self.base_url or default).rstrip("/")
+
+
 class AgentToolsConfig(ToolPolicyConfig):
     """``agent.tools``: the global tool policy layer, plus settings of the tools themselves."""
 
     web_fetch: WebFetchAccessConfig = WebFetchAccessConfig()
     """Where `web_fetch` may connect."""
+    web_search: WebSearchConfig = WebSearchConfig()
+    """The `web_search` tool: off until `provider` is set."""
     # The floor leaves room for the cut's marker to make sense.
     max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
     """A tool result longer than this many characters is cut, with a marker, in what the
@@ -410,6 +453,8 @@ class HeraldSettings(BaseSettings):
     """The chat surfaces: web chat, Slack, Discord."""
     cluster: ClusterConfig = ClusterConfig()
     """Several replicas on one PostgreSQL database."""
+    mcp: McpConfig = McpConfig()
+    """MCP servers whose tools agents get, and Herald's own MCP endpoint."""
 
     @classmethod
     def settings_customise_sources(
@@ -445,6 +490,7 @@ class HeraldSettings(BaseSettings):
                     (f"channels.{name}.agent", f"{channel.agent!r} is not one of routing.agents")
                 )
         problems += self._window_problems()
+        problems += policy_problems(self.mcp.servers, self._policy_layers())
         token = self.gateway.auth.token
         if not self.gateway.is_loopback and (token is None or not token.get_secret_value().strip()):
             problems.append(
@@ -456,6 +502,15 @@ class HeraldSettings(BaseSettings):
         if problems:
             raise CrossReferenceError(problems)
         return self
+
+    def _policy_layers(self) -> list[tuple[str, list[str] | None, list[str]]]:
+        """Every tool policy as (key path, allow, deny)."""
+        layers = [
+            ("agent.tools", self.agent.tools),
+            ("agent.subagents.tools", self.agent.subagents.tools),
+        ]
+        layers += [(f"routing.agents.{i}.tools", a.tools) for i, a in self.routing.agents.items()]
+        return [(key, policy.allow, policy.deny) for key, policy in layers]
 
     def _window_problems(self) -> list[tuple[str, str]]:
         """``agent.compaction.reserveTokens`` must leave every model's window some room."""

@@ -342,3 +342,9 @@ class Readiness(Closed):
     database: Literal["ok", "unavailable"] | None = Field(
         None, description="the shared PostgreSQL state database; null on SQLite"
     )
+    mcp: dict[str, str] | None = Field(
+        None,
+        description="each enabled MCP server's state, by name: `ready`, `starting` or "
+        "`failed: <reason>` (never makes the gateway unready: chats still work); null "
+        "without MCP servers",
+    )

@@ -94,13 +94,25 @@ class Lanes:
 
 
 class ToolBox:
-    """The tool registry in force: rebuilt from reloaded settings (limits live in tools)."""
+    """The tool registry in force: rebuilt from reloaded settings (limits live in tools).
+
+    Tools that come from outside the settings (MCP servers' tools) are installed again in
+    each rebuilt registry by the installers added with :meth:`add_installer`.
+    """
 
     def __init__(self, settings: HeraldSettings) -> None:
         self.current = build_tools(settings)
+        self._installers: list[Callable[[ToolRegistry], None]] = []
+
+    def add_installer(self, install: Callable[[ToolRegistry], None]) -> None:
+        """Have ``install`` register its tools in every rebuilt registry."""
+        self._installers.append(install)
 
     def rebuild(self, settings: HeraldSettings) -> None:
-        self.current = build_tools(settings)
+        registry = build_tools(settings)
+        for install in self._installers:
+            install(registry)
+        self.current = registry
 
     def get(self) -> ToolRegistry:
         return self.current

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
+from gateway.api.keys import DATABASE, DISK_FULL, MCP_STATES, READINESS, SCRAPE
 from gateway.api.routing import reply
 from gateway.metrics import CONTENT_TYPE
 from gateway.shapes import Health, Readiness
@@ -28,17 +28,16 @@ async def readyz(request: web.Request, _: None) -> web.Response:
     ready = all(channels.values()) and reachable is not False
     status = "ready" if ready else "starting"
     storage = "full" if request.app[DISK_FULL]() else "ok"
-    if reachable is None:  # SQLite: a local file, nothing to report
-        body = Readiness(status=status, channels=channels, channel_states=states, storage=storage)
-    else:
-        database = "ok" if reachable else "unavailable"
-        body = Readiness(
-            status=status,
-            channels=channels,
-            channel_states=states,
-            storage=storage,
-            database=database,
-        )
+    probe = request.app.get(MCP_STATES)
+    # MCP servers are reported, never waited for: a chat works without its tools.
+    mcp = (probe() or None) if probe is not None else None
+    body = Readiness(status=status, channels=channels, channel_states=states, storage=storage)
+    # Set only where they say something (unset keys stay out of the answer): SQLite is a
+    # local file, nothing to report; without MCP servers there is nothing either.
+    if reachable is not None:
+        body = body.model_copy(update={"database": "ok" if reachable else "unavailable"})
+    if mcp is not None:
+        body = body.model_copy(update={"mcp": mcp})
     return reply(body, status=200 if ready else 503)
 
 

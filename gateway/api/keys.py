@@ -43,6 +43,12 @@ class DiskProbe(Protocol):
     def __call__(self) -> bool: ...
 
 
+class McpProbe(Protocol):
+    """Each enabled MCP server's state, by name (empty without MCP servers)."""
+
+    def __call__(self) -> dict[str, str]: ...
+
+
 class ScrapeSource(Protocol):
     """What a ``/metrics`` scrape reads, once the gateway's resources have started."""
 
@@ -57,3 +63,6 @@ READINESS = web.AppKey("readiness", ReadinessProbe)
 DATABASE = web.AppKey("database", DatabaseProbe)
 DISK_FULL = web.AppKey("disk_full", DiskProbe)
 SCRAPE = web.AppKey("scrape", ScrapeSource)
+MCP_STATES = web.AppKey("mcp_states", McpProbe)
+#: The path of Herald's MCP endpoint, when ``mcp.serve`` is on.
+MCP_PATH = web.AppKey("mcp_path", str)

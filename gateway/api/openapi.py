@@ -71,12 +71,15 @@ class _Generator(GenerateJsonSchema):
         return super().default_schema(schema)
 
 
-def build_document(routes: Sequence[Route[Any]], *, slack_events: bool) -> dict[str, Any]:
+def build_document(
+    routes: Sequence[Route[Any]], *, slack_events: bool, mcp_path: str | None = None
+) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``.
 
     ``slack_events`` adds ``POST /slack/events``, which exists only while Slack runs in
-    HTTP mode. Every operation but the public ones requires the bearer token (or, where a
-    browser cannot set headers, ``?token=``); its 401 answer is documented on each.
+    HTTP mode; ``mcp_path`` adds Herald's MCP endpoint (``mcp.serve``) at that path. Every
+    operation but the public ones requires the bearer token (or, where a browser cannot set
+    headers, ``?token=``); its 401 answer is documented on each.
     """
     refs, schemas = _components(routes)
     paths: dict[str, dict[str, Any]] = {}
@@ -84,6 +87,8 @@ def build_document(routes: Sequence[Route[Any]], *, slack_events: bool) -> dict[
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs)
     if slack_events:
         paths[SLACK_EVENTS_PATH] = copy.deepcopy(_SLACK_EVENTS)
+    if mcp_path is not None:
+        paths[mcp_path] = copy.deepcopy(_MCP_ENDPOINT)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -257,6 +262,26 @@ _SLACK_EVENTS: Final[dict[str, Any]] = {
             },
         },
         "responses": {"default": {"description": "Slack's Events API protocol"}},
+    }
+}
+
+
+_MCP_ENDPOINT: Final[dict[str, Any]] = {
+    "post": {
+        "operationId": "mcp",
+        "summary": "Herald's MCP endpoint (Streamable HTTP, stateless, JSON answers)",
+        "description": "Bodies and answers are MCP's JSON-RPC messages: initialize, "
+        "tools/list, tools/call of spawn, runs_list, run_get, run_wait, run_abort, "
+        "sessions_list and session_history. Send `Accept: application/json, "
+        "text/event-stream`.",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        "responses": {
+            "default": {"description": "MCP's JSON-RPC answer"},
+            "401": {"$ref": "#/components/responses/Unauthorized"},
+        },
     }
 }
 

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from gateway.api import health, openapi, runs, sessions
+from gateway.api.keys import MCP_PATH
 from gateway.api.requests import (
     HistoryParams,
     InvokeRequest,
@@ -37,21 +38,25 @@ from gateway.shapes import (
 )
 
 
-def openapi_document(*, slack_events: bool = False) -> dict[str, Any]:
+def openapi_document(*, slack_events: bool = False, mcp_path: str | None = None) -> dict[str, Any]:
     """The gateway's OpenAPI document: :func:`~gateway.api.openapi.build_document` of
-    :data:`ROUTES` (``slack_events`` adds ``POST /slack/events``, served in Slack HTTP mode)."""
-    return openapi.build_document(ROUTES, slack_events=slack_events)
+    :data:`ROUTES` (``slack_events`` adds ``POST /slack/events``, served in Slack HTTP mode;
+    ``mcp_path`` Herald's MCP endpoint)."""
+    return openapi.build_document(ROUTES, slack_events=slack_events, mcp_path=mcp_path)
 
 
 @functools.cache
-def _served(slack_events: bool) -> bytes:
-    return orjson.dumps(openapi_document(slack_events=slack_events))
+def _served(slack_events: bool, mcp_path: str | None) -> bytes:
+    return orjson.dumps(openapi_document(slack_events=slack_events, mcp_path=mcp_path))
 
 
 async def serve_document(request: web.Request, _: None) -> web.Response:
     """``GET /openapi.json``: the document for the app that serves it (``/slack/events``
-    appears when that app has the route)."""
-    body = _served(openapi.has_route(request.app, openapi.SLACK_EVENTS_PATH))
+    and the MCP endpoint appear when that app has them)."""
+    slack = openapi.has_route(request.app, openapi.SLACK_EVENTS_PATH)
+    # Not app.get(): its typing takes an AppKey[str] for a plain str key.
+    mcp_path = request.app[MCP_PATH] if MCP_PATH in request.app else None  # noqa: SIM401
+    body = _served(slack, mcp_path)
     return web.Response(body=body, content_type="application/json")
 
 

@@ -7,7 +7,8 @@ with such a schema); each model provider is usable (a scripted
 provider's rules file loads; an HTTP provider passes its own probe, one free request for
 its model list) and lists the configured models where its list can tell; and each enabled
 chat channel passes its own probe (Slack ``auth.test``, Discord ``GET /users/@me``), run on
-a channel that is never started. Remote checks run concurrently, each bounded by
+a channel that is never started; each enabled MCP server starts (or answers) and lists its
+tools within its ``startupTimeoutSeconds``. Remote checks run concurrently, each bounded by
 ``--timeout``.
 
 Each finding prints as ``ok``, ``warn`` or ``FAIL`` with what is wrong and how to fix it.
@@ -36,6 +37,7 @@ from channels.slack.config import SlackConfig
 from configbase import secret_value
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
+from gateway.mcp.config import McpServerConfig
 from gateway.settings import HeraldSettings, ProviderConfig
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -122,8 +124,28 @@ async def diagnose(
         remote.append(check_slack(settings.channels.slack, request_seconds))
     if settings.channels.discord.enabled:
         remote.append(check_discord(settings.channels.discord, request_seconds))
+    remote += [check_mcp_server(n, s) for n, s in settings.mcp.enabled_servers().items()]
     findings += await asyncio.gather(*remote)
     return findings
+
+
+async def check_mcp_server(name: str, server: McpServerConfig) -> Finding:
+    """Connect to an MCP server as the gateway would (within its startupTimeoutSeconds) and
+    list its tools."""
+    from gateway.mcp.probe import probe
+
+    report = await probe(name, server)
+    subject = f"mcp server {name}"
+    if report.ok:
+        return Finding("ok", subject, f"{server.transport}: {len(report.tools)} tools")
+    where = "command, args and cwd" if server.transport == "stdio" else "url and headers"
+    return Finding(
+        "FAIL",
+        subject,
+        f"{server.transport}: {report.error}",
+        f"check mcp.servers.{name}'s {where}; `herald mcp probe {name}` tries again "
+        "(the gateway runs without this server's tools meanwhile)",
+    )
 
 
 # -- local checks -----------------------------------------------------------------------------

@@ -154,6 +154,8 @@ def _is_secret(annotation: Any) -> bool:
 def _secret_note(annotation: Any) -> str | None:
     if isinstance(annotation, type) and issubclass(annotation, SecretUrl):
         return "its password is masked"
+    if get_origin(annotation) is dict and _is_secret(unwrap(get_args(annotation)[1])[0]):
+        return "each value masked"
     return "masked" if _is_secret(annotation) else None
 
 
@@ -232,6 +234,8 @@ def _plural(annotation: Any) -> str:
     inner, _ = unwrap(annotation)
     if inner is str:
         return "strings"
+    if _is_secret(inner):
+        return "strings (secrets)"
     if model_class(inner) is not None:
         return "objects"
     raise ValueError(f"no reference wording for a collection of {inner!r}")

@@ -42,6 +42,7 @@ from gateway.sessions.store import (
     MAX_HISTORY_LIMIT,
     SessionStore,
 )
+from gateway.sessions.targets import ChatTarget, ChatTargetError, parse_target
 from gateway.sessions.transcript import (
     COMPACTION_KIND,
     INTERRUPTED_TOOL_RESULT,
@@ -70,6 +71,8 @@ __all__ = [
     "INTERRUPTED_TOOL_RESULT",
     "MAX_HISTORY_LIMIT",
     "REF_FORMS",
+    "ChatTarget",
+    "ChatTargetError",
     "InvalidIdError",
     "Location",
     "SessionArchivedError",
@@ -111,6 +114,7 @@ __all__ = [
     "optional_iso",
     "parse_key",
     "parse_ref",
+    "parse_target",
     "parse_transcript",
     "read_lines",
     "read_transcript",

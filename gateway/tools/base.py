@@ -133,6 +133,14 @@ class Tool(ABC, Generic[P]):
     description: str
     group: str
     params: type[P]
+    #: Further policy groups the tool belongs to, named as policies write them
+    #: (``mcp:<server>`` for an MCP server's tools).
+    extra_groups: tuple[str, ...] = ()
+
+    def input_schema(self) -> dict[str, Any] | None:
+        """The parameters' JSON Schema when it is not derived from ``params`` (a tool of an
+        MCP server brings its own); None: the registry derives it."""
+        return None
 
     @abstractmethod
     async def run(self, params: P, ctx: ToolContext) -> ToolOutput:

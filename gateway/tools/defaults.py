@@ -7,13 +7,14 @@ from gateway.tools.exec import ExecTool
 from gateway.tools.fs import EditTool, LsTool, ReadTool, WriteTool
 from gateway.tools.netguard import NetworkGuard
 from gateway.tools.registry import ToolRegistry
+from gateway.tools.search import WebSearchTool
 from gateway.tools.subagent import SubmitErrorTool, SubmitResultTool
 from gateway.tools.web import WebFetchTool
 
 
 def default_registry(settings: HeraldSettings) -> ToolRegistry:
     """A registry with ``read``, ``write``, ``edit``, ``ls``, ``web_fetch``, ``exec``,
-    ``submit_result`` and ``submit_error``.
+    ``submit_result`` and ``submit_error``, and ``web_search`` when it is configured.
 
     ``exec`` and ``web_fetch`` take their limits from ``settings.agent`` now, so a config
     reload should build a new registry. Whether a session may use a tool is the policy's
@@ -34,4 +35,6 @@ def default_registry(settings: HeraldSettings) -> ToolRegistry:
         SubmitErrorTool(),
     ):
         registry.register(tool)
+    if settings.agent.tools.web_search.provider is not None:  # off until configured
+        registry.register(WebSearchTool(settings.agent.tools.web_search))
     return registry

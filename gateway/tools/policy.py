@@ -39,6 +39,7 @@ from difflib import get_close_matches
 from typing import Final
 
 from gateway.errors import ConfigIssue
+from gateway.mcp.config import TOOL_SEPARATOR as MCP_SEPARATOR
 from gateway.settings import HeraldSettings, ToolPolicyConfig
 from gateway.tools.errors import UnknownAgentError
 from gateway.tools.registry import ToolRegistry
@@ -66,10 +67,14 @@ OPT_IN_TOOLS: Final = frozenset({"exec"})
 DEFAULT_GROUPS: Final[Mapping[str, frozenset[str]]] = {
     "sessions": SESSION_TOOLS,
     "fs": frozenset({"read", "write", "edit", "ls"}),
-    "web": frozenset({"web_fetch"}),
+    "web": frozenset({"web_fetch", "web_search"}),
     "runtime": frozenset({"exec"}),
     "subagent": SUBAGENT_ONLY_TOOLS,
+    # Every MCP server's tools; they register as their servers list them.
+    "mcp": frozenset(),
 }
+#: ``mcp:<server>``: the tools of one MCP server (a group the tools declare as written).
+SERVER_GROUP_PREFIX: Final = "mcp:"
 
 
 def expand(
@@ -82,6 +87,8 @@ def expand(
             return names
         if pattern.startswith(GROUP_PREFIX):
             out.update(groups.get(pattern.removeprefix(GROUP_PREFIX), ()))
+        elif pattern.startswith(SERVER_GROUP_PREFIX):
+            out.update(groups.get(pattern, ()))
         else:
             out.add(pattern)
     return names & out
@@ -229,6 +236,10 @@ def unknown_policy_names(
         if pattern.startswith(GROUP_PREFIX):
             if pattern.removeprefix(GROUP_PREFIX) not in groups:
                 out.append(pattern)
+        elif pattern.startswith(SERVER_GROUP_PREFIX) or MCP_SEPARATOR in pattern:
+            # An MCP server's tools: the settings check that the server is configured; its
+            # tools are known only once it has listed them.
+            continue
         elif pattern not in known_names:
             out.append(pattern)
     return out

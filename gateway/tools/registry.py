@@ -60,10 +60,22 @@ class ToolRegistry:
             raise ToolDefinitionError(f"{tool.name}: params must be a pydantic model class")
         if tool.name in self._tools and not replace:
             raise DuplicateToolError(tool.name)
-        spec = ToolSpec(tool.name, tool.description, parameters_schema(tool.params))
+        schema = tool.input_schema()
+        spec = ToolSpec(
+            tool.name,
+            tool.description,
+            schema if schema is not None else parameters_schema(tool.params),
+        )
         self._tools[tool.name] = tool
         self._specs[tool.name] = spec
         self.version += 1
+
+    def unregister(self, name: str) -> None:
+        """Remove the tool called ``name`` (tools of an MCP server come and go); no-op when
+        absent."""
+        if self._tools.pop(name, None) is not None:
+            del self._specs[name]
+            self.version += 1
 
     def get(self, name: str) -> Tool[Any] | None:
         """The tool called ``name``, or None."""
@@ -77,7 +89,8 @@ class ToolRegistry:
         """Tool names by group, as declared by the tools (``fs`` → read, write, …)."""
         out: dict[str, set[str]] = {}
         for tool in self._tools.values():
-            out.setdefault(tool.group, set()).add(tool.name)
+            for group in (tool.group, *tool.extra_groups):
+                out.setdefault(group, set()).add(tool.name)
         return {group: frozenset(names) for group, names in out.items()}
 
     def specs(self, names: Iterable[str]) -> list[ToolSpec]:

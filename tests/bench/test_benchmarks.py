@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, queued, sessions, spawn, turns
+from bench import batches, cluster, fanin, mcp, queued, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -30,6 +30,12 @@ def check_rows(rows: list[dict[str, Any]], count: int, *, memory: tuple[str, ...
             # RSS growth of a few dozen runs can round to whole pages, even to zero.
             if not any(word in row["figure"] for word in memory):
                 assert value > 0, row
+
+
+def test_mcp_rows() -> None:
+    rows = mcp.run(turns=1, rounds=1)
+    check_rows(rows, 2)
+    assert rows[0]["figure"].startswith("MCP call in a turn")
 
 
 def test_turns_rows() -> None:

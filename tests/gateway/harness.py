@@ -140,6 +140,8 @@ class Harness(wiring.AppParts):
     channel: MemoryChannel
     settled: dict[str, OutboxRecord]
     changed: asyncio.Condition
+    #: ``http://127.0.0.1:<port>`` when the gateway listens (``running_gateway(listen=True)``).
+    base_url: str = ""
 
     # -- acting and waiting -----------------------------------------------------------------
 
@@ -254,9 +256,11 @@ async def running_gateway(
     database_url: str | None = None,
     replica_id: str | None = None,
     timing: wiring.Timing = FAST_TIMING,
+    listen: bool = False,
 ) -> AsyncIterator[Harness]:
     """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);
-    stops and closes everything on exit, as a SIGTERM would. With ``database_url`` its state
+    with ``listen``, on a loopback port too (:attr:`Harness.base_url`); stops and closes
+    everything on exit, as a SIGTERM would. With ``database_url`` its state
     is in that PostgreSQL database (a replica, named ``replica_id``), else SQLite in the
     state directory."""
     script_path = tmp_path / "script.json5"
@@ -292,10 +296,14 @@ async def running_gateway(
         delivery_listeners=[on_settled],
     )
     runner = web.AppRunner(app, handle_signals=False)
+    base_url = ""
     async with hang_guard("the gateway's start"):
         await runner.setup()
+        if listen:  # a real socket on loopback, for clients that speak HTTP
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
-        yield Harness(app, channel, settled, changed)
+        yield Harness(app, channel, settled, changed, base_url)
     finally:
         async with hang_guard("the gateway's stop"):
             await runner.cleanup()

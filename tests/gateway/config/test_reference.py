@@ -110,6 +110,9 @@ def test_secrets_are_marked_and_show_no_default() -> None:
         "channels.slack.signingSecret",
         "channels.discord.token",
         "cluster.databaseUrl",
+        "agent.tools.webSearch.apiKey",
+        "mcp.servers.<server>.env",
+        "mcp.servers.<server>.headers",
     }
     for key in secrets:
         assert "- Secret: " in block(text, key)

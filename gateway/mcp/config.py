@@ -1,0 +1,148 @@
+"""The ``mcp`` section: MCP servers whose tools agents get, and Herald's own MCP endpoint.
+
+Kept free of the SDK and of the rest of :mod:`gateway.mcp`, because :mod:`gateway.settings`
+composes it (as it composes each channel's config model).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Final
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from configbase import ConfigModel
+
+#: A server's name: it prefixes its tools' names, so it stays short and plain.
+SERVER_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+STDIO_FIELDS: Final = ("command", "args", "env", "cwd")
+HTTP_FIELDS: Final = ("url", "headers")
+
+
+class McpServerConfig(ConfigModel):
+    """One MCP server: stdio (`command`, …) or Streamable HTTP (`url`, …), never both."""
+
+    command: Annotated[str, Field(min_length=1)] | None = None
+    """stdio: the program Herald starts; it speaks MCP on its stdin and stdout."""
+    args: list[str] = []
+    """stdio: the program's arguments."""
+    env: dict[str, SecretStr] = {}
+    """stdio: variables the program gets besides `PATH`, `HOME`, `LANG`, `LC_*` and `TZ`
+    (it never sees Herald's other variables). Values are secrets: masked in `config show`
+    and logs."""
+    cwd: str | None = None
+    """stdio: the program's working directory; null: Herald's own."""
+    url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """Streamable HTTP: the server's endpoint (`https://mcp.example.com/mcp`)."""
+    headers: dict[str, SecretStr] = {}
+    """Streamable HTTP: headers sent with every request (`Authorization`); values are
+    secrets."""
+    enabled: bool = True
+    """Whether Herald connects to this server."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60
+    """Seconds one tool call may take; then it is cancelled and the model gets an error."""
+    startup_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30
+    """Seconds the server may take to start and list its tools."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_transport(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        keys = {_snake(k) for k in data}
+        stdio = sorted(k for k in keys if k in STDIO_FIELDS)
+        http = sorted(k for k in keys if k in HTTP_FIELDS)
+        if stdio and http:
+            raise ValueError(
+                f"a server is stdio ({', '.join(STDIO_FIELDS)}) or HTTP "
+                f"({', '.join(HTTP_FIELDS)}), not both: remove {', '.join(http)} "
+                f"or {', '.join(stdio)}"
+            )
+        if "command" not in keys and "url" not in keys:
+            raise ValueError("needs `command` (a stdio server) or `url` (a Streamable HTTP one)")
+        return data
+
+    @property
+    def transport(self) -> str:
+        """``"stdio"`` or ``"http"``."""
+        return "stdio" if self.command is not None else "http"
+
+    def describe(self) -> str:
+        """Where the server is, without secrets: the command line or the URL."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        return self.url or ""
+
+
+class McpServeConfig(ConfigModel):
+    enabled: bool = False
+    """Serve Herald's own MCP endpoint (Streamable HTTP) on the gateway's port, behind
+    `gateway.auth.token`: an MCP client can spawn runs and read their results."""
+    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_-]*$")] = "/mcp"
+    """The endpoint's path."""
+
+
+class McpConfig(ConfigModel):
+    servers: dict[str, McpServerConfig] = {}
+    """MCP servers, by name (lowercase letters, digits, `_` and `-`, at most 32): their
+    tools reach agents as `<server>__<tool>`."""
+    serve: McpServeConfig = McpServeConfig()
+    """Herald as an MCP server."""
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in servers:
+            if not SERVER_NAME.fullmatch(name):
+                raise ValueError(
+                    f"server name {name!r} must match {SERVER_NAME.pattern} "
+                    "(lowercase letters, digits, '_' and '-', at most 32)"
+                )
+        return servers
+
+    def enabled_servers(self) -> dict[str, McpServerConfig]:
+        """The servers Herald connects to, by name."""
+        return {name: s for name, s in self.servers.items() if s.enabled}
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+#: A policy pattern naming one server's tools: ``mcp:<server>``.
+SERVER_PATTERN_PREFIX: Final = "mcp:"
+#: Between the server and the tool in an MCP tool's name.
+TOOL_SEPARATOR: Final = "__"
+
+
+def policy_problems(
+    servers: Iterable[str], layers: Iterable[tuple[str, Sequence[str] | None, Sequence[str]]]
+) -> list[tuple[str, str]]:
+    """(key, message) for each policy pattern naming an MCP server that is not configured:
+    ``mcp:<server>`` or ``<server>__<tool>``. ``layers`` are (key path, allow, deny).
+
+    An unknown tool of a configured server is no problem here: servers change their tools,
+    and the gateway warns about it once they listed them.
+    """
+    known = set(servers)
+    listed = ", ".join(sorted(known)) or "none"
+    problems: list[tuple[str, str]] = []
+    for key, allow, deny in layers:
+        for field_name, patterns in (("allow", allow or ()), ("deny", deny)):
+            for pattern in patterns:
+                if pattern.startswith(SERVER_PATTERN_PREFIX):
+                    server = pattern.removeprefix(SERVER_PATTERN_PREFIX)
+                else:
+                    server, sep, rest = pattern.partition(TOOL_SEPARATOR)
+                    if not (sep and server and rest):
+                        continue
+                if server not in known:
+                    problems.append(
+                        (
+                            f"{key}.{field_name}",
+                            f"{pattern!r} names MCP server {server!r}, which is not in "
+                            f"mcp.servers (configured: {listed})",
+                        )
+                    )
+    return problems

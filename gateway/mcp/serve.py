@@ -1,0 +1,233 @@
+"""Herald as an MCP server (``mcp.serve``): Streamable HTTP at ``mcp.serve.path`` on the
+gateway's own port, behind the same bearer token as the HTTP API.
+
+Built on the SDK's server side (``MCPServer``, stateless Streamable HTTP with JSON answers:
+every call is one POST, so nothing outlives a request). The SDK's transport is an ASGI app;
+:func:`gateway.mcp.asgi.asgi_bridge` hands it each aiohttp request. Tools:
+
+- ``spawn`` {task, label?, agentId?, model?, runTimeoutSeconds?, to?}: a sub-agent run whose
+  announce goes to the chat target ``to`` (its requester is that chat's own session, so the
+  agent there sees the completion), or to the default agent's main session;
+- ``runs_list`` {status?, limit?}, ``run_get`` {runId}, ``run_wait`` {runId,
+  timeoutSeconds ≤ 300} (the run, with its result once final), ``run_abort`` {runId};
+- ``sessions_list``, ``session_history`` {sessionKey, limit?}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import orjson
+from aiohttp import web
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from channels import Channel
+from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
+from gateway.mcp.asgi import MANAGER, asgi_bridge
+from gateway.sessions import (
+    ChatTargetError,
+    SessionKey,
+    SessionNotFoundError,
+    SessionRefError,
+    parse_target,
+    session_view,
+)
+from gateway.settings import HeraldSettings
+from gateway.subagents import (
+    RunFinishedError,
+    RunNotFoundError,
+    SpawnAccepted,
+    SpawnRequest,
+    run_view,
+)
+from gateway.wiring import CONTEXTS, SUBAGENTS, channels_of, settings_of
+
+logger = logging.getLogger(__name__)
+
+#: The longest ``run_wait`` (an HTTP request stays open that long).
+MAX_WAIT_SECONDS = 300
+RunStatus = Literal[
+    "queued", "running", "announcing", "done", "error", "timeout", "cancelled", "interrupted"
+]
+
+
+def account_of(name: str, channel: Channel) -> str:
+    """The account a target's announce is sent as (the channel's workspace or bot)."""
+    if name == "webchat":
+        from channels.webchat.channel import ACCOUNT
+
+        return ACCOUNT
+    found = getattr(channel, "account", None) or getattr(channel, "bot_user_id", None)
+    return str(found) if found else "default"
+
+
+def _agent_of_channel(settings: HeraldSettings, channel: str) -> str:
+    config = getattr(settings.channels, channel, None)
+    agent = getattr(config, "agent", None)
+    return agent if isinstance(agent, str) else settings.routing.default_agent
+
+
+def _json(model: Any) -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads(model.wire_json())
+    return data
+
+
+def build_server(app: web.Application) -> MCPServer:
+    """Herald's MCP server over the services of ``app`` (read at each call)."""
+    server = MCPServer(
+        "herald",
+        instructions=(
+            "Hand work to Herald's background agents with spawn; the result is announced in "
+            "the chat you name with `to` (slack:C0123, discord:<id>, webchat:<clientId>). "
+            "run_wait waits for a run's result."
+        ),
+    )
+
+    @server.tool()
+    async def spawn(
+        task: Annotated[str, Field(min_length=1, description="What the sub-agent should do.")],
+        label: str | None = None,
+        agentId: str | None = None,  # noqa: N803 - the wire's name
+        model: str | None = None,
+        runTimeoutSeconds: Annotated[float, Field(ge=0)] | None = None,  # noqa: N803
+        to: Annotated[
+            str | None,
+            Field(
+                description="Chat target for the announce: slack:C0123[/<thread ts>], "
+                "discord:<channel id>, webchat:<clientId>. Default: the default agent's main "
+                "session."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Start a background sub-agent run; returns at once with its runId."""
+        settings = settings_of(app)
+        store = app[SESSION_STORE]
+        if to is None:
+            session = await store.ensure(SessionKey.main(settings.routing.default_agent))
+        else:
+            channels = channels_of(app)
+            enabled = {name: account_of(name, ch) for name, ch in channels.items()}
+            try:
+                target = parse_target(to, enabled)
+            except ChatTargetError as exc:
+                raise ToolError(f"to: {exc}") from None
+            origin = target.origin(enabled[target.channel])
+            key = target.session_key(_agent_of_channel(settings, target.channel))
+            session = await store.ensure(key, origin=origin)
+            if session.origin != origin:
+                session = await store.set_origin(session.key, origin)
+        ctx = app[CONTEXTS].for_session(session, origin=session.origin)
+        request = SpawnRequest(
+            task=task,
+            label=label,
+            agent_id=agentId,
+            model=model,
+            run_timeout_seconds=runTimeoutSeconds,
+        )
+        result = await app[SUBAGENTS].spawner.spawn(ctx, request)
+        if not isinstance(result, SpawnAccepted):
+            raise ToolError(f"{result.status}: {result.to_json().get('error', '')}")
+        return result.to_json()
+
+    @server.tool()
+    async def runs_list(
+        status: RunStatus | None = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+    ) -> dict[str, Any]:
+        """Sub-agent runs, newest first."""
+        statuses = [status] if status is not None else None
+        runs = await app[RUN_RECORDS].list(statuses=statuses, limit=limit)
+        return {"runs": [_json(run_view(run)) for run in runs]}
+
+    @server.tool()
+    async def run_get(runId: str) -> dict[str, Any]:  # noqa: N803
+        """One run: status, timestamps, usage, cost, result, announce."""
+        run = await app[RUN_RECORDS].get(runId)
+        if run is None:
+            raise ToolError(f"no run {runId!r}")
+        return _json(run_view(run))
+
+    @server.tool()
+    async def run_wait(
+        runId: str,  # noqa: N803
+        timeoutSeconds: Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)] = 60,  # noqa: N803
+    ) -> dict[str, Any]:
+        """Wait until a run is final (at most timeoutSeconds); the run, with its result
+        once final."""
+        records = app[RUN_RECORDS]
+        run = await records.get(runId)
+        if run is None:
+            raise ToolError(f"no run {runId!r}")
+        if not run.finished and timeoutSeconds > 0:
+            try:
+                run = await asyncio.wait_for(app[SUBAGENTS].manager.wait(runId), timeoutSeconds)
+            except TimeoutError:
+                run = await records.get(runId) or run
+        return _json(run_view(run))
+
+    @server.tool()
+    async def run_abort(runId: str) -> dict[str, Any]:  # noqa: N803
+        """Stop a queued or running run and the runs under it (announced cancelled)."""
+        try:
+            stopped = await app[RUN_CONTROL].abort_tree(runId)
+        except RunNotFoundError:
+            raise ToolError(f"no run {runId!r}") from None
+        except RunFinishedError as exc:
+            raise ToolError(str(exc)) from None
+        return _json(run_view(stopped.run))
+
+    @server.tool()
+    async def sessions_list(
+        limit: Annotated[int, Field(ge=1, le=500)] = 100,
+    ) -> dict[str, Any]:
+        """The sessions people talk in, most recently updated first."""
+        store = app[SESSION_STORE]
+        records = await store.list(limit=limit)
+        return {"sessions": [_json(session_view(r, store.current_path(r))) for r in records]}
+
+    @server.tool()
+    async def session_history(
+        sessionKey: str,  # noqa: N803
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> dict[str, Any]:
+        """The last messages of a session, oldest first."""
+        store = app[SESSION_STORE]
+        try:
+            where = await store.locate(sessionKey)
+        except (SessionNotFoundError, SessionRefError):
+            raise ToolError(f"no session {sessionKey!r}") from None
+        lines = await store.history(where.session.key, limit=limit)
+        messages = [{"role": m.get("role"), "content": m.get("content")} for m in lines]
+        return {"sessionKey": where.session.key, "messages": messages}
+
+    return server
+
+
+async def mcp_endpoint(app: web.Application) -> AsyncIterator[None]:
+    """Run the SDK's session manager while the gateway runs (``mcp.serve.enabled``)."""
+    server = build_server(app)
+    settings = settings_of(app)
+    # Builds the SDK's session manager (its Starlette app is not used: aiohttp serves).
+    server.streamable_http_app(
+        streamable_http_path=settings.mcp.serve.path,
+        stateless_http=True,
+        json_response=True,
+        host=settings.gateway.host,
+    )
+    manager = server.session_manager
+    async with manager.run():
+        app[MANAGER] = manager
+        logger.info("mcp endpoint ready", extra={"path": settings.mcp.serve.path})
+        yield
+
+
+def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
+    """The route (every method) and the session manager's lifetime on ``app``."""
+    app.router.add_route("*", settings.mcp.serve.path, asgi_bridge)
+    app[MCP_PATH] = settings.mcp.serve.path
+    app.cleanup_ctx.append(mcp_endpoint)

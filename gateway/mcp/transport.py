@@ -1,0 +1,168 @@
+"""Opening one MCP client session over stdio or Streamable HTTP, with the official SDK.
+
+Shared by the gateway's long-lived connections (:mod:`gateway.mcp.connection`) and the
+one-off probes of ``herald mcp probe`` and ``herald doctor`` (:mod:`gateway.mcp.probe`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Final, Self, TextIO
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.session import MessageHandlerFnT
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.message import SessionMessage
+
+from gateway.mcp.config import McpServerConfig
+
+#: What a stdio server gets of Herald's environment, besides the few neutral variables the
+#: SDK's stdio client always passes (HOME, LOGNAME, PATH, SHELL, TERM, USER): never secrets.
+PASSED_VARIABLES: Final = ("PATH", "HOME", "LANG", "TZ")
+PASSED_PREFIXES: Final = ("LC_",)
+CLIENT_INFO: Final = types.Implementation(name="herald", version="0.1.0")
+
+
+def stdio_environment(config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables Herald adds for a stdio server: ``PATH``, ``HOME``, ``LANG``, ``LC_*``
+    and ``TZ`` from ``environ``, then the server's own ``env`` (which wins)."""
+    env = {
+        key: value
+        for key, value in environ.items()
+        if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)
+    }
+    env.update({key: value.get_secret_value() for key, value in config.env.items()})
+    return env
+
+
+def expand_home(path: str | None) -> str | None:
+    """``path`` with a leading ``~`` expanded (no file system access)."""
+    return os.path.expanduser(path) if path else None
+
+
+def server_secrets(config: McpServerConfig) -> list[str]:
+    """The values a message about this server must never show (env and header values)."""
+    values = [*config.env.values(), *config.headers.values()]
+    return [plain for v in values if (plain := v.get_secret_value())]
+
+
+class WatchedReadStream:
+    """The session's read stream, telling ``on_end`` once the transport has ended (a stdio
+    server exited, an HTTP stream closed): the SDK's session itself says nothing of it."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self.ended = False
+
+    def _end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self._on_end()
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._end()
+            raise
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+async def open_session(
+    stack: AsyncExitStack,
+    config: McpServerConfig,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    errlog: TextIO | None = None,
+    on_end: Callable[[], None] = lambda: None,
+    message_handler: MessageHandlerFnT | None = None,
+) -> ClientSession:
+    """A client session with the server of ``config``, initialized, its contexts on ``stack``
+    (closing the stack closes the session and stops a stdio server's process).
+
+    ``errlog`` receives a stdio server's stderr (default: Herald's own); ``on_end`` is told
+    when the transport ends. Raises what the SDK raises: ``OSError`` for a command that
+    cannot start, ``McpError`` and transport errors for a server that does not answer.
+    """
+    if config.command is not None:
+        params = StdioServerParameters(
+            command=config.command,
+            args=list(config.args),
+            env=stdio_environment(config, environ),
+            cwd=expand_home(config.cwd),
+        )
+        if errlog is None:
+            read, write = await stack.enter_async_context(stdio_client(params))
+        else:
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+    else:
+        headers = {key: value.get_secret_value() for key, value in config.headers.items()}
+        client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        read, write = await stack.enter_async_context(
+            streamable_http_client(config.url or "", http_client=client)
+        )
+    watched = WatchedReadStream(read, on_end)
+    session = await stack.enter_async_context(
+        ClientSession(watched, write, message_handler=message_handler, client_info=CLIENT_INFO)
+    )
+    await session.initialize()
+    return session
+
+
+async def list_all_tools(session: ClientSession) -> list[types.Tool]:
+    """Every tool the server lists, following its pages."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def describe_failure(exc: BaseException, secrets: list[str]) -> str:
+    """A one-line reason for ``exc`` (the first leaf of an exception group), with every
+    secret of the server masked."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        text = f"command not found: {exc.filename or exc}"
+    elif isinstance(exc, TimeoutError):
+        text = str(exc) or "timed out"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    for secret in secrets:
+        text = text.replace(secret, "********")
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,121 @@
+"""Chat targets: where work started outside a chat (an MCP client, a schedule, the CLI)
+posts its result, written ``<channel>:<chatId>[/<threadId>]``.
+
+``slack:C0123456789``, ``slack:C0123456789/1700000000.000100`` (a thread), ``slack:D0123…``
+(a DM), ``discord:<channel id>`` (a Discord thread is its own channel id), ``webchat:<clientId>``.
+A target is checked when it is given: an unknown or disabled channel, a malformed id or a
+thread where the chat has none is a :class:`ChatTargetError` naming it.
+
+It resolves to the chat's own session — the one a person talking there has — and the origin
+its announce goes to, so the agent of that chat sees the run's completion on its next turn:
+
+- Slack and Discord channels: ``agent:<id>:<channel>:channel:<chatId>[:thread:<threadId>]``;
+- a Slack DM (``D…``): ``agent:<id>:slack:dm:<D…>`` — DM sessions are kept per user, and a
+  target names the DM, not the user, so the run's completion lands in a session of its own
+  while the announce reaches the DM;
+- web chat: ``agent:<id>:webchat:<clientId>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from channels.webchat import CLIENT_ID_PATTERN
+from gateway.sessions.errors import SessionError
+from gateway.sessions.keys import SessionKey
+from gateway.state import Origin
+
+#: The channels a target may name, and the shape of their chat and thread ids.
+_CHAT_IDS: Final[Mapping[str, re.Pattern[str]]] = {
+    "slack": re.compile(r"^[CDG][A-Z0-9]{2,30}$"),
+    "discord": re.compile(r"^[0-9]{15,25}$"),
+    "webchat": CLIENT_ID_PATTERN,
+}
+_THREAD_IDS: Final[Mapping[str, re.Pattern[str]]] = {
+    "slack": re.compile(r"^[0-9]{9,12}\.[0-9]{6}$"),
+}
+_EXAMPLES: Final = (
+    "slack:C0123456789, slack:C0123456789/1700000000.000100, discord:<channel id>, "
+    "webchat:<clientId>"
+)
+
+
+class ChatTargetError(SessionError):
+    """A chat target that cannot be used; the message names it and says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTarget:
+    """A parsed target (ids as the provider writes them, never normalised)."""
+
+    channel: str
+    chat_id: str
+    thread_id: str | None = None
+
+    def __str__(self) -> str:
+        thread = f"/{self.thread_id}" if self.thread_id else ""
+        return f"{self.channel}:{self.chat_id}{thread}"
+
+    @property
+    def chat_type(self) -> str:
+        """As the channel reports it: the web chat and Slack's ``D…`` chats are DMs."""
+        if self.channel == "webchat" or (self.channel == "slack" and self.chat_id[0] == "D"):
+            return "dm"
+        return "channel"
+
+    def session_key(self, agent_id: str) -> SessionKey:
+        """The chat's own session for ``agent_id`` (see the module doc)."""
+        if self.channel == "webchat":
+            return SessionKey.webchat(agent_id, self.chat_id)
+        if self.channel == "slack" and self.chat_type == "dm":
+            return SessionKey.dm(agent_id, self.channel, self.chat_id)
+        return SessionKey.chat_channel(agent_id, self.channel, self.chat_id, self.thread_id)
+
+    def origin(self, account: str) -> Origin:
+        """Where the target's announce goes, for the channel's ``account``."""
+        return Origin(
+            channel=self.channel,
+            account=account,
+            chat_id=self.chat_id,
+            thread_id=self.thread_id,
+            chat_type=self.chat_type,
+        )
+
+
+def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
+    """``text`` as a target among the ``enabled`` channels (name → account).
+
+    Raises :class:`ChatTargetError` for a malformed target, a channel that is not known or
+    not enabled, or an id that channel never gives.
+    """
+    raw = text.strip()
+    channel, sep, rest = raw.partition(":")
+    if not sep or not channel or not rest:
+        raise ChatTargetError(f"chat target {text!r:.80} is not <channel>:<chatId>[/<threadId>]")
+    if channel not in _CHAT_IDS:
+        raise ChatTargetError(
+            f"chat target {text!r:.80}: unknown channel {channel!r:.40} (targets: {_EXAMPLES})"
+        )
+    if channel not in enabled:
+        on = ", ".join(sorted(enabled)) or "none"
+        raise ChatTargetError(
+            f"chat target {text!r:.80}: channel {channel!r} is not enabled (enabled: {on})"
+        )
+    chat_id, slash, thread_id = rest.partition("/")
+    if not _CHAT_IDS[channel].fullmatch(chat_id):
+        raise ChatTargetError(f"chat target {text!r:.80}: {chat_id!r:.80} is no {channel} chat id")
+    if slash:
+        pattern = _THREAD_IDS.get(channel)
+        if pattern is None:
+            raise ChatTargetError(
+                f"chat target {text!r:.80}: {channel} has no threads in targets"
+                + (" (a Discord thread is its own channel id)" if channel == "discord" else "")
+            )
+        if not pattern.fullmatch(thread_id):
+            raise ChatTargetError(
+                f"chat target {text!r:.80}: {thread_id!r:.40} is no {channel} thread id"
+            )
+    return ChatTarget(channel, chat_id, thread_id if slash else None)

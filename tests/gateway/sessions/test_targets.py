@@ -1,0 +1,74 @@
+"""Chat targets: parsed and checked when given; each resolves to the chat's own session and
+the origin its announce goes to."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.sessions import ChatTargetError, parse_target
+
+ENABLED = {"slack": "T0001", "discord": "bot-1", "webchat": "local"}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "chat_type", "thread"),
+    [
+        ("slack:C0123456789", "agent:main:slack:channel:c0123456789", "channel", None),
+        (
+            "slack:C0123456789/1700000000.000100",
+            "agent:main:slack:channel:c0123456789:thread:1700000000_000100",
+            "channel",
+            "1700000000.000100",
+        ),
+        ("slack:D0123456789", "agent:main:slack:dm:d0123456789", "dm", None),
+        (
+            "discord:123456789012345678",
+            "agent:main:discord:channel:123456789012345678",
+            "channel",
+            None,
+        ),
+        ("webchat:Browser_1", "agent:main:webchat:browser_1-", "dm", None),
+    ],
+)
+def test_targets_resolve_to_the_chats_own_session(
+    text: str, key: str, chat_type: str, thread: str | None
+) -> None:
+    target = parse_target(text, ENABLED)
+    assert str(target) == text
+    if text.startswith("webchat:"):  # client ids keep their case apart: a hash is added
+        assert str(target.session_key("main")).startswith(key)
+    else:
+        assert str(target.session_key("main")) == key
+    origin = target.origin(ENABLED[target.channel])
+    assert (origin.chat_id, origin.thread_id, origin.chat_type) == (
+        text.split(":", 1)[1].split("/")[0],
+        thread,
+        chat_type,
+    )
+    assert origin.account == ENABLED[target.channel]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("slack", "is not <channel>:<chatId>[/<threadId>]"),
+        ("teams:19abc", "unknown channel 'teams'"),
+        ("slack:general", "'general' is no slack chat id"),
+        ("slack:C0123456789/yesterday", "'yesterday' is no slack thread id"),
+        ("discord:42", "'42' is no discord chat id"),
+        ("discord:123456789012345678/1", "discord has no threads in targets"),
+        ("webchat:../../etc", "is no webchat chat id"),
+    ],
+)
+def test_malformed_targets_are_errors_naming_them(text: str, reason: str) -> None:
+    with pytest.raises(ChatTargetError) as raised:
+        parse_target(text, ENABLED)
+    assert reason in str(raised.value)
+    assert text[:20] in str(raised.value)
+
+
+def test_a_disabled_channel_is_named() -> None:
+    with pytest.raises(
+        ChatTargetError, match=r"channel 'discord' is not enabled \(enabled: slack\)"
+    ):
+        parse_target("discord:123456789012345678", {"slack": "T0001"})
