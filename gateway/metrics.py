@@ -22,6 +22,7 @@ Series (every name starts ``herald_``): ``runs{status}``, ``runs_finished_total{
 every prompt token, cache reads and writes included), ``model_cost_usd_total{model}``,
 ``announce_deliveries_total{result}``, ``outbox_items{state}``, ``lane_queued{lane}``,
 ``lane_active{lane}``, ``lane_max_concurrent{lane}``, ``lane_jobs_total{lane,result}``,
+``schedule_occurrences_total{job,outcome}``,
 ``lane_wait_seconds{lane}``, ``channel_connected{channel}``, ``disk_full`` (1 while the state
 directory's disk is full) and ``disk_full_refusals_total`` (writes it refused).
 """
@@ -213,6 +214,12 @@ class Metrics:
             ["server", "outcome"],
             registry=r,
         )
+        self._occurrences = Counter(
+            "herald_schedule_occurrences",
+            "Scheduled occurrences by job and outcome (ran, missed, skipped)",
+            ["job", "outcome"],
+            registry=r,
+        )
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -269,6 +276,11 @@ class Metrics:
         """One MCP tool call ended: ``ok``, ``error`` (the tool said so), ``timeout``
         (cancelled) or ``failed`` (no answer: the server was down or broke)."""
         self._mcp_calls.labels(server, outcome).inc()
+
+    def schedule_occurrence(self, job: str, outcome: str) -> None:
+        """An occurrence of scheduled job ``job`` was recorded ``ran``, ``missed`` or
+        ``skipped``."""
+        self._occurrences.labels(job, outcome).inc()
 
     # -- wiring helpers -------------------------------------------------------------------
 

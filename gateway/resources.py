@@ -31,6 +31,7 @@ from gateway.delivery import Outbox, Replier
 from gateway.mcp.resource import mcp_servers
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, InboundReplay, Router
+from gateway.schedules.resource import schedules_resource
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import backend_of, open_state
@@ -567,5 +568,6 @@ RESOURCES: tuple[Resource, ...] = (
     _chat,
     _reload,
     _channels,
+    schedules_resource,
     _frozen_heap,
 )

@@ -35,6 +35,7 @@ from gateway.constants import (
     MIN_RESULT_CHARS,
 )
 from gateway.mcp.config import McpConfig, policy_problems
+from gateway.schedules.config import KeyPath, SchedulesConfig, job_problems
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -54,9 +55,14 @@ class CrossReferenceError(ValueError):
     Raised from the root validator; the loader turns each into its own ConfigIssue.
     """
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
+    def __init__(self, problems: list[tuple[str | KeyPath, str]]) -> None:
+        #: A key path is dotted, or a tuple where it goes through a list (an int index).
         self.problems = problems
-        super().__init__("; ".join(f"{key}: {message}" for key, message in problems))
+        super().__init__("; ".join(f"{_dotted(key)}: {message}" for key, message in problems))
+
+
+def _dotted(key: str | KeyPath) -> str:
+    return key if isinstance(key, str) else ".".join(str(part) for part in key)
 
 
 @functools.lru_cache(maxsize=64)
@@ -455,6 +461,8 @@ class HeraldSettings(BaseSettings):
     """Several replicas on one PostgreSQL database."""
     mcp: McpConfig = McpConfig()
     """MCP servers whose tools agents get, and Herald's own MCP endpoint."""
+    schedules: SchedulesConfig = SchedulesConfig()
+    """Scheduled runs: jobs that start sub-agent runs on their own and announce to a chat."""
 
     @classmethod
     def settings_customise_sources(
@@ -472,7 +480,7 @@ class HeraldSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_references(self) -> HeraldSettings:
-        problems: list[tuple[str, str]] = []
+        problems: list[tuple[str | KeyPath, str]] = []
         refs: list[tuple[str, str | None]] = [
             ("agent.model", self.agent.model),
             ("agent.subagents.model", self.agent.subagents.model),
@@ -491,6 +499,9 @@ class HeraldSettings(BaseSettings):
                 )
         problems += self._window_problems()
         problems += policy_problems(self.mcp.servers, self._policy_layers())
+        problems += job_problems(
+            self.schedules, agents=self.routing.agents, check_target=self._target_problem
+        )
         token = self.gateway.auth.token
         if not self.gateway.is_loopback and (token is None or not token.get_secret_value().strip()):
             problems.append(
@@ -502,6 +513,17 @@ class HeraldSettings(BaseSettings):
         if problems:
             raise CrossReferenceError(problems)
         return self
+
+    def _target_problem(self, text: str) -> str | None:
+        # Imported here: the sessions package builds on the state, which reads settings.
+        from gateway.sessions.targets import ChatTargetError, parse_target
+
+        try:
+            on = [n for n in ("webchat", "slack", "discord") if getattr(self.channels, n).enabled]
+            parse_target(text, dict.fromkeys(on, ""))
+        except ChatTargetError as exc:
+            return str(exc)
+        return None
 
     def _policy_layers(self) -> list[tuple[str, list[str] | None, list[str]]]:
         """Every tool policy as (key path, allow, deny)."""

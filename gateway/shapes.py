@@ -189,6 +189,12 @@ class Run(Closed):
     parent_run_id: str | None = Field(description="the run whose session spawned this one")
     depth: Depth
     batch_id: str | None = Field(description="the sessions_yield batch the run belongs to")
+    job_id: str | None = Field(
+        default=None, description="the scheduled job whose occurrence this run is"
+    )
+    occurrence_at: Timestamp | None = Field(
+        default=None, description="the due time of that occurrence (one run per job and time)"
+    )
     delivery: Delivery = Field(
         description="who has the run's result: live, held (a wait), batched, pending (on its"
         " way to the requester), delivered (in its conversation) or consumed"

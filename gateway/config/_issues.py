@@ -58,7 +58,7 @@ def schema_issues(
         original = (error.get("ctx") or {}).get("error")
         if isinstance(original, CrossReferenceError):
             for key, message in original.problems:
-                path = tuple(key.split("."))
+                path = tuple(key.split(".")) if isinstance(key, str) else key
                 if _under(path, failed):
                     continue
                 if key in unset:

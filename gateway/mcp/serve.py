@@ -26,7 +26,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from channels import Channel
 from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.mcp.asgi import MANAGER, asgi_bridge
 from gateway.sessions import (
@@ -34,6 +33,8 @@ from gateway.sessions import (
     SessionKey,
     SessionNotFoundError,
     SessionRefError,
+    account_of,
+    agent_of_channel,
     parse_target,
     session_view,
 )
@@ -54,22 +55,6 @@ MAX_WAIT_SECONDS = 300
 RunStatus = Literal[
     "queued", "running", "announcing", "done", "error", "timeout", "cancelled", "interrupted"
 ]
-
-
-def account_of(name: str, channel: Channel) -> str:
-    """The account a target's announce is sent as (the channel's workspace or bot)."""
-    if name == "webchat":
-        from channels.webchat.channel import ACCOUNT
-
-        return ACCOUNT
-    found = getattr(channel, "account", None) or getattr(channel, "bot_user_id", None)
-    return str(found) if found else "default"
-
-
-def _agent_of_channel(settings: HeraldSettings, channel: str) -> str:
-    config = getattr(settings.channels, channel, None)
-    agent = getattr(config, "agent", None)
-    return agent if isinstance(agent, str) else settings.routing.default_agent
 
 
 def _json(model: Any) -> dict[str, Any]:
@@ -117,7 +102,7 @@ def build_server(app: web.Application) -> MCPServer:
             except ChatTargetError as exc:
                 raise ToolError(f"to: {exc}") from None
             origin = target.origin(enabled[target.channel])
-            key = target.session_key(_agent_of_channel(settings, target.channel))
+            key = target.session_key(agent_of_channel(settings, target.channel))
             session = await store.ensure(key, origin=origin)
             if session.origin != origin:
                 session = await store.set_origin(session.key, origin)

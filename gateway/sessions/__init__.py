@@ -42,7 +42,13 @@ from gateway.sessions.store import (
     MAX_HISTORY_LIMIT,
     SessionStore,
 )
-from gateway.sessions.targets import ChatTarget, ChatTargetError, parse_target
+from gateway.sessions.targets import (
+    ChatTarget,
+    ChatTargetError,
+    account_of,
+    agent_of_channel,
+    parse_target,
+)
 from gateway.sessions.transcript import (
     COMPACTION_KIND,
     INTERRUPTED_TOOL_RESULT,
@@ -89,6 +95,8 @@ __all__ = [
     "TranscriptWriter",
     "TranscriptWriterClosedError",
     "UnsafePathError",
+    "account_of",
+    "agent_of_channel",
     "archived_path",
     "aread_transcript",
     "chat_messages_from_records",

@@ -21,12 +21,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from channels import Channel
 from channels.webchat import CLIENT_ID_PATTERN
 from gateway.sessions.errors import SessionError
 from gateway.sessions.keys import SessionKey
 from gateway.state import Origin
+
+if TYPE_CHECKING:  # the settings import the state, which this package builds on
+    from gateway.settings import HeraldSettings
 
 #: The channels a target may name, and the shape of their chat and thread ids.
 _CHAT_IDS: Final[Mapping[str, re.Pattern[str]]] = {
@@ -119,3 +123,20 @@ def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
                 f"chat target {text!r:.80}: {thread_id!r:.40} is no {channel} thread id"
             )
     return ChatTarget(channel, chat_id, thread_id if slash else None)
+
+
+def account_of(name: str, channel: Channel) -> str:
+    """The account a target's announce is sent as (the channel's workspace or bot)."""
+    if name == "webchat":
+        from channels.webchat.channel import ACCOUNT
+
+        return ACCOUNT
+    found = getattr(channel, "account", None) or getattr(channel, "bot_user_id", None)
+    return str(found) if found else "default"
+
+
+def agent_of_channel(settings: HeraldSettings, channel: str) -> str:
+    """The agent whose session a target on ``channel`` resolves to (the channel's own)."""
+    config = getattr(settings.channels, channel, None)
+    agent = getattr(config, "agent", None)
+    return agent if isinstance(agent, str) else settings.routing.default_agent

@@ -269,6 +269,10 @@ class RunRecord:
     held_by: str | None = None
     #: The replica handing the run's pending completion on.
     completion_by: str | None = None
+    #: The scheduled job whose occurrence this run is (``gateway.schedules``).
+    job_id: str | None = None
+    #: The due time (epoch seconds) of that occurrence.
+    occurrence_at: float | None = None
 
     @property
     def usage(self) -> Usage:

@@ -68,11 +68,18 @@ class RunsTable:
         return await self._db.write(run_insert)
 
     async def insert_spawn(
-        self, run: RunRecord, child_session: SessionRecord, *, max_live_siblings: int
+        self,
+        run: RunRecord,
+        child_session: SessionRecord,
+        *,
+        max_live_siblings: int,
+        also: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         """Record a spawn: the run's new session and the run, in one transaction (both rows
         or neither), as :meth:`insert` checks them; an existing session key raises
-        :class:`RecordConflictError`. Nothing is read back: the caller holds both rows."""
+        :class:`RecordConflictError`. Nothing is read back: the caller holds both rows.
+        ``also`` writes in the same transaction (a scheduled occurrence and its job's next
+        fire time); what it raises rolls everything back."""
         columns = session_to_columns(child_session)
         session_values = [columns[name] for name in SESSION_COLUMNS]
         write = _insert_run(run, max_live_siblings)
@@ -83,6 +90,8 @@ class RunsTable:
             except sqlite3.IntegrityError as exc:
                 raise integrity_error("sessions", exc) from exc
             write(conn)
+            if also is not None:
+                also(conn)
 
         await self._db.write(spawn_insert)
 

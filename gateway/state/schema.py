@@ -64,6 +64,11 @@ Version 13 gives each run one delivery state (``runs.delivery``: who has its res
 its legal moves in ``gateway.state.lifecycle``) in place of ``completion``, ``held`` and the
 routing values of ``announce_state`` (which now records only what became of the chat post),
 and ``batches.stopped_at``: a ``/stop`` stopped the batch's runs (it closes without a turn).
+
+Version 14 keeps scheduled jobs (``schedule_jobs``: trigger, target, next fire time, pause
+and failure count), each job's occurrences (``schedule_occurrences``: ``ran``, ``missed`` or
+``skipped``, one row per due time) and, on a run an occurrence started, ``runs.job_id`` and
+``runs.occurrence_at``: one run per job and due time, ever (a unique index).
 """
 
 from __future__ import annotations
@@ -364,6 +369,51 @@ _V13: Final = (
     "ALTER TABLE batches ADD COLUMN stopped_at REAL",
 )
 
+#: Scheduled jobs and their occurrences (``gateway.schedules.store``). An occurrence is
+#: written with its run in the transaction that moves the job's ``next_run_at`` on.
+_V14: Final = (
+    """
+    CREATE TABLE schedule_jobs (
+        job_id TEXT PRIMARY KEY,
+        declared INTEGER NOT NULL DEFAULT 0,
+        trigger_kind TEXT NOT NULL CHECK (trigger_kind IN ('cron', 'every', 'at')),
+        trigger_value TEXT NOT NULL,
+        timezone TEXT NOT NULL,
+        anchor REAL NOT NULL,
+        agent_id TEXT NOT NULL,
+        task TEXT NOT NULL,
+        to_target TEXT NOT NULL,
+        label TEXT,
+        model TEXT,
+        run_timeout_seconds REAL NOT NULL DEFAULT 0,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_by TEXT,
+        created_at REAL NOT NULL,
+        next_run_at REAL,
+        paused INTEGER NOT NULL DEFAULT 0,
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        last_run_at REAL,
+        last_run_id TEXT,
+        last_status TEXT
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX schedule_jobs_due ON schedule_jobs (next_run_at) WHERE next_run_at IS NOT NULL",
+    "CREATE INDEX schedule_jobs_creator ON schedule_jobs (created_by)",
+    """
+    CREATE TABLE schedule_occurrences (
+        job_id TEXT NOT NULL,
+        occurrence_at REAL NOT NULL,
+        outcome TEXT NOT NULL CHECK (outcome IN ('ran', 'missed', 'skipped')),
+        run_id TEXT,
+        recorded_at REAL NOT NULL,
+        PRIMARY KEY (job_id, occurrence_at)
+    ) WITHOUT ROWID
+    """,
+    "ALTER TABLE runs ADD COLUMN job_id TEXT",
+    "ALTER TABLE runs ADD COLUMN occurrence_at REAL",
+    "CREATE UNIQUE INDEX runs_occurrence ON runs (job_id, occurrence_at) WHERE job_id IS NOT NULL",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -378,5 +428,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V11,
     _V12,
     _V13,
+    _V14,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

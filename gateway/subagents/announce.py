@@ -141,6 +141,8 @@ def compose_announce(
         run.child_session_id,
         transcript_path,
     )
+    if run.job_id is not None:  # an occurrence says which job to pause or cancel
+        stats += f" • job {run.job_id}"
     return f"{body}\n\n{stats}"
 
 

@@ -13,6 +13,7 @@ typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -98,6 +99,12 @@ class SpawnRequest:
     cleanup: Literal["delete", "keep"] = "keep"
     #: ``fork``: the child starts with the requester's conversation, then the task.
     context: SpawnContext = "isolated"
+    #: A scheduled occurrence: its job and due time, recorded on the run.
+    job_id: str | None = None
+    occurrence_at: float | None = None
+    #: Written in the run's own transaction (an isolated spawn only): the occurrence and its
+    #: job's next fire time, so a crash keeps both or neither.
+    record_with: Callable[[sqlite3.Connection], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,12 +316,16 @@ class Spawner:
             parent_run_id=requester_run.run_id if requester_run is not None else None,
             depth=requester_run.depth + 1 if requester_run is not None else 1,
             context=request.context,
+            job_id=request.job_id,
+            occurrence_at=request.occurrence_at,
         )
         try:
             if new_child is None:
                 await self._db.runs.insert(run, max_live_siblings=limit)
             else:
-                await self._db.runs.insert_spawn(run, new_child, max_live_siblings=limit)
+                await self._db.runs.insert_spawn(
+                    run, new_child, max_live_siblings=limit, also=request.record_with
+                )
         except ChildLimitError:  # another spawn of this session took the last place
             if new_child is None:
                 await self._store.archive(child.key)

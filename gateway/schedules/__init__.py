@@ -1,0 +1,15 @@
+"""Scheduled runs: jobs whose occurrences are sub-agent runs announced to a chat target.
+
+Modules, each imported by its own path (this ``__init__`` stays light because
+:mod:`gateway.settings` composes :mod:`gateway.schedules.config`):
+
+- :mod:`~gateway.schedules.triggers`: ``cron``/``every``/``at`` and their fire times;
+- :mod:`~gateway.schedules.config`: the ``schedules`` section and its checks;
+- :mod:`~gateway.schedules.store`: jobs and occurrences in the state database;
+- :mod:`~gateway.schedules.scheduler`: the loop that starts due occurrences.
+"""
+
+from gateway.schedules.config import JobConfig, SchedulesConfig
+from gateway.schedules.triggers import Trigger, TriggerError
+
+__all__ = ["JobConfig", "SchedulesConfig", "Trigger", "TriggerError"]

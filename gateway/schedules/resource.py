@@ -1,0 +1,118 @@
+"""The scheduler's life in the gateway: declared jobs synced at start, the loop started
+once the channels are up (an occurrence's chat must be reachable), closed before they stop.
+
+A job's chat target resolves at each occurrence against the channels that run, to the chat's
+own session for the job's agent (created when nobody has talked there yet), so the agent of
+that chat sees the run's completion on its next turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.api.keys import SESSION_STORE
+from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.store import JobRecord, JobsTable
+from gateway.sessions import account_of, parse_target
+from gateway.settings import HeraldSettings
+from gateway.state import OutboxRecord, SessionRecord
+from gateway.tools import ToolContext
+from gateway.wiring import (
+    CONTEXTS,
+    METRICS,
+    OUTBOX,
+    STATE,
+    SUBAGENTS,
+    channels_of,
+    settings_of,
+)
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER = web.AppKey("scheduler", Scheduler)
+
+
+def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
+    """The file's jobs as rows (a new one's first fire time from ``now``)."""
+    section = settings.schedules
+    out = []
+    for job in section.jobs:
+        trigger = job.trigger(section.timezone)
+        out.append(
+            JobRecord(
+                job_id=job.id,
+                trigger_kind=trigger.kind,
+                trigger_value=trigger.value,
+                timezone=trigger.timezone,
+                anchor=trigger.anchor,
+                agent_id=job.agent_id or settings.routing.default_agent,
+                task=job.task,
+                to_target=job.to,
+                created_at=now,
+                declared=True,
+                label=job.label,
+                model=job.model,
+                run_timeout_seconds=job.run_timeout_seconds,
+                enabled=job.enabled,
+                next_run_at=trigger.first(now),
+            )
+        )
+    return out
+
+
+async def _chat_session(app: web.Application, job: JobRecord) -> SessionRecord:
+    """The chat's own session for the job's agent, its origin the job's target."""
+    enabled = {name: account_of(name, ch) for name, ch in channels_of(app).items()}
+    target = parse_target(job.to_target, enabled)
+    origin = target.origin(enabled[target.channel])
+    store = app[SESSION_STORE]
+    session = await store.ensure(target.session_key(job.agent_id), origin=origin)
+    if session.origin != origin:
+        session = await store.set_origin(session.key, origin)
+    return session
+
+
+async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
+    """The scheduler, from after the channels start until before they stop."""
+    db = app[STATE]
+    jobs = JobsTable(db)
+    await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
+
+    async def requester(job: JobRecord) -> ToolContext:
+        session = await _chat_session(app, job)
+        return app[CONTEXTS].for_session(session, origin=session.origin)
+
+    async def notify(job: JobRecord, text: str) -> None:
+        origin = (await _chat_session(app, job)).origin
+        if origin is None:  # pragma: no cover - a target always gives one
+            return
+        item = OutboxRecord(
+            channel=origin.channel,
+            account=origin.account,
+            chat_id=origin.chat_id,
+            thread_id=origin.thread_id,
+            text=text,
+            created_at=time.time(),
+            kind="notice",
+        )
+        await db.outbox.insert(item)
+        app[OUTBOX].kick()
+
+    scheduler = Scheduler(
+        jobs=jobs,
+        spawner=app[SUBAGENTS].spawner,
+        requester=requester,
+        notify=notify,
+        count=app[METRICS].schedule_occurrence,
+        grace=lambda: settings_of(app).schedules.misfire_grace_seconds,
+    )
+    app[SCHEDULER] = scheduler
+    scheduler.start()
+    try:
+        yield
+    finally:
+        await scheduler.close()

@@ -1,0 +1,327 @@
+"""Jobs and occurrences in the state database (``schedule_jobs``, ``schedule_occurrences``).
+
+Rows are :class:`JobRecord` (fields = columns). The one write that matters is
+:func:`advance`: it records a job's due occurrences and moves its ``next_run_at`` on, but
+only from the ``next_run_at`` the caller read — in a cluster, or after a restart, exactly one
+writer wins each due time; the others raise :class:`OccurrenceTakenError` and roll back.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal
+
+from gateway.schedules.triggers import Trigger, TriggerKind
+from gateway.state import RecordConflictError, StateDB, StateError
+
+Outcome = Literal["ran", "missed", "skipped"]
+#: What a job's runs ended as, for the failure count: these count as failures.
+FAILED_STATUSES: Final = frozenset({"error", "timeout"})
+
+
+class OccurrenceTakenError(StateError):
+    """Another writer (a replica, an earlier pass) already recorded this due time."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A scheduled job; fields are the ``schedule_jobs`` columns."""
+
+    job_id: str
+    trigger_kind: TriggerKind
+    trigger_value: str
+    timezone: str
+    anchor: float
+    agent_id: str
+    task: str
+    to_target: str
+    created_at: float
+    declared: bool = False
+    label: str | None = None
+    model: str | None = None
+    run_timeout_seconds: float = 0
+    enabled: bool = True
+    #: The chat session whose agent created the job (its ``maxPerChat`` and its scope).
+    created_by: str | None = None
+    next_run_at: float | None = None
+    paused: bool = False
+    consecutive_failures: int = 0
+    last_run_at: float | None = None
+    last_run_id: str | None = None
+    #: The final status of ``last_run_id`` once counted; None while it runs.
+    last_status: str | None = None
+
+    @property
+    def trigger(self) -> Trigger:
+        return Trigger(self.trigger_kind, self.trigger_value, self.timezone, self.anchor)
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrenceRecord:
+    job_id: str
+    occurrence_at: float
+    outcome: Outcome
+    recorded_at: float
+    run_id: str | None = None
+
+
+JOB_COLUMNS: Final = tuple(f.name for f in fields(JobRecord))
+_SELECT: Final = f"SELECT {', '.join(JOB_COLUMNS)} FROM schedule_jobs"
+#: What a declared job's definition is: a change to one of these updates the row.
+DEFINITION: Final = (
+    "trigger_kind",
+    "trigger_value",
+    "timezone",
+    "agent_id",
+    "task",
+    "to_target",
+    "label",
+    "model",
+    "run_timeout_seconds",
+    "enabled",
+)
+
+
+def _job(row: Any) -> JobRecord:
+    values = {name: row[name] for name in JOB_COLUMNS}
+    for name in ("declared", "enabled", "paused"):
+        values[name] = bool(values[name])
+    return JobRecord(**values)
+
+
+def _values(job: JobRecord) -> list[Any]:
+    return [int(v) if isinstance(v, bool) else v for v in (getattr(job, n) for n in JOB_COLUMNS)]
+
+
+class JobsTable:
+    """Data access for scheduled jobs over a :class:`StateDB`."""
+
+    def __init__(self, db: StateDB) -> None:
+        self._db = db
+
+    async def insert(self, job: JobRecord) -> JobRecord:
+        """Insert a new job; an existing id raises :class:`RecordConflictError`."""
+        marks = ", ".join("?" for _ in JOB_COLUMNS)
+        sql = f"INSERT INTO schedule_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({marks})"
+
+        def write(conn: sqlite3.Connection) -> JobRecord:
+            try:
+                conn.execute(sql, _values(job))
+            except sqlite3.IntegrityError as exc:
+                raise RecordConflictError("schedule_jobs", job.job_id) from exc
+            return job
+
+        return await self._db.write(write)
+
+    async def sync_declared(self, jobs: Iterable[JobRecord]) -> None:
+        """Make the declared jobs those of the file: new ones inserted, changed definitions
+        updated (a changed trigger starts from its next fire time), removed ones deleted.
+        Pause, failures and history are kept."""
+        wanted = {job.job_id: job for job in jobs}
+
+        def write(conn: sqlite3.Connection) -> None:
+            have = {row["job_id"]: _job(row) for row in conn.execute(_SELECT).fetchall()}
+            for job_id, kept in have.items():
+                if kept.declared and job_id not in wanted:
+                    _delete(conn, job_id)
+            for job_id, job in wanted.items():
+                old = have.get(job_id)
+                if old is None:
+                    marks = ", ".join("?" for _ in JOB_COLUMNS)
+                    conn.execute(
+                        f"INSERT INTO schedule_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({marks})",
+                        _values(job),
+                    )
+                    continue
+                changed = {
+                    n: getattr(job, n) for n in DEFINITION if getattr(old, n) != getattr(job, n)
+                }
+                if not changed and old.declared:
+                    continue
+                changed["declared"] = True
+                if old.trigger != job.trigger or not old.declared:
+                    changed["next_run_at"] = job.next_run_at
+                names = list(changed)
+                conn.execute(
+                    f"UPDATE schedule_jobs SET {', '.join(f'{n} = ?' for n in names)}"
+                    " WHERE job_id = ?",
+                    [*(int(v) if isinstance(v, bool) else v for v in changed.values()), job_id],
+                )
+
+        await self._db.write(write)
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        def read(conn: sqlite3.Connection) -> JobRecord | None:
+            row = conn.execute(f"{_SELECT} WHERE job_id = ?", (job_id,)).fetchone()
+            return _job(row) if row is not None else None
+
+        return await self._db.read(read)
+
+    async def list(self, *, created_by: str | None = None) -> builtins.list[JobRecord]:
+        """Every job (or those ``created_by`` one chat session), by id."""
+        where, params = ("WHERE created_by = ?", [created_by]) if created_by else ("", [])
+
+        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+            rows = conn.execute(f"{_SELECT} {where} ORDER BY job_id", params).fetchall()
+            return [_job(row) for row in rows]
+
+        return await self._db.read(read)
+
+    async def due(self, now: float) -> builtins.list[JobRecord]:
+        """Jobs whose next fire time has come (not paused, enabled), soonest first."""
+
+        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+            rows = conn.execute(
+                f"{_SELECT} WHERE next_run_at IS NOT NULL AND next_run_at <= ?"
+                " AND paused = 0 AND enabled = 1 ORDER BY next_run_at",
+                (now,),
+            ).fetchall()
+            return [_job(row) for row in rows]
+
+        return await self._db.read(read)
+
+    async def next_due_at(self) -> float | None:
+        def read(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT MIN(next_run_at) FROM schedule_jobs"
+                " WHERE next_run_at IS NOT NULL AND paused = 0 AND enabled = 1"
+            ).fetchone()
+            return float(row[0]) if row is not None and row[0] is not None else None
+
+        return await self._db.read(read)
+
+    async def unsettled(self) -> builtins.list[tuple[JobRecord, str | None]]:
+        """Jobs whose last run was not counted yet, with that run's status now."""
+
+        def read(conn: sqlite3.Connection) -> builtins.list[tuple[JobRecord, str | None]]:
+            rows = conn.execute(
+                f"{_SELECT} WHERE last_run_id IS NOT NULL AND last_status IS NULL"
+            ).fetchall()
+            out = []
+            for row in rows:
+                run = conn.execute(
+                    "SELECT status FROM runs WHERE run_id = ?", (row["last_run_id"],)
+                ).fetchone()
+                out.append((_job(row), run[0] if run is not None else None))
+            return out
+
+        return await self._db.read(read)
+
+    async def count_run(self, job: JobRecord, status: str, *, pause_after: int) -> JobRecord | None:
+        """Count the last run's final ``status`` (once: only while uncounted); the job as it
+        is now, or None when another writer counted it. Pauses at ``pause_after``
+        consecutive failures."""
+        failed = status in FAILED_STATUSES
+
+        def write(conn: sqlite3.Connection) -> JobRecord | None:
+            rows = conn.execute(
+                "UPDATE schedule_jobs SET last_status = ?,"
+                " consecutive_failures = CASE WHEN ? = 1 THEN consecutive_failures + 1 ELSE 0 END"
+                " WHERE job_id = ? AND last_run_id = ? AND last_status IS NULL"
+                f" RETURNING {', '.join(JOB_COLUMNS)}",
+                (status, int(failed), job.job_id, job.last_run_id),
+            ).fetchall()
+            if not rows:
+                return None
+            counted = _job(rows[0])
+            if failed and counted.consecutive_failures >= pause_after and not counted.paused:
+                conn.execute("UPDATE schedule_jobs SET paused = 1 WHERE job_id = ?", (job.job_id,))
+                return _job_with(counted, paused=True)
+            return counted
+
+        return await self._db.write(write)
+
+    async def set_paused(self, job_id: str, paused: bool) -> JobRecord | None:
+        """Pause or resume (resuming clears the failure count); None for no such job."""
+
+        def write(conn: sqlite3.Connection) -> JobRecord | None:
+            rows = conn.execute(
+                "UPDATE schedule_jobs SET paused = ?, consecutive_failures ="
+                " CASE WHEN ? = 1 THEN consecutive_failures ELSE 0 END WHERE job_id = ?"
+                f" RETURNING {', '.join(JOB_COLUMNS)}",
+                (int(paused), int(paused), job_id),
+            ).fetchall()
+            return _job(rows[0]) if rows else None
+
+        return await self._db.write(write)
+
+    async def delete(self, job_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            return _delete(conn, job_id)
+
+        return await self._db.write(write)
+
+    async def record(
+        self,
+        job: JobRecord,
+        occurrences: builtins.list[tuple[float, Outcome]],
+        next_run_at: float | None,
+        now: float,
+    ) -> None:
+        """Record occurrences that started no run and move the job on (see :func:`advance`)."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            advance(conn, job, occurrences, next_run_at, now, run_id=None)
+
+        await self._db.write(write)
+
+    async def occurrences(self, job_id: str, *, limit: int = 20) -> builtins.list[OccurrenceRecord]:
+        """The job's latest occurrences, newest first."""
+
+        def read(conn: sqlite3.Connection) -> builtins.list[OccurrenceRecord]:
+            rows = conn.execute(
+                "SELECT job_id, occurrence_at, outcome, recorded_at, run_id"
+                " FROM schedule_occurrences WHERE job_id = ?"
+                " ORDER BY occurrence_at DESC LIMIT ?",
+                (job_id, limit),
+            ).fetchall()
+            return [OccurrenceRecord(*tuple(row)) for row in rows]
+
+        return await self._db.read(read)
+
+
+def advance(
+    conn: sqlite3.Connection,
+    job: JobRecord,
+    occurrences: list[tuple[float, Outcome]],
+    next_run_at: float | None,
+    now: float,
+    *,
+    run_id: str | None,
+) -> None:
+    """In the caller's transaction: record ``occurrences`` (the ``ran`` one with
+    ``run_id``) and move the job's ``next_run_at`` on — only from the value ``job`` was read
+    with, else :class:`OccurrenceTakenError` (the transaction rolls back)."""
+    assignments = "next_run_at = ?"
+    params: list[Any] = [next_run_at]
+    if run_id is not None:
+        ran = max(at for at, outcome in occurrences if outcome == "ran")
+        assignments += ", last_run_at = ?, last_run_id = ?, last_status = NULL"
+        params += [ran, run_id]
+    cursor = conn.execute(
+        f"UPDATE schedule_jobs SET {assignments}"
+        " WHERE job_id = ? AND next_run_at = ? AND paused = 0",
+        [*params, job.job_id, job.next_run_at],
+    )
+    if cursor.rowcount != 1:
+        raise OccurrenceTakenError(f"job {job.job_id!r}: due time {job.next_run_at} was taken")
+    for at, outcome in occurrences:
+        conn.execute(
+            "INSERT INTO schedule_occurrences (job_id, occurrence_at, outcome, run_id,"
+            " recorded_at) VALUES (?, ?, ?, ?, ?)",
+            (job.job_id, at, outcome, run_id if outcome == "ran" else None, now),
+        )
+
+
+def _delete(conn: sqlite3.Connection, job_id: str) -> bool:
+    conn.execute("DELETE FROM schedule_occurrences WHERE job_id = ?", (job_id,))
+    return conn.execute("DELETE FROM schedule_jobs WHERE job_id = ?", (job_id,)).rowcount == 1
+
+
+def _job_with(job: JobRecord, **changes: Any) -> JobRecord:
+    values = {name: getattr(job, name) for name in JOB_COLUMNS}
+    values.update(changes)
+    return JobRecord(**values)

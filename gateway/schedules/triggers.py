@@ -1,0 +1,201 @@
+"""A job's trigger — ``cron``, ``every`` or ``at`` — and its fire times.
+
+Fire times come from APScheduler 3's triggers (``CronTrigger.from_crontab``,
+``IntervalTrigger``, ``DateTrigger``) with zoneinfo, so daylight-saving changes are theirs:
+a cron time that a spring-forward skips fires an hour on that day (02:30 is 03:30), one an
+autumn fall-back repeats fires at both instances (01:30 EDT, then 01:30 EST), as
+APScheduler has it.
+
+Day-of-week numbers are crontab's (0 or 7 is Sunday, 1 Monday): APScheduler 3 counts from
+Monday, so :func:`crontab_weekdays` rewrites the field as day names first.
+
+Times cross this module as epoch seconds (what the state database stores); APScheduler sees
+aware datetimes.
+
+Kept free of the rest of Herald: the config schema validates triggers with it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+TriggerKind = Literal["cron", "every", "at"]
+TRIGGER_KINDS: Final[tuple[TriggerKind, ...]] = ("cron", "every", "at")
+
+#: How far past a fire time ``after`` looks for the next one before it gives up (a day and
+#: more: past any daylight-saving repeat).
+_MAX_PROBE: Final = 2 * 86400.0
+_DAY_NAMES: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_EVERY: Final = re.compile(r"^([1-9][0-9]{0,8})([smhd])$")
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class TriggerError(ValueError):
+    """A trigger that cannot be used; ``field`` is the key it came from."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def parse_every(text: str) -> int:
+    """``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` as seconds (TriggerError otherwise)."""
+    match = _EVERY.fullmatch(text.strip())
+    if match is None:
+        raise TriggerError("every", f"{text!r:.40} is not <number><s|m|h|d> (e.g. '15m')")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def crontab_weekdays(field: str) -> str:
+    """Crontab's day-of-week field with its numbers as day names (``1-5`` → ``mon,tue,…``).
+
+    Each item (a number, a range ``a-b``, either with ``/step``, or ``*/step``) becomes the
+    list of the days it means; day names and a bare ``*`` are left as written.
+    """
+    if field == "*" or not re.search(r"[0-9]", field):
+        return field
+    days: list[int] = []
+    for item in field.split(","):
+        span, _, step_text = item.partition("/")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise ValueError(f"bad step in day of week {item!r}")
+        if span == "*":
+            first, last = 0, 6
+        else:
+            low, dash, high = span.partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()):
+                raise ValueError(f"day of week {item!r} mixes numbers and names")
+            first, last = int(low), int(high) if dash else int(low)
+            if step is not None and not dash:
+                last = 7
+        if not (0 <= first <= 7 and 0 <= last <= 7) or first > last:
+            raise ValueError(f"day of week {item!r} is not within 0-7")
+        days += [day % 7 for day in range(first, last + 1, step or 1)]
+    return ",".join(_DAY_NAMES[day] for day in sorted(set(days)))
+
+
+def parse_at(text: str) -> float:
+    """An ISO-8601 time with an offset (``2026-12-01T09:00:00+01:00``) as epoch seconds."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise TriggerError("at", f"{text!r:.60} is not an ISO-8601 time") from None
+    if when.tzinfo is None:
+        raise TriggerError("at", f"{text!r:.60} has no offset (write e.g. '+00:00' or 'Z')")
+    return when.timestamp()
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name`` (TriggerError naming ``timezone`` otherwise)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TriggerError("timezone", f"unknown time zone {name!r:.60}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """One trigger as a job stores it: its kind, its text as written, its time zone, and
+    ``anchor`` (when an ``every`` job was created: its fire times are anchor + k·every)."""
+
+    kind: TriggerKind
+    value: str
+    timezone: str = "UTC"
+    anchor: float = 0.0
+
+    def __str__(self) -> str:
+        where = f" ({self.timezone})" if self.kind == "cron" else ""
+        return f"{self.kind} {self.value}{where}"
+
+    def to_json(self) -> dict[str, str]:
+        out: dict[str, str] = {self.kind: self.value}
+        if self.kind == "cron":
+            out["timezone"] = self.timezone
+        return out
+
+    def check(self, *, min_every_seconds: float, now: float) -> None:
+        """Raise :class:`TriggerError` naming the field when the trigger cannot be used."""
+        if self.kind == "every":
+            seconds = parse_every(self.value)
+            if seconds < min_every_seconds:
+                raise TriggerError(
+                    "every",
+                    f"{self.value!r} is shorter than schedules.minEverySeconds "
+                    f"({min_every_seconds:g}s)",
+                )
+        elif self.kind == "at":
+            if parse_at(self.value) <= now:
+                raise TriggerError("at", f"{self.value!r} is in the past")
+        else:
+            self._apscheduler()
+
+    def first(self, now: float) -> float | None:
+        """The first fire time at or after ``now`` (an ``at`` gives its time even if past:
+        the misfire rules decide what becomes of it)."""
+        fire = self._apscheduler().get_next_fire_time(None, _aware(now))
+        return fire.timestamp() if fire is not None else None
+
+    def after(self, previous: float) -> float | None:
+        """The fire time after ``previous`` (None: the trigger fires no more)."""
+        trigger = self._apscheduler()
+        at = _aware(previous)
+        fire = trigger.get_next_fire_time(at, at)
+        # In an autumn fall-back APScheduler 3 answers a repeated wall time's first instance
+        # again (it ignores the fold): ask from later instants until the answer moves on.
+        step = 1.0
+        while fire is not None and fire.timestamp() <= previous and step <= _MAX_PROBE:
+            fire = trigger.get_next_fire_time(None, _aware(previous + step))
+            step *= 2
+        return fire.timestamp() if fire is not None else None
+
+    def _apscheduler(self) -> BaseTrigger:
+        tz = zone(self.timezone)
+        if self.kind == "cron":
+            try:
+                fields = self.value.split()
+                if len(fields) != 5:
+                    raise ValueError(f"wrong number of fields: {len(fields)}, expected 5")
+                return CronTrigger(
+                    minute=fields[0],
+                    hour=fields[1],
+                    day=fields[2],
+                    month=fields[3],
+                    day_of_week=crontab_weekdays(fields[4]),
+                    timezone=tz,
+                )
+            except ValueError as exc:
+                raise TriggerError("cron", f"{self.value!r:.60} is no crontab: {exc}") from None
+        if self.kind == "every":
+            return IntervalTrigger(
+                seconds=parse_every(self.value), start_date=_aware(self.anchor), timezone=tz
+            )
+        return DateTrigger(run_date=_aware(parse_at(self.value)), timezone=tz)
+
+
+def _aware(epoch: float) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=epoch)
+
+
+def trigger_of(
+    *, cron: str | None, every: str | None, at: str | None, timezone: str, anchor: float
+) -> Trigger:
+    """The one trigger among ``cron``, ``every`` and ``at`` (TriggerError for none or two)."""
+    given = [(kind, value) for kind, value in zip(TRIGGER_KINDS, (cron, every, at), strict=True)]
+    named = [(kind, value) for kind, value in given if value is not None]
+    if len(named) != 1:
+        which = " and ".join(kind for kind, _ in named) or "none"
+        raise TriggerError(
+            "trigger", f"a job has exactly one of cron, every and at (this one has {which})"
+        )
+    kind, value = named[0]
+    return Trigger(kind, value, timezone, anchor)

@@ -1,0 +1,90 @@
+"""Declared jobs: each mistake is a config error naming file, line and key (exit 78 before
+anything starts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import load_settings
+from gateway.errors import ConfigError
+from tests.gateway.conftest import WriteFile
+
+GOOD = '{ id: "brief", cron: "0 9 * * 1-5", task: "Summarise.", to: "webchat:abc" }'
+
+
+def config_with(job: str) -> str:
+    return f"{{\n  schedules: {{\n    jobs: [\n      {GOOD},\n      {job},\n    ],\n  }},\n}}\n"
+
+
+@pytest.mark.parametrize(
+    ("job", "key", "words"),
+    [
+        (
+            '{ id: "x", cron: "0 9 * * *", every: "1h", task: "t", to: "webchat:abc" }',
+            "schedules.jobs[1]",
+            "exactly one of cron, every and at (this one has cron and every)",
+        ),
+        ('{ id: "x", task: "t", to: "webchat:abc" }', "schedules.jobs[1]", "(this one has none)"),
+        (
+            '{ id: "x", cron: "0 9 * *", task: "t", to: "webchat:abc" }',
+            "schedules.jobs[1].cron",
+            "is no crontab",
+        ),
+        (
+            '{ id: "x", every: "30s", task: "t", to: "webchat:abc" }',
+            "schedules.jobs[1].every",
+            "shorter than schedules.minEverySeconds (60s)",
+        ),
+        (
+            '{ id: "x", at: "2020-01-01T09:00:00Z", task: "t", to: "webchat:abc" }',
+            "schedules.jobs[1].at",
+            "is in the past",
+        ),
+        (
+            '{ id: "x", every: "1h", task: "t", to: "slack:C0123456789" }',
+            "schedules.jobs[1].to",
+            "channel 'slack' is not enabled",
+        ),
+        (
+            '{ id: "x", every: "1h", task: "t", to: "teams:abc" }',
+            "schedules.jobs[1].to",
+            "unknown channel 'teams'",
+        ),
+        (
+            '{ id: "x", every: "1h", task: "t", to: "webchat:abc", agentId: "nobody" }',
+            "schedules.jobs[1].agentId",
+            "'nobody' is not one of",
+        ),
+        (
+            '{ id: "Bad Id", every: "1h", task: "t", to: "webchat:abc" }',
+            "schedules.jobs[1].id",
+            "should match pattern",
+        ),
+    ],
+)
+def test_a_bad_declared_job_names_file_line_and_key(
+    write: WriteFile, job: str, key: str, words: str
+) -> None:
+    path = write("herald.json5", config_with(job))
+    with pytest.raises(ConfigError) as excinfo:
+        load_settings(path, environ={})
+    (issue,) = excinfo.value.issues
+    assert issue.file == str(path)
+    assert issue.line == 5, str(issue)  # the second job's line
+    assert issue.key is not None
+    assert issue.key.startswith(key), str(issue)
+    assert words in issue.message, str(issue)
+
+
+def test_two_jobs_with_one_id_are_an_error(write: WriteFile) -> None:
+    path = write("herald.json5", config_with(GOOD))
+    with pytest.raises(ConfigError, match="job id 'brief' is declared twice"):
+        load_settings(path, environ={})
+
+
+def test_good_jobs_load(write: WriteFile) -> None:
+    job = '{ id: "tick", every: "15m", task: "t", to: "webchat:abc", timezone: "Asia/Tokyo" }'
+    loaded = load_settings(write("herald.json5", config_with(job)), environ={})
+    jobs = loaded.settings.schedules.jobs
+    assert [j.id for j in jobs] == ["brief", "tick"]
+    assert jobs[1].trigger("UTC").timezone == "Asia/Tokyo"
