@@ -1,0 +1,140 @@
+"""A real gateway killed with SIGKILL at random moments while jobs fire, 20 times over, then
+left to finish: no occurrence is recorded or run twice, none is skipped silently (every due
+time from a job's first to its last is recorded ``ran``, ``missed`` or ``skipped``), each
+``ran`` has exactly its run, and every run ends final with one announce."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.state import StateDB
+from tests.gateway.daemon_process import daemon_state, free_port, herald, write_config
+from tests.gateway.harness import hang_guard
+
+pytestmark = pytest.mark.slow
+
+KILLS = 20
+CLIENT_ID = "kill-client"
+#: Periods (seconds) of the declared jobs: short, so that kills land while they fire.
+PERIODS = {"every1": 1, "every2": 2, "every3": 3}
+SCRIPT = {
+    "rules": [
+        {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
+        {"match": r"^tick (\w+)$", "reply": "ticked $1"},
+    ],
+    "default": {"reply": "?"},
+}
+
+
+def config(tmp_path: Path, port: int) -> Path:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT), encoding="utf-8")
+    jobs = [
+        {
+            "id": job_id,
+            "every": f"{period}s",
+            "task": f"tick {job_id}",
+            "to": f"webchat:{CLIENT_ID}",
+        }
+        for job_id, period in PERIODS.items()
+    ]
+    return write_config(
+        tmp_path / "herald.json",
+        {
+            "gateway": {"port": port, "stateDir": str(tmp_path / "state")},
+            "agent": {"model": "t/m", "subagents": {"maxConcurrent": 4}},
+            "models": {
+                "providers": {
+                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
+                }
+            },
+            "schedules": {"minEverySeconds": 1, "misfireGraceSeconds": 3600, "jobs": jobs},
+        },
+    )
+
+
+async def rows(db: StateDB, sql: str) -> list[dict[str, Any]]:
+    def read(conn: Any) -> list[dict[str, Any]]:
+        cursor = conn.execute(sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    return await db.read(read)
+
+
+async def settled(state_dir: Path) -> bool:
+    """Every scheduled run is final and its announce delivered."""
+    db = await daemon_state(state_dir, None)
+    try:
+        open_runs = await rows(
+            db,
+            "SELECT r.run_id FROM runs r LEFT JOIN outbox o ON o.run_id = r.run_id"
+            " WHERE r.job_id IS NOT NULL AND (r.status NOT IN ('done', 'error', 'timeout',"
+            " 'cancelled', 'interrupted') OR o.state IS NULL OR o.state != 'delivered')",
+        )
+        ran = await rows(db, "SELECT COUNT(*) AS n FROM runs WHERE job_id IS NOT NULL")
+    finally:
+        await db.close()
+    return not open_runs and ran[0]["n"] > 0
+
+
+async def test_sigkill_while_jobs_fire_neither_doubles_nor_drops_an_occurrence(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    path = config(tmp_path, port)
+    seed = random.randrange(1 << 30)
+    moments = random.Random(seed)
+    for _ in range(KILLS):
+        async with herald("run", "--config", str(path), port=port) as daemon:
+            await daemon.wait_healthy()
+            await asyncio.sleep(moments.uniform(0.0, 2.0))  # a random moment, not a wait
+            daemon.process.send_signal(signal.SIGKILL)
+            assert await daemon.wait_exit() == -signal.SIGKILL
+    async with herald("run", "--config", str(path), port=port) as last:
+        await last.wait_healthy()
+        # Let the jobs fire a little more with nobody killing, then stop them from firing.
+        async with hang_guard(f"runs settling (seed {seed})"):
+            while not await settled(tmp_path / "state"):  # noqa: ASYNC110 - another process
+                await asyncio.sleep(0.1)
+        last.process.send_signal(signal.SIGTERM)
+        assert await last.wait_exit() == 0
+
+    db = await daemon_state(tmp_path / "state", None)
+    try:
+        occurrences = await rows(
+            db,
+            "SELECT job_id, occurrence_at, outcome, run_id FROM schedule_occurrences"
+            " ORDER BY job_id, occurrence_at",
+        )
+        runs = await rows(
+            db,
+            "SELECT run_id, job_id, occurrence_at, status FROM runs WHERE job_id IS NOT NULL",
+        )
+        outbox = await rows(db, "SELECT run_id, state FROM outbox WHERE run_id IS NOT NULL")
+    finally:
+        await db.close()
+
+    for job_id, period in PERIODS.items():
+        times = [o["occurrence_at"] for o in occurrences if o["job_id"] == job_id]
+        assert times, f"{job_id} never fired (seed {seed})"
+        # From the first due time to the last, every one recorded, once.
+        assert [round(t - times[0]) for t in times] == list(
+            range(0, round(times[-1] - times[0]) + 1, period)
+        ), f"{job_id}: a due time skipped or doubled (seed {seed})"
+    ran = {
+        (o["job_id"], o["occurrence_at"]): o["run_id"] for o in occurrences if o["outcome"] == "ran"
+    }
+    by_occurrence = {(r["job_id"], r["occurrence_at"]): r["run_id"] for r in runs}
+    assert by_occurrence == ran, f"runs and ran occurrences differ (seed {seed})"
+    assert {r["status"] for r in runs} == {"done"}
+    announces = [o["run_id"] for o in outbox]
+    assert sorted(announces) == sorted(r["run_id"] for r in runs)
+    assert {o["state"] for o in outbox} == {"delivered"}
