@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "gateway.commands.db",
     "gateway.commands.init",
     "gateway.commands.mcp",
+    "gateway.commands.schedules",
 )
 
 

@@ -49,6 +49,12 @@ ErrorCode = Literal[
     "run_not_found",
     "run_finished",
     "unavailable",
+    # Scheduled jobs: no such job, an id taken (or a declared job's), a declared job cannot
+    # be changed through the API, a run now while the previous run is live.
+    "job_not_found",
+    "job_exists",
+    "job_declared",
+    "job_busy",
     # Answers of the router and the body reader (no route, wrong method, body over 1 MiB).
     "not_found",
     "method_not_allowed",

@@ -14,6 +14,7 @@ from aiohttp import web
 from channels import ChannelState
 from gateway.agent import ToolInvoker
 from gateway.metrics import MetricsHost
+from gateway.schedules.service import Schedules
 from gateway.sessions import SessionStore
 from gateway.state import RunsTable
 from gateway.subagents import StoppedTree
@@ -58,6 +59,8 @@ class ScrapeSource(Protocol):
 SESSION_STORE = web.AppKey("session_store", SessionStore)
 RUN_RECORDS = web.AppKey("run_records", RunsTable)
 RUN_CONTROL = web.AppKey("run_control", RunControl)
+#: Scheduled jobs (set once the scheduler runs).
+SCHEDULES = web.AppKey("schedules", Schedules)
 TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
 READINESS = web.AppKey("readiness", ReadinessProbe)
 DATABASE = web.AppKey("database", DatabaseProbe)

@@ -153,6 +153,10 @@ class RunPath(Params):
     run_id: str = Field(description="the run's id", json_schema_extra=_SEGMENT)
 
 
+class JobPath(Params):
+    job_id: str = Field(description="the job's id", json_schema_extra=_SEGMENT)
+
+
 class SessionsQuery(Params):
     include_subagents: Flag = Field(default=False, description="include sub-agent sessions")
     include_archived: Flag = Field(default=False, description="include archived sessions")

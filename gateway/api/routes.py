@@ -13,11 +13,12 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from gateway.api import health, openapi, runs, sessions
+from gateway.api import health, openapi, runs, schedules, sessions
 from gateway.api.keys import MCP_PATH
 from gateway.api.requests import (
     HistoryParams,
     InvokeRequest,
+    JobPath,
     RunPath,
     RunsQuery,
     SessionsQuery,
@@ -25,6 +26,8 @@ from gateway.api.requests import (
 )
 from gateway.api.routing import Reply, Route, aiohttp_routes, answer, error
 from gateway.metrics import METRICS_PATH
+from gateway.schedules.config import JobSpec
+from gateway.schedules.views import Job, JobList, RunStarted
 from gateway.shapes import (
     Health,
     History,
@@ -62,6 +65,9 @@ async def serve_document(request: web.Request, _: None) -> web.Response:
 
 _NO_SUCH_RUN: Final = error("No such run (run_not_found)")
 _BAD_QUERY: Final = error("A bad query parameter (invalid_parameter)")
+_NO_SUCH_JOB: Final = error("No such job (job_not_found)")
+_NO_SCHEDULER: Final = error("The scheduler is not running (unavailable)")
+
 
 ROUTES: Final[tuple[Route[Any], ...]] = (
     Route(
@@ -144,6 +150,85 @@ ROUTES: Final[tuple[Route[Any], ...]] = (
             409: error("The run has already finished (run_finished)"),
             503: error("Sub-agents are not available (unavailable)"),
         },
+    ),
+    Route(
+        method="GET",
+        path="/v1/schedules",
+        operation_id="listSchedules",
+        summary="Scheduled jobs (declared and created), by id",
+        handler=schedules.list_jobs,
+        responses={200: answer(JobList, "The jobs"), 503: _NO_SCHEDULER},
+    ),
+    Route(
+        method="POST",
+        path="/v1/schedules",
+        operation_id="createSchedule",
+        summary="Create a job: exactly one of cron, every and at; its task; its chat target",
+        description="As a job in the config file; `id` optional (one is made). A mistake is "
+        "a 400 whose `field` names the input.",
+        handler=schedules.create_job,
+        body=JobSpec,
+        responses={
+            201: answer(Job, "The job, with its next run"),
+            400: error("A bad field: `field` names it (cron, every, at, timezone, to, agentId)"),
+            409: error("The id is taken, or is a declared job's (job_exists)"),
+            503: _NO_SCHEDULER,
+        },
+    ),
+    Route(
+        method="GET",
+        path="/v1/schedules/{jobId}",
+        operation_id="getSchedule",
+        summary="One job, with its last 20 occurrences",
+        handler=schedules.get_job,
+        params=JobPath,
+        responses={200: answer(Job, "The job"), 404: _NO_SUCH_JOB, 503: _NO_SCHEDULER},
+    ),
+    Route(
+        method="DELETE",
+        path="/v1/schedules/{jobId}",
+        operation_id="deleteSchedule",
+        summary="Delete a job (declared jobs are removed from the config file instead)",
+        handler=schedules.delete_job,
+        params=JobPath,
+        responses={
+            200: answer(Job, "The job as it was"),
+            404: _NO_SUCH_JOB,
+            409: error("A declared job (job_declared)"),
+            503: _NO_SCHEDULER,
+        },
+    ),
+    Route(
+        method="POST",
+        path="/v1/schedules/{jobId}/run",
+        operation_id="runSchedule",
+        summary="Start an occurrence now, besides the schedule",
+        handler=schedules.run_job,
+        params=JobPath,
+        responses={
+            202: answer(RunStarted, "The run started"),
+            404: _NO_SUCH_JOB,
+            409: error("Its previous run has not finished (job_busy)"),
+            503: _NO_SCHEDULER,
+        },
+    ),
+    Route(
+        method="POST",
+        path="/v1/schedules/{jobId}/pause",
+        operation_id="pauseSchedule",
+        summary="Pause a job (kept across restarts)",
+        handler=schedules.pause_job,
+        params=JobPath,
+        responses={200: answer(Job, "The job"), 404: _NO_SUCH_JOB, 503: _NO_SCHEDULER},
+    ),
+    Route(
+        method="POST",
+        path="/v1/schedules/{jobId}/resume",
+        operation_id="resumeSchedule",
+        summary="Resume a paused job (its failure count starts again)",
+        handler=schedules.resume_job,
+        params=JobPath,
+        responses={200: answer(Job, "The job"), 404: _NO_SUCH_JOB, 503: _NO_SCHEDULER},
     ),
     Route(
         method="GET",

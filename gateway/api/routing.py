@@ -33,7 +33,7 @@ from gateway.shapes import Error, ErrorCode, WireModel
 #: What a handler gets: its route's validated body or parameters model, or None.
 Inputs = TypeVar("Inputs")
 
-Method = Literal["GET", "POST"]
+Method = Literal["GET", "POST", "DELETE"]
 JsonSchema = dict[str, Any]
 #: Error types that field validators raise under the API's own code (see requests.py).
 _VALIDATOR_CODES: Final[Mapping[str, ErrorCode]] = {"invalid_session_key": "invalid_session_key"}
@@ -92,7 +92,7 @@ def aiohttp_routes(routes: Iterable[Route[Any]]) -> list[web.RouteDef]:
     """The aiohttp routes of ``routes`` (a GET also answers HEAD, as aiohttp's do)."""
     defs: list[web.RouteDef] = []
     for route in routes:
-        make = web.get if route.method == "GET" else web.post
+        make = {"GET": web.get, "POST": web.post, "DELETE": web.delete}[route.method]
         defs.append(make(route.path, _serve(route)))
     return defs
 

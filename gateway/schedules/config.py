@@ -31,11 +31,9 @@ from gateway.schedules.triggers import (
 KeyPath = tuple[str | int, ...]
 
 
-class JobConfig(ConfigModel):
-    """One declared job: exactly one of `cron`, `every` and `at`."""
+class _JobFields(ConfigModel):
+    """What a job says, whether declared or created through the API."""
 
-    id: Annotated[str, Field(pattern=ID_PATTERN.pattern)]
-    """The job's id (lowercase letters, digits, `_` and `-`); API-created jobs cannot take it."""
     timezone: str | None = None
     """The time zone of `cron` (IANA name); null: `schedules.timezone`."""
     cron: str | None = None
@@ -88,6 +86,20 @@ class JobConfig(ConfigModel):
         if text is not None:
             parse_at(text)
         return text
+
+
+class JobSpec(_JobFields):
+    """A job as the API and the CLI create it: as in the file, its id optional."""
+
+    id: str | None = None
+    """The job's id; null: one is made from the task."""
+
+
+class JobConfig(_JobFields):
+    """One declared job: exactly one of `cron`, `every` and `at`."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN.pattern)]
+    """The job's id (lowercase letters, digits, `_` and `-`); API-created jobs cannot take it."""
 
     @model_validator(mode="after")
     def _one_trigger(self) -> JobConfig:

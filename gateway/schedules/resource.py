@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.api.keys import SESSION_STORE
+from gateway.api.keys import SCHEDULES, SESSION_STORE
 from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.sessions import account_of, parse_target
 from gateway.settings import HeraldSettings
@@ -111,6 +112,16 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         grace=lambda: settings_of(app).schedules.misfire_grace_seconds,
     )
     app[SCHEDULER] = scheduler
+    app[SCHEDULES] = Schedules(
+        jobs=jobs,
+        scheduler=scheduler,
+        section=lambda: settings_of(app).schedules,
+        agents=lambda: settings_of(app).routing.agents,
+        default_agent=lambda: settings_of(app).routing.default_agent,
+        enabled_channels=lambda: {
+            name: account_of(name, ch) for name, ch in channels_of(app).items()
+        },
+    )
     scheduler.start()
     try:
         yield

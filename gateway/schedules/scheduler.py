@@ -34,6 +34,7 @@ from gateway.schedules.store import (
     OccurrenceTakenError,
     Outcome,
     advance,
+    record_run_now,
 )
 from gateway.sessions import SessionError
 from gateway.state import RunStatus, StateError
@@ -213,6 +214,21 @@ class Scheduler:
         status: RunStatus | str | None = unsettled.get(job.job_id)
         return status in ("queued", "running", "announcing")
 
+    async def run_now(self, job: JobRecord, now: float) -> str | None:
+        """Start an occurrence of ``job`` at ``now`` besides its schedule; its run id, or
+        None while the previous run is live. A refused spawn raises :class:`StateError`."""
+        if await self._previous_live(job):
+            return None
+
+        def write(conn: sqlite3.Connection) -> None:
+            record_run_now(conn, job.job_id, now, _inserted_run_id(conn, job.job_id, now))
+
+        run_id = await self._spawn(job, now, write)
+        if run_id is None:
+            raise StateError(f"job {job.job_id!r}: the run was refused (see the log)")
+        self._count(job.job_id, "ran")
+        return run_id
+
     async def _start(
         self,
         job: JobRecord,
@@ -223,12 +239,23 @@ class Scheduler:
         """Spawn the latest occurrence's run with its records; False when the spawner
         refused it (recorded ``skipped`` by the caller)."""
         at = occurrences[-1][0]
+
+        def write(conn: sqlite3.Connection) -> None:
+            run_id = _inserted_run_id(conn, job.job_id, at)
+            advance(conn, job, occurrences, next_run_at, now, run_id=run_id)
+
+        return await self._spawn(job, at, write) is not None
+
+    async def _spawn(
+        self, job: JobRecord, at: float, write: Callable[[sqlite3.Connection], None]
+    ) -> str | None:
+        """The occurrence's run, recorded with ``write`` in its transaction; None when the
+        spawner refused it. What ``write`` raises for a taken due time is raised here."""
         taken: list[OccurrenceTakenError] = []
 
         def record_with(conn: sqlite3.Connection) -> None:
-            run_id = _inserted_run_id(conn, job.job_id, at)
             try:
-                advance(conn, job, occurrences, next_run_at, now, run_id=run_id)
+                write(conn)
             except OccurrenceTakenError as exc:
                 taken.append(exc)
                 raise
@@ -239,7 +266,7 @@ class Scheduler:
             logger.warning(
                 "scheduled occurrence has no chat", extra={"job": job.job_id, "error": str(exc)}
             )
-            return False
+            return None
         request = SpawnRequest(
             task=job.task,
             label=job.label or job.job_id,
@@ -258,12 +285,12 @@ class Scheduler:
                 "scheduled occurrence started",
                 extra={"job": job.job_id, "run_id": result.run_id, "at": at},
             )
-            return True
+            return result.run_id
         logger.warning(
             "scheduled occurrence refused",
             extra={"job": job.job_id, "at": at, "error": result.error},
         )
-        return False
+        return None
 
 
 def _inserted_run_id(conn: sqlite3.Connection, job_id: str, at: float) -> str:

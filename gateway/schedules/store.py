@@ -316,6 +316,21 @@ def advance(
         )
 
 
+def record_run_now(conn: sqlite3.Connection, job_id: str, at: float, run_id: str) -> None:
+    """In the run's transaction: an occurrence started by hand at ``at`` (the schedule's
+    next fire time stays as it was)."""
+    conn.execute(
+        "UPDATE schedule_jobs SET last_run_at = ?, last_run_id = ?, last_status = NULL"
+        " WHERE job_id = ?",
+        (at, run_id, job_id),
+    )
+    conn.execute(
+        "INSERT INTO schedule_occurrences (job_id, occurrence_at, outcome, run_id, recorded_at)"
+        " VALUES (?, ?, 'ran', ?, ?)",
+        (job_id, at, run_id, at),
+    )
+
+
 def _delete(conn: sqlite3.Connection, job_id: str) -> bool:
     conn.execute("DELETE FROM schedule_occurrences WHERE job_id = ?", (job_id,))
     return conn.execute("DELETE FROM schedule_jobs WHERE job_id = ?", (job_id,)).rowcount == 1

@@ -150,6 +150,8 @@ class ServedGateway:
                 raise RuntimeError(f"the seed run did not finish: {run}")
         self.known = {
             "runId": [run_id],
+            # No channel runs here, so no job can be created: the job routes answer 404.
+            "jobId": ["no-such-job"],
             "sessionKey": ["agent:main:main", run["childSessionKey"], "agent%3Amain%3Amain"],
         }
 

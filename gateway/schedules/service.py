@@ -1,0 +1,177 @@
+"""What the API, the CLI, the agent's tool and chat commands do with jobs: create (checked,
+each mistake naming its field), list, show, delete, pause, resume, run now.
+
+Declared jobs (the config file's) can be run now, paused and resumed, never changed or
+deleted here; an id a declared job has cannot be taken. A job's first fire time is worked
+out when it is created; an ``every`` job first runs one period after it was created.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Final
+
+from gateway.constants import ID_PATTERN
+from gateway.schedules.config import JobSpec, SchedulesConfig
+from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
+from gateway.schedules.triggers import TriggerError, parse_every, trigger_of
+from gateway.sessions import ChatTargetError, parse_target
+from gateway.state import RecordConflictError
+
+#: Characters of a made-up job id after its prefix.
+_MADE_ID_HEX: Final = 8
+
+
+class ScheduleError(Exception):
+    """A request about jobs that cannot be done: ``code`` for the API, ``field`` to blame."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+        self.code = code
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    job: JobRecord
+    occurrences: list[OccurrenceRecord]
+
+
+def made_id(task: str) -> str:
+    """A fresh job id: a slug of the task's first words, then random hex."""
+    words = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:24].strip("-")
+    return f"{words or 'job'}-{uuid.uuid4().hex[:_MADE_ID_HEX]}"
+
+
+class Schedules:
+    """Jobs as people and agents change them (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        jobs: JobsTable,
+        scheduler: Scheduler,
+        section: Callable[[], SchedulesConfig],
+        agents: Callable[[], Collection[str]],
+        default_agent: Callable[[], str],
+        enabled_channels: Callable[[], Mapping[str, str]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._jobs = jobs
+        self._scheduler = scheduler
+        self._section = section
+        self._agents = agents
+        self._default_agent = default_agent
+        self._enabled = enabled_channels
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<Schedules {self._scheduler!r}>"
+
+    async def create(self, spec: JobSpec, *, created_by: str | None = None) -> JobRecord:
+        """Check and store a new job; :class:`ScheduleError` naming the field otherwise."""
+        section = self._section()
+        now = self._clock()
+        try:
+            trigger = trigger_of(
+                cron=spec.cron,
+                every=spec.every,
+                at=spec.at,
+                timezone=spec.timezone or section.timezone,
+                anchor=now,
+            )
+            trigger.check(min_every_seconds=section.min_every_seconds, now=now)
+            if trigger.kind == "every":  # the first run one period from now, not at once
+                trigger = replace(trigger, anchor=now + parse_every(trigger.value))
+        except TriggerError as exc:
+            field = exc.field if exc.field != "trigger" else "cron"
+            raise ScheduleError("invalid_field", str(exc), field=field) from None
+        try:
+            parse_target(spec.to, self._enabled())
+        except ChatTargetError as exc:
+            raise ScheduleError("invalid_field", str(exc), field="to") from None
+        agent_id = spec.agent_id or self._default_agent()
+        if agent_id not in self._agents():
+            known = ", ".join(sorted(self._agents()))
+            raise ScheduleError(
+                "invalid_field", f"unknown agent {agent_id!r} (agents: {known})", field="agentId"
+            )
+        job_id = spec.id or made_id(spec.task)
+        if not ID_PATTERN.fullmatch(job_id):
+            raise ScheduleError(
+                "invalid_field", f"job id {job_id!r} must match {ID_PATTERN.pattern}", field="id"
+            )
+        if any(job.id == job_id for job in section.jobs):
+            raise ScheduleError(
+                "job_exists", f"{job_id!r} is a job declared in the config file", field="id"
+            )
+        record = JobRecord(
+            job_id=job_id,
+            trigger_kind=trigger.kind,
+            trigger_value=trigger.value,
+            timezone=trigger.timezone,
+            anchor=trigger.anchor,
+            agent_id=agent_id,
+            task=spec.task,
+            to_target=spec.to,
+            created_at=now,
+            label=spec.label,
+            model=spec.model,
+            run_timeout_seconds=spec.run_timeout_seconds,
+            enabled=spec.enabled,
+            created_by=created_by,
+            next_run_at=trigger.first(now),
+        )
+        try:
+            await self._jobs.insert(record)
+        except RecordConflictError:
+            raise ScheduleError("job_exists", f"a job {job_id!r} exists", field="id") from None
+        self._scheduler.wake()
+        return record
+
+    async def list(self, *, created_by: str | None = None) -> list[JobRecord]:
+        return await self._jobs.list(created_by=created_by)
+
+    async def get(self, job_id: str) -> JobDetail:
+        job = await self._require(job_id)
+        return JobDetail(job, await self._jobs.occurrences(job_id))
+
+    async def delete(self, job_id: str) -> JobRecord:
+        job = await self._require(job_id)
+        if job.declared:
+            raise ScheduleError(
+                "job_declared",
+                f"{job_id!r} is declared in the config file: remove it there",
+                field="jobId",
+            )
+        await self._jobs.delete(job_id)
+        return job
+
+    async def set_paused(self, job_id: str, paused: bool) -> JobRecord:
+        await self._require(job_id)
+        job = await self._jobs.set_paused(job_id, paused)
+        if job is None:
+            raise ScheduleError("job_not_found", f"no job {job_id!r}", field="jobId")
+        self._scheduler.wake()
+        return job
+
+    async def run_now(self, job_id: str) -> str:
+        """Start an occurrence now, besides the schedule; its run id."""
+        job = await self._require(job_id)
+        outcome = await self._scheduler.run_now(job, self._clock())
+        if outcome is None:
+            raise ScheduleError(
+                "job_busy", f"{job_id!r}: its previous run has not finished", field="jobId"
+            )
+        return outcome
+
+    async def _require(self, job_id: str) -> JobRecord:
+        job = await self._jobs.get(job_id)
+        if job is None:
+            raise ScheduleError("job_not_found", f"no job {job_id!r}", field="jobId")
+        return job
