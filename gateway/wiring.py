@@ -38,6 +38,7 @@ from gateway.metrics import Metrics
 from gateway.providers import ProviderRegistry, RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.runtime import ChatTurns, Router
+from gateway.schedules.tool import ScheduleTool
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
@@ -241,6 +242,7 @@ def build_tools(settings: HeraldSettings) -> ToolRegistry:
     registry = default_registry(settings)
     register_session_tools(registry)
     register_orchestration_tools(registry)
+    registry.register(ScheduleTool())
     return registry
 
 

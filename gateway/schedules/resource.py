@@ -18,6 +18,7 @@ from gateway.api.keys import SCHEDULES, SESSION_STORE
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
+from gateway.schedules.tool import SCHEDULE_JOBS
 from gateway.sessions import account_of, parse_target
 from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord, SessionRecord
@@ -28,6 +29,7 @@ from gateway.wiring import (
     OUTBOX,
     STATE,
     SUBAGENTS,
+    TOOL_SERVICES,
     channels_of,
     settings_of,
 )
@@ -112,7 +114,7 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         grace=lambda: settings_of(app).schedules.misfire_grace_seconds,
     )
     app[SCHEDULER] = scheduler
-    app[SCHEDULES] = Schedules(
+    app[SCHEDULES] = service = Schedules(
         jobs=jobs,
         scheduler=scheduler,
         section=lambda: settings_of(app).schedules,
@@ -122,6 +124,7 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
             name: account_of(name, ch) for name, ch in channels_of(app).items()
         },
     )
+    app[TOOL_SERVICES][SCHEDULE_JOBS] = service
     scheduler.start()
     try:
         yield

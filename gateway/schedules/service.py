@@ -8,6 +8,7 @@ out when it is created; an ``every`` job first runs one period after it was crea
 
 from __future__ import annotations
 
+import builtins
 import re
 import time
 import uuid
@@ -40,6 +41,20 @@ class ScheduleError(Exception):
 class JobDetail:
     job: JobRecord
     occurrences: list[OccurrenceRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatScope:
+    """One chat as a job's owner: its session, and its target (None: a chat with no
+    target, such as an API session)."""
+
+    session_key: str
+    target: str | None
+
+    def owns(self, job: JobRecord) -> bool:
+        return job.created_by == self.session_key or (
+            self.target is not None and job.to_target == self.target
+        )
 
 
 def made_id(task: str) -> str:
@@ -134,7 +149,7 @@ class Schedules:
         self._scheduler.wake()
         return record
 
-    async def list(self, *, created_by: str | None = None) -> list[JobRecord]:
+    async def list(self, *, created_by: str | None = None) -> builtins.list[JobRecord]:
         return await self._jobs.list(created_by=created_by)
 
     async def get(self, job_id: str) -> JobDetail:
@@ -169,6 +184,31 @@ class Schedules:
                 "job_busy", f"{job_id!r}: its previous run has not finished", field="jobId"
             )
         return outcome
+
+    # -- one chat's jobs (the agent's tool and chat commands) --------------------------------
+
+    async def chat_jobs(self, chat: ChatScope) -> builtins.list[JobRecord]:
+        """The jobs of one chat: created from it, or aimed at it."""
+        return [job for job in await self._jobs.list() if chat.owns(job)]
+
+    async def create_for_chat(self, spec: JobSpec, chat: ChatScope) -> JobRecord:
+        """:meth:`create` by the agent of ``chat``: at most ``maxPerChat`` jobs it created."""
+        limit = self._section().max_per_chat
+        mine = await self._jobs.list(created_by=chat.session_key)
+        if len(mine) >= limit:
+            raise ScheduleError(
+                "invalid_field",
+                f"this chat already has {len(mine)} scheduled jobs (schedules.maxPerChat is "
+                f"{limit}); cancel one first",
+            )
+        return await self.create(spec, created_by=chat.session_key)
+
+    async def cancel_for_chat(self, job_id: str, chat: ChatScope) -> JobRecord:
+        """Delete a job of ``chat``; another chat's job is as unknown as a missing one."""
+        job = await self._jobs.get(job_id)
+        if job is None or not chat.owns(job):
+            raise ScheduleError("job_not_found", f"this chat has no job {job_id!r}", field="jobId")
+        return await self.delete(job_id)
 
     async def _require(self, job_id: str) -> JobRecord:
         job = await self._jobs.get(job_id)

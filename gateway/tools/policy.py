@@ -61,6 +61,8 @@ SESSION_TOOLS: Final = frozenset(
 #: What a sub-agent below the depth cap keeps of the session tools: it may orchestrate.
 NESTING_TOOLS: Final = frozenset({"sessions_spawn", "sessions_yield", "subagents", "agents_list"})
 SUBAGENT_ONLY_TOOLS: Final = frozenset({"submit_result", "submit_error"})
+#: Tools a sub-agent never has, whatever its policy: a schedule belongs to a chat.
+NEVER_SUBAGENT_TOOLS: Final = frozenset({"schedule"})
 #: Tools that a layer's allow list must name (directly or by group) to be available at all.
 OPT_IN_TOOLS: Final = frozenset({"exec"})
 
@@ -145,6 +147,7 @@ def effective_tools(
     if subagent_policy is None:
         return result
     result = (result & apply_layer(capability, subagent_policy, groups)) - (SESSION_TOOLS - keep)
+    result -= NEVER_SUBAGENT_TOOLS
     submit = names & SUBAGENT_ONLY_TOOLS
     for layer in (*layers, subagent_policy):
         submit -= expand(layer.deny, names, groups)

@@ -1,0 +1,124 @@
+"""The agent's ``schedule`` tool (group ``group:schedule``; sub-agents never get it):
+``create`` a job for this chat, ``list`` this chat's jobs, ``cancel`` one of them.
+
+``create`` aims the job at this chat and thread unless ``to`` names another target; an agent
+creates at most ``schedules.maxPerChat`` jobs per chat. ``list`` and ``cancel`` see only the
+jobs of this chat (created here, or aimed here): another chat's jobs are invisible. Declared
+jobs are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from gateway.schedules.config import JobSpec
+from gateway.schedules.service import ChatScope, ScheduleError, Schedules
+from gateway.sessions import optional_iso
+from gateway.state import Origin
+from gateway.tools import ServiceKey, Tool, ToolContext, ToolError, ToolOutput, ToolParams
+
+SCHEDULE_JOBS: ServiceKey[Schedules] = ServiceKey("schedules")
+
+
+class ScheduleParams(ToolParams):
+    action: Literal["create", "list", "cancel"] = Field(
+        description="create a job, list this chat's jobs, or cancel one"
+    )
+    cron: str | None = Field(default=None, description='create: crontab, e.g. "0 9 * * 1-5"')
+    every: str | None = Field(default=None, description='create: a period, e.g. "15m", "1d"')
+    at: str | None = Field(
+        default=None, description="create: one time, ISO-8601 with an offset (runs once)"
+    )
+    task: str | None = Field(default=None, description="create: what each run should do")
+    label: str | None = Field(default=None, description="create: a short name for the runs")
+    timezone: str | None = Field(default=None, description="create: the time zone of cron")
+    to: str | None = Field(
+        default=None, description="create: chat target (default: this chat and thread)"
+    )
+    job_id: str | None = Field(default=None, description="cancel: the job's id")
+
+
+def chat_target(origin: Origin | None) -> str | None:
+    """This chat (and thread) as a chat target, or None outside a chat."""
+    if origin is None:
+        return None
+    thread = f"/{origin.thread_id}" if origin.thread_id else ""
+    return f"{origin.channel}:{origin.chat_id}{thread}"
+
+
+def scope_of(ctx: ToolContext) -> ChatScope:
+    return ChatScope(ctx.session_key, chat_target(ctx.origin))
+
+
+class ScheduleTool(Tool[ScheduleParams]):
+    name = "schedule"
+    group = "schedule"
+    params = ScheduleParams
+    description = (
+        "Schedule background work that runs on its own and posts its result in this chat: "
+        "action 'create' with exactly one of cron, every or at, and the task; 'list' this "
+        "chat's jobs; 'cancel' one by jobId."
+    )
+
+    async def run(self, params: ScheduleParams, ctx: ToolContext) -> ToolOutput:
+        if ctx.is_subagent:
+            raise ToolError("schedule is not available in sub-agent sessions")
+        service = ctx.service(SCHEDULE_JOBS)
+        scope = scope_of(ctx)
+        try:
+            if params.action == "list":
+                jobs = await service.chat_jobs(scope)
+                return ToolOutput.json(
+                    {
+                        "jobs": [
+                            {
+                                "jobId": job.job_id,
+                                "trigger": job.trigger.to_json(),
+                                "task": job.task,
+                                "to": job.to_target,
+                                "nextRunAt": optional_iso(job.next_run_at),
+                                "paused": job.paused,
+                                "declared": job.declared,
+                            }
+                            for job in jobs
+                        ]
+                    }
+                )
+            if params.action == "cancel":
+                if not params.job_id:
+                    raise ToolError("cancel needs jobId")
+                job = await service.cancel_for_chat(params.job_id, scope)
+                return ToolOutput.json({"cancelled": job.job_id})
+            return await self._create(service, params, scope)
+        except ScheduleError as exc:
+            field = f"{exc.field}: " if exc.field else ""
+            raise ToolError(f"{field}{exc}") from None
+
+    async def _create(
+        self, service: Schedules, params: ScheduleParams, scope: ChatScope
+    ) -> ToolOutput:
+        if not params.task:
+            raise ToolError("create needs task")
+        to = params.to or scope.target
+        if to is None:
+            raise ToolError("to: this session has no chat; name a chat target")
+        try:
+            spec = JobSpec.model_validate(
+                {
+                    "cron": params.cron,
+                    "every": params.every,
+                    "at": params.at,
+                    "task": params.task,
+                    "label": params.label,
+                    "timezone": params.timezone,
+                    "to": to,
+                }
+            )
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in first["loc"]) or "cron"
+            raise ToolError(f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+        job = await service.create_for_chat(spec, scope)
+        return ToolOutput.json({"jobId": job.job_id, "nextRunAt": optional_iso(job.next_run_at)})

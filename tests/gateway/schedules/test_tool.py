@@ -1,0 +1,120 @@
+"""The agent's ``schedule`` tool: a job created in one chat is aimed at that chat and thread,
+another chat's jobs are invisible and cannot be cancelled, ``maxPerChat`` bounds what an
+agent creates, and sub-agents never have the tool."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from channels.slack import SlackChannel, SlackConfig
+from gateway.schedules.tool import ScheduleParams, ScheduleTool
+from gateway.sessions import parse_target
+from gateway.settings import HeraldSettings
+from gateway.tools import ToolContext, ToolError, tools_for_agent, tools_for_subagent
+from gateway.wiring import build_tools
+from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.gateway.harness import Harness, running_gateway
+
+CHAT_A = "slack:C0123456789/1700000000.000100"
+CHAT_B = "slack:C0999999999"
+
+
+@asynccontextmanager
+async def gateway(tmp_path: Path) -> AsyncIterator[Harness]:
+    fake = FakeSlack(channels={"C0123456789", "C0999999999"})
+    await fake.start()
+    slack = SlackChannel(
+        SlackConfig.model_validate(
+            {
+                "enabled": True,
+                "mode": "socket",
+                "botToken": BOT_TOKEN,
+                "appToken": APP_TOKEN,
+                "apiBaseUrl": fake.api_base_url,
+            }
+        )
+    )
+    config = {"schedules": {"maxPerChat": 2}}
+    try:
+        async with running_gateway(tmp_path, config=config, channels={"slack": slack}) as gw:
+            yield gw
+    finally:
+        await fake.close()
+
+
+async def chat(gw: Harness, target_text: str) -> ToolContext:
+    """The tool context of a turn in the chat ``target_text`` names."""
+    target = parse_target(target_text, {"slack": "T1"})
+    session = await gw.store.ensure(target.session_key("main"), origin=target.origin("T1"))
+    return gw.contexts.for_session(session, origin=session.origin)
+
+
+async def schedule(ctx: ToolContext, **args: Any) -> dict[str, Any]:
+    output = await ScheduleTool().run(ScheduleParams.model_validate(args), ctx)
+    data: dict[str, Any] = orjson.loads(output.content)
+    return data
+
+
+async def test_jobs_belong_to_their_chat(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as gw:
+        a, b = await chat(gw, CHAT_A), await chat(gw, CHAT_B)
+        created = await schedule(a, action="create", every="1h", task="task: check deploy")
+        job_id = created["jobId"]
+        assert created["nextRunAt"] is not None
+        listed = await schedule(a, action="list")
+        assert [(j["jobId"], j["to"]) for j in listed["jobs"]] == [(job_id, CHAT_A)]
+        assert (await schedule(b, action="list"))["jobs"] == []
+        with pytest.raises(ToolError, match="this chat has no job"):
+            await schedule(b, action="cancel", job_id=job_id)
+        assert (
+            await gw.db.read(
+                lambda c: c.execute("SELECT COUNT(*) FROM schedule_jobs").fetchone()[0]
+            )
+            == 1
+        )
+        assert (await schedule(a, action="cancel", job_id=job_id)) == {"cancelled": job_id}
+        assert (await schedule(a, action="list"))["jobs"] == []
+
+
+async def test_an_agent_creates_at_most_max_per_chat_jobs(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as gw:
+        a, b = await chat(gw, CHAT_A), await chat(gw, CHAT_B)
+        for n in range(2):
+            await schedule(a, action="create", every="1h", task=f"task: {n}")
+        with pytest.raises(ToolError, match=r"schedules\.maxPerChat is 2"):
+            await schedule(a, action="create", every="1h", task="task: one too many")
+        # Another chat has its own allowance.
+        await schedule(b, action="create", every="1h", task="task: b")
+
+
+async def test_bad_input_is_a_tool_error_naming_the_field(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as gw:
+        a = await chat(gw, CHAT_A)
+        for args, words in [
+            ({"cron": "0 9 * *"}, "cron: "),
+            ({"every": "5s"}, "every: "),
+            ({"every": "1h", "cron": "0 9 * * *"}, "cron: a job has exactly one"),
+            ({"every": "1h", "to": "discord:123456789012345678"}, "to: "),
+        ]:
+            with pytest.raises(ToolError, match=words):
+                await schedule(a, action="create", task="task: x", **args)
+
+
+def test_sub_agents_never_have_the_tool() -> None:
+    settings = HeraldSettings.model_validate(
+        {
+            "agent": {
+                "tools": {"allow": ["*"]},
+                "subagents": {"tools": {"allow": ["*", "group:schedule"]}},
+            }
+        }
+    )
+    registry = build_tools(settings)
+    assert "schedule" in tools_for_agent(settings, "main", registry)
+    assert "schedule" not in tools_for_subagent(settings, "main", "main", registry)
