@@ -24,7 +24,7 @@ from aiohttp import web
 
 from channels import Channel
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SCHEDULES, SESSION_STORE, TOOL_INVOKER
 from gateway.archive import ArchiveScheduler
 from gateway.cluster import Heartbeat, Reaper
 from gateway.delivery import Outbox, Replier
@@ -395,6 +395,7 @@ async def _chat(app: web.Application) -> AsyncIterator[None]:
         spawner=subagents.spawner,
         runs=subagents.manager,
         contexts=app[CONTEXTS],
+        schedules=lambda: app.get(SCHEDULES),
     )
     cluster = app.get(CLUSTER)
     router = Router(

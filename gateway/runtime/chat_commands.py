@@ -1,4 +1,5 @@
-"""Carrying out chat commands: ``/spawn``, ``/subagents list|info|log|stop``, ``/stop``, ``/help``.
+"""Carrying out chat commands: ``/spawn``, ``/subagents list|info|log|stop``, ``/stop``,
+``/schedules``, ``/unschedule``, ``/help``.
 
 Parsing lives in :mod:`gateway.runtime.commands`; each command here answers with one text
 for the chat it came from.
@@ -12,6 +13,9 @@ from collections.abc import Callable
 from gateway.agent import ToolContexts
 from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError
 from gateway.runtime.turns import ChatTurns
+from gateway.schedules.service import ChatScope, ScheduleError, Schedules
+from gateway.schedules.tool import chat_target
+from gateway.schedules.views import job_line
 from gateway.sessions import SessionStore
 from gateway.state import SessionRecord, StateDB
 from gateway.subagents import (
@@ -78,8 +82,11 @@ class ChatCommands:
         spawner: Spawner,
         runs: RunManager,
         contexts: ToolContexts,
+        schedules: Callable[[], Schedules | None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        #: Looked up at each command: the scheduler starts after the chat does.
+        self._schedules = schedules
         self._db = db
         self._store = store
         self._turns = turns
@@ -99,6 +106,8 @@ class ChatCommands:
         if command.name == "stop":
             turns, runs = await self.stop(session.key)
             return stop_answer(turns, runs)
+        if command.name in ("schedules", "unschedule"):
+            return await self._schedule_command(command, session)
         if command.name == "spawn":
             result = await self._spawner.spawn(
                 self._contexts.for_session(session), SpawnRequest(task=command.argument)
@@ -107,6 +116,22 @@ class ChatCommands:
                 return f"Not started: {result.error}"
             return f"Started sub-agent run {result.run_id[:8]}; its result will be posted here."
         return await self._subagents(command, session)
+
+    async def _schedule_command(self, command: ChatCommand, session: SessionRecord) -> str:
+        service = self._schedules()
+        if service is None:
+            return "Scheduled jobs are not available yet; try again in a moment."
+        scope = ChatScope(session.key, chat_target(session.origin))
+        if command.name == "unschedule":
+            try:
+                job = await service.cancel_for_chat(command.argument, scope)
+            except ScheduleError as exc:
+                return f"Not cancelled: {exc}"
+            return f"Cancelled scheduled job {job.job_id}."
+        jobs = await service.chat_jobs(scope)
+        if not jobs:
+            return "No scheduled jobs in this chat."
+        return "Scheduled jobs:\n" + "\n".join(job_line(job) for job in jobs)
 
     async def stop(self, key: str) -> tuple[int, int]:
         """``/stop``: cancel the session's turns and its sub-agent runs (the cascade)."""

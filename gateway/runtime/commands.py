@@ -1,5 +1,5 @@
 """Chat commands: ``/spawn <task>``, ``/subagents list|info|log|stop <run>``,
-``/stop``, ``/compact``, ``/new`` and ``/help``.
+``/stop``, ``/compact``, ``/new``, ``/schedules``, ``/unschedule <job>`` and ``/help``.
 
 Parsing only; the gateway carries them out. A message whose first word is ``/`` and letters
 only but no command (``/bogus``, ``/status``) is answered "unknown command" and never reaches
@@ -16,7 +16,9 @@ from typing import Literal
 #: ``compact`` and ``new`` act on the conversation itself: the router queues them on the
 #: session's lane, in order with its turns (never in the middle of one).
 #: ``unknown`` carries the word typed as its argument.
-CommandName = Literal["spawn", "subagents", "stop", "help", "compact", "new", "unknown"]
+CommandName = Literal[
+    "spawn", "subagents", "stop", "help", "compact", "new", "schedules", "unschedule", "unknown"
+]
 SUBAGENT_ACTIONS = ("list", "info", "log", "stop")
 #: Accepted where a chat's own UI claims "/" (``!spawn`` in Slack's composer, say).
 PREFIXES = ("/", "!")
@@ -31,6 +33,8 @@ HELP_TEXT = (
     "/stop - stop the current reply and this conversation's sub-agents\n"
     "/compact - summarise the older part of this conversation now, to make room\n"
     "/new - start a fresh conversation here (the old one is archived)\n"
+    "/schedules - this chat's scheduled jobs and their next runs\n"
+    "/unschedule <job> - cancel one of this chat's scheduled jobs\n"
     "/help - this list"
 )
 #: A word that looks like a command: "/" and letters only.
@@ -69,6 +73,12 @@ def parse_command(text: str) -> ChatCommand | CommandUsageError | None:
         return ChatCommand("help")
     if name in ("compact", "new"):
         return ChatCommand("compact" if name == "compact" else "new")
+    if name == "schedules":
+        return ChatCommand("schedules")
+    if name == "unschedule":
+        if not rest:
+            return CommandUsageError("usage: /unschedule <job>")
+        return ChatCommand("unschedule", argument=rest.split()[0])
     if name == "subagents":
         action, _, argument = rest.partition(" ")
         action = action.lower() or "list"

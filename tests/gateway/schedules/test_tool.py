@@ -13,6 +13,8 @@ import orjson
 import pytest
 
 from channels.slack import SlackChannel, SlackConfig
+from gateway.api.keys import SCHEDULES
+from gateway.schedules.config import JobSpec
 from gateway.schedules.tool import ScheduleParams, ScheduleTool
 from gateway.sessions import parse_target
 from gateway.settings import HeraldSettings
@@ -118,3 +120,47 @@ def test_sub_agents_never_have_the_tool() -> None:
     registry = build_tools(settings)
     assert "schedule" in tools_for_agent(settings, "main", registry)
     assert "schedule" not in tools_for_subagent(settings, "main", "main", registry)
+
+
+async def test_chat_commands_list_and_cancel_only_this_chats_jobs(tmp_path: Path) -> None:
+    fake = FakeSlack(channels={"D0123456789", "C0999999999"})
+    await fake.start()
+    slack = SlackChannel(
+        SlackConfig.model_validate(
+            {
+                "enabled": True,
+                "mode": "socket",
+                "botToken": BOT_TOKEN,
+                "appToken": APP_TOKEN,
+                "apiBaseUrl": fake.api_base_url,
+            }
+        )
+    )
+    try:
+        async with running_gateway(tmp_path, channels={"slack": slack}) as gw:
+            await fake.wait_connected()
+            service = gw.app[SCHEDULES]
+            here = await service.create(
+                JobSpec(every="1h", task="task: here", to="slack:D0123456789", id="here")
+            )
+            await service.create(
+                JobSpec(every="1h", task="task: there", to="slack:C0999999999", id="there")
+            )
+
+            async def command(text: str, count: int) -> str:
+                await fake.push_event(fake.message(text, channel="D0123456789"))
+                posts = await fake.wait_posts(count)
+                return posts[count - 1].text
+
+            listed = await command("/schedules", 1)
+            assert listed.startswith("Scheduled jobs:")
+            assert "here — every 1h → slack:D0123456789" in listed
+            assert "there" not in listed
+            refused = await command("/unschedule there", 2)
+            assert refused == "Not cancelled: this chat has no job 'there'"
+            assert await service.get("there")
+            done = await command(f"/unschedule {here.job_id}", 3)
+            assert done == "Cancelled scheduled job here."
+            assert (await command("/schedules", 4)) == "No scheduled jobs in this chat."
+    finally:
+        await fake.close()
