@@ -8,8 +8,9 @@ provider's rules file loads; an HTTP provider passes its own probe, one free req
 its model list) and lists the configured models where its list can tell; and each enabled
 chat channel passes its own probe (Slack ``auth.test``, Discord ``GET /users/@me``), run on
 a channel that is never started; each enabled MCP server starts (or answers) and lists its
-tools within its ``startupTimeoutSeconds``. Remote checks run concurrently, each bounded by
-``--timeout``.
+tools within its ``startupTimeoutSeconds``; each scheduled job (the file's and the state
+database's) aims at a chat whose channel is enabled and passes its check. Remote checks run
+concurrently, each bounded by ``--timeout``.
 
 Each finding prints as ``ok``, ``warn`` or ``FAIL`` with what is wrong and how to fix it.
 Exit status: 1 when anything FAILs (a configuration that does not load included), else 0;
@@ -125,8 +126,34 @@ async def diagnose(
     if settings.channels.discord.enabled:
         remote.append(check_discord(settings.channels.discord, request_seconds))
     remote += [check_mcp_server(n, s) for n, s in settings.mcp.enabled_servers().items()]
-    findings += await asyncio.gather(*remote)
+    checked = await asyncio.gather(*remote)
+    findings += checked
+    failing = {f.subject for f in checked if f.level == "FAIL"}
+    findings += await check_schedules(settings, failing)
     return findings
+
+
+async def check_schedules(settings: HeraldSettings, failing: set[str]) -> list[Finding]:
+    """Scheduled jobs aimed at a chat the gateway cannot reach (a FAIL each)."""
+    from gateway.schedules.reach import job_targets, unreachable
+
+    enabled = [n for n in ("webchat", "slack", "discord") if getattr(settings.channels, n).enabled]
+    # A channel's check is named after it (``slack``, ``discord``).
+    broken = {name for name in enabled if name in failing}
+    targets = await job_targets(settings)
+    found = [
+        Finding(
+            "FAIL",
+            f"schedule {u.job_id}",
+            f"its chat {u.target} cannot be reached: {u.why}",
+            "enable that channel, or change the job's `to` (declared jobs: in the config file;"
+            f" others: `herald schedules rm {u.job_id}`, then add it again)",
+        )
+        for u in unreachable(targets, enabled, broken)
+    ]
+    if targets and not found:
+        found.append(Finding("ok", "schedules", f"{len(targets)} job(s), each chat reachable"))
+    return found
 
 
 async def check_mcp_server(name: str, server: McpServerConfig) -> Finding:

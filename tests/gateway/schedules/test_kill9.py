@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.state import StateDB
@@ -61,17 +62,19 @@ def config(tmp_path: Path, port: int) -> Path:
 
 
 async def rows(db: StateDB, sql: str) -> list[dict[str, Any]]:
+    """``sql``'s rows by column name (the names as its SELECT list gives them)."""
+    listed = sql.split("SELECT ", 1)[1].split(" FROM ", 1)[0]
+    names = [part.strip().split()[-1].split(".")[-1] for part in listed.split(",")]
+
     def read(conn: Any) -> list[dict[str, Any]]:
-        cursor = conn.execute(sql)
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [dict(zip(names, tuple(row), strict=True)) for row in conn.execute(sql).fetchall()]
 
     return await db.read(read)
 
 
-async def settled(state_dir: Path) -> bool:
+async def settled(state_dir: Path, url: str | None = None) -> bool:
     """Every scheduled run is final and its announce delivered."""
-    db = await daemon_state(state_dir, None)
+    db = await daemon_state(state_dir, url)
     try:
         open_runs = await rows(
             db,
@@ -83,6 +86,13 @@ async def settled(state_dir: Path) -> bool:
     finally:
         await db.close()
     return not open_runs and ran[0]["n"] > 0
+
+
+async def settled_on(state_dir: Path, url: str | None = None) -> None:
+    """Wait until :func:`settled`."""
+    async with hang_guard("scheduled runs settling"):
+        while not await settled(state_dir, url):  # noqa: ASYNC110 - another process
+            await asyncio.sleep(0.1)
 
 
 async def test_sigkill_while_jobs_fire_neither_doubles_nor_drops_an_occurrence(
@@ -100,10 +110,12 @@ async def test_sigkill_while_jobs_fire_neither_doubles_nor_drops_an_occurrence(
             assert await daemon.wait_exit() == -signal.SIGKILL
     async with herald("run", "--config", str(path), port=port) as last:
         await last.wait_healthy()
-        # Let the jobs fire a little more with nobody killing, then stop them from firing.
-        async with hang_guard(f"runs settling (seed {seed})"):
-            while not await settled(tmp_path / "state"):  # noqa: ASYNC110 - another process
-                await asyncio.sleep(0.1)
+        # Stop the jobs from firing (paused jobs fire no more), then let every run end.
+        async with aiohttp.ClientSession() as http:
+            for job_id in PERIODS:
+                async with http.post(f"{last.url}/v1/schedules/{job_id}/pause") as response:
+                    assert response.status == 200
+        await settled_on(tmp_path / "state")
         last.process.send_signal(signal.SIGTERM)
         assert await last.wait_exit() == 0
 
