@@ -210,8 +210,7 @@ class Scheduler:
     async def _previous_live(self, job: JobRecord) -> bool:
         if job.last_run_id is None or job.last_status is not None:
             return False
-        unsettled = dict((j.job_id, s) for j, s in await self._jobs.unsettled())
-        status: RunStatus | str | None = unsettled.get(job.job_id)
+        status: RunStatus | str | None = await self._jobs.run_status(job.last_run_id)
         return status in ("queued", "running", "announcing")
 
     async def run_now(self, job: JobRecord, now: float) -> str | None:

@@ -194,19 +194,26 @@ class JobsTable:
         return await self._db.read(read)
 
     async def unsettled(self) -> builtins.list[tuple[JobRecord, str | None]]:
-        """Jobs whose last run was not counted yet, with that run's status now."""
+        """Jobs whose last run was not counted yet, with that run's status now (one query:
+        the pass that counts ended runs runs every few seconds)."""
+        columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
 
         def read(conn: sqlite3.Connection) -> builtins.list[tuple[JobRecord, str | None]]:
             rows = conn.execute(
-                f"{_SELECT} WHERE last_run_id IS NOT NULL AND last_status IS NULL"
+                f"SELECT {columns}, r.status AS run_status FROM schedule_jobs j"
+                " LEFT JOIN runs r ON r.run_id = j.last_run_id"
+                " WHERE j.last_run_id IS NOT NULL AND j.last_status IS NULL"
             ).fetchall()
-            out = []
-            for row in rows:
-                run = conn.execute(
-                    "SELECT status FROM runs WHERE run_id = ?", (row["last_run_id"],)
-                ).fetchone()
-                out.append((_job(row), run[0] if run is not None else None))
-            return out
+            return [(_job(row), row["run_status"]) for row in rows]
+
+        return await self._db.read(read)
+
+    async def run_status(self, run_id: str) -> str | None:
+        """The status of run ``run_id`` (None: no such run)."""
+
+        def read(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            return str(row[0]) if row is not None else None
 
         return await self._db.read(read)
 
