@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.schedules.store import (
     JobRecord,
@@ -38,7 +38,7 @@ from gateway.schedules.store import (
 )
 from gateway.sessions import SessionError
 from gateway.state import RunStatus, StateError
-from gateway.subagents.spawn import SpawnAccepted, Spawner, SpawnRequest
+from gateway.subagents.spawn import SpawnAccepted, SpawnRequest, SpawnResult
 from gateway.tools import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,13 @@ PAUSE_AFTER_FAILURES: Final = 5
 MAX_DUE_PER_PASS: Final = 500
 #: Lateness never counted as a misfire: a loaded loop wakes a little after the due time.
 LATE_TOLERANCE_SECONDS: Final = 5.0
+
+
+class Spawns(Protocol):
+    """What the scheduler needs of :class:`gateway.subagents.Spawner`."""
+
+    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult: ...
+
 
 #: The chat session that asks for a job's runs: its context for the spawner.
 Requester = Callable[[JobRecord], Awaitable[ToolContext]]
@@ -104,7 +111,7 @@ class Scheduler:
         self,
         *,
         jobs: JobsTable,
-        spawner: Spawner,
+        spawner: Spawns,
         requester: Requester,
         notify: Notify,
         count: Count,

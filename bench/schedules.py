@@ -1,0 +1,201 @@
+"""Issue 26: scheduled runs, beside a bare ``asyncio`` timer (``python -m bench.schedules``).
+
+``jobs`` jobs fire every minute, their due times spread evenly over the minute, held by one
+process: the real :class:`~gateway.schedules.scheduler.Scheduler` and
+:class:`~gateway.schedules.store.JobsTable` on a SQLite state database. Each occurrence is
+recorded with its run in the run's own transaction, as in the gateway; the spawner here
+writes the run and its session but starts no model (the figure is the scheduler's, not a
+turn's). The baseline holds the same due times as ``loop.call_at`` handles that do nothing
+but note when they ran.
+
+Figures, over ``minutes`` minutes: the delay from an occurrence's due time to its run being
+recorded (p50, p99, ms); the RSS each job adds (bytes); the CPU seconds per minute of wall
+time, which is all the scheduler's: nothing else runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench._common import Row, format_table, percentile, row, rss_bytes, settle_memory
+from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.store import JobRecord, JobsTable
+from gateway.settings import HeraldSettings
+from gateway.state import RunRecord, SessionRecord, StateDB
+from gateway.subagents.spawn import SpawnAccepted, SpawnRequest
+from gateway.tools import ToolContext
+
+PERIOD = 60.0
+QUICK: dict[str, Any] = {"jobs": 1000, "minutes": 0.5}
+
+
+class RecordingSpawner:
+    """Writes the run and its session with the occurrence's records, as the real spawner
+    does for an isolated run, and notes when each run was recorded."""
+
+    def __init__(self, db: StateDB) -> None:
+        self._db = db
+        self.delays: list[float] = []
+
+    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnAccepted:
+        now = time.time()
+        run_id = str(uuid.uuid4())
+        key = f"agent:main:subagent:{run_id}"
+        session = SessionRecord(
+            key=key,
+            session_id=run_id,
+            agent_id="main",
+            kind="subagent",
+            created_at=now,
+            updated_at=now,
+        )
+        run = RunRecord(
+            run_id=run_id,
+            child_session_key=key,
+            child_session_id=run_id,
+            requester_agent_id="main",
+            agent_id="main",
+            task=request.task,
+            created_at=now,
+            status="done",  # ended at once: the next minute's occurrence is not skipped
+            job_id=request.job_id,
+            occurrence_at=request.occurrence_at,
+        )
+        await self._db.runs.insert_spawn(
+            run, session, max_live_siblings=1 << 30, also=request.record_with
+        )
+        assert request.occurrence_at is not None
+        self.delays.append(time.time() - request.occurrence_at)
+        return SpawnAccepted(run_id, key)
+
+
+def _jobs(count: int, start: float) -> list[JobRecord]:
+    """``count`` jobs every minute, the first due ``start``, the rest spread over the minute."""
+    out = []
+    for n in range(count):
+        due = start + PERIOD * n / count
+        out.append(
+            JobRecord(
+                job_id=f"job-{n:05d}",
+                trigger_kind="every",
+                trigger_value="1m",
+                timezone="UTC",
+                anchor=due,
+                agent_id="main",
+                task="tick",
+                to_target="webchat:bench",
+                created_at=start,
+                next_run_at=due,
+            )
+        )
+    return out
+
+
+async def _insert_all(db: StateDB, jobs: list[JobRecord]) -> None:
+    table = JobsTable(db)
+    for start in range(0, len(jobs), 500):
+        await asyncio.gather(*(table.insert(job) for job in jobs[start : start + 500]))
+
+
+async def _herald(jobs: int, minutes: float, tmp: Path) -> tuple[list[float], float, float]:
+    settle_memory()
+    before = rss_bytes()
+    db = await StateDB.open(tmp / "herald.db")
+    try:
+        await _insert_all(db, _jobs(jobs, time.time() + 2.0))
+        spawner = RecordingSpawner(db)
+        requester = ToolContext(
+            agent_id="main", session_key="agent:main:main", workspace=tmp, settings=HeraldSettings()
+        )
+
+        async def requester_of(job: JobRecord) -> ToolContext:
+            return requester
+
+        scheduler = Scheduler(
+            jobs=JobsTable(db),
+            spawner=spawner,
+            requester=requester_of,
+            notify=_nothing,
+            count=lambda job, outcome: None,
+            grace=lambda: 3600.0,
+        )
+        cpu = time.process_time()
+        scheduler.start()
+        await asyncio.sleep(2.0 + minutes * PERIOD)
+        cpu = time.process_time() - cpu
+        await scheduler.close()
+        settle_memory()
+        rss = (rss_bytes() - before) / jobs
+    finally:
+        await db.close()
+    return spawner.delays, rss, cpu / max(minutes, 1 / PERIOD)
+
+
+async def _nothing(job: JobRecord, text: str) -> None:
+    return None
+
+
+async def _baseline(jobs: int, minutes: float) -> tuple[list[float], float, float]:
+    loop = asyncio.get_running_loop()
+    settle_memory()
+    before = rss_bytes()
+    delays: list[float] = []
+    start = time.time() + 2.0
+    handles: list[asyncio.TimerHandle] = []
+
+    def fire(due: float) -> None:
+        delays.append(time.time() - due)
+        following = due + PERIOD
+        handles.append(loop.call_at(loop.time() + (following - time.time()), fire, following))
+
+    for n in range(jobs):
+        due = start + PERIOD * n / jobs
+        handles.append(loop.call_at(loop.time() + (due - time.time()), fire, due))
+    rss = (rss_bytes() - before) / jobs
+    cpu = time.process_time()
+    await asyncio.sleep(2.0 + minutes * PERIOD)
+    cpu = time.process_time() - cpu
+    for handle in handles:
+        handle.cancel()
+    return delays, rss, cpu / max(minutes, 1 / PERIOD)
+
+
+async def _measure(jobs: int, minutes: float) -> list[Row]:
+    with tempfile.TemporaryDirectory() as tmp:
+        delays, rss, cpu = await _herald(jobs, minutes, Path(tmp))
+    bare, bare_rss, bare_cpu = await _baseline(jobs, minutes)
+    if not delays:
+        raise SystemExit("bench.schedules: no occurrence ran")
+    return [
+        row(
+            f"due to run recorded, p50 ({jobs} jobs/min, ms)",
+            percentile(delays, 50) * 1000,
+            percentile(bare, 50) * 1000,
+            "report",
+        ),
+        row(
+            f"due to run recorded, p99 ({jobs} jobs/min, ms)",
+            percentile(delays, 99) * 1000,
+            percentile(bare, 99) * 1000,
+            "report",
+        ),
+        row("RSS per job (bytes)", rss, bare_rss, "report", digits=0),
+        row("CPU seconds per minute", cpu, bare_cpu, "report"),
+        row("occurrences run", len(delays), len(bare), ">= 1x", digits=0),
+    ]
+
+
+def run(jobs: int = 10_000, minutes: float = 1.0) -> list[Row]:
+    """``jobs`` jobs every minute for ``minutes`` minutes, then the bare timer as long."""
+    rows = asyncio.run(_measure(jobs, minutes))
+    print(format_table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    run()
