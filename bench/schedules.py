@@ -186,7 +186,7 @@ async def _measure(jobs: int, minutes: float) -> list[Row]:
         ),
         row("RSS per job (bytes)", rss, bare_rss, "report", digits=0),
         row("CPU seconds per minute", cpu, bare_cpu, "report"),
-        row("occurrences run", len(delays), len(bare), ">= 1x", digits=0),
+        row("occurrences run", float(len(delays)), float(len(bare)), ">= 1x", digits=0),
     ]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, mcp, queued, sessions, spawn, turns
+from bench import batches, cluster, fanin, mcp, queued, schedules, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -51,6 +51,12 @@ def test_spawn_rows() -> None:
     figures = " ".join(row["figure"] for row in rows)
     for part in ("p50", "p99", "RSS", "tracemalloc", "runs per second", "CPU ms per run"):
         assert part in figures
+
+
+def test_schedules_rows() -> None:
+    rows = schedules.run(jobs=60, minutes=0.05)
+    check_rows(rows, 5, memory=("RSS", "CPU"))
+    assert rows[0]["figure"] == "due to run recorded, p50 (60 jobs/min, ms)"
 
 
 def test_queued_rows() -> None:
