@@ -168,12 +168,24 @@ class Schedules:
         return job
 
     async def set_paused(self, job_id: str, paused: bool) -> JobRecord:
-        await self._require(job_id)
-        job = await self._jobs.set_paused(job_id, paused)
-        if job is None:
+        """Pause or resume. A resumed job starts from its next fire time after now: the
+        times it passed while paused were paused on purpose, not missed."""
+        job = await self._require(job_id)
+        now = self._clock()
+        moved = None
+        if (
+            not paused
+            and job.paused
+            and job.trigger_kind != "at"
+            and job.next_run_at is not None
+            and job.next_run_at < now
+        ):
+            moved = job.trigger.first(now)
+        changed = await self._jobs.set_paused(job_id, paused, next_run_at=moved)
+        if changed is None:
             raise ScheduleError("job_not_found", f"no job {job_id!r}", field="jobId")
         self._scheduler.wake()
-        return job
+        return changed
 
     async def run_now(self, job_id: str) -> str:
         """Start an occurrence now, besides the schedule; its run id."""

@@ -241,15 +241,21 @@ class JobsTable:
 
         return await self._db.write(write)
 
-    async def set_paused(self, job_id: str, paused: bool) -> JobRecord | None:
-        """Pause or resume (resuming clears the failure count); None for no such job."""
+    async def set_paused(
+        self, job_id: str, paused: bool, *, next_run_at: float | None = None
+    ) -> JobRecord | None:
+        """Pause or resume (resuming clears the failure count, and moves the next fire time
+        to ``next_run_at`` when given); None for no such job."""
+        moved = ", next_run_at = ?" if next_run_at is not None else ""
+        params: list[Any] = [int(paused), int(paused)]
+        params += [next_run_at] if next_run_at is not None else []
 
         def write(conn: sqlite3.Connection) -> JobRecord | None:
             rows = conn.execute(
                 "UPDATE schedule_jobs SET paused = ?, consecutive_failures ="
-                " CASE WHEN ? = 1 THEN consecutive_failures ELSE 0 END WHERE job_id = ?"
+                f" CASE WHEN ? = 1 THEN consecutive_failures ELSE 0 END{moved} WHERE job_id = ?"
                 f" RETURNING {', '.join(JOB_COLUMNS)}",
-                (int(paused), int(paused), job_id),
+                [*params, job_id],
             ).fetchall()
             return _job(rows[0]) if rows else None
 

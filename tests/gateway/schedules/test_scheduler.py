@@ -16,9 +16,11 @@ from typing import Any
 import orjson
 
 from channels.slack import SlackChannel, SlackConfig
+from gateway.api.keys import SCHEDULES
 from gateway.schedules.resource import SCHEDULER
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
 from gateway.subagents import run_view
+from gateway.wiring import METRICS
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.gateway.harness import Harness, hang_guard, running_gateway
 
@@ -117,6 +119,10 @@ async def test_an_occurrence_announces_in_its_chat_and_thread_naming_the_job(
         assert after is not None
         assert after.next_run_at == due + 3600
         assert after.last_run_id == run.run_id
+        counted = gw.app[METRICS].registry.get_sample_value(
+            "herald_schedule_occurrences_total", {"job": "brief", "outcome": "ran"}
+        )
+        assert counted == 1
 
 
 async def test_missed_times_are_recorded_and_the_latest_runs_within_the_grace(
@@ -213,3 +219,15 @@ async def test_five_failed_runs_in_a_row_pause_the_job_and_tell_its_chat_once(
         found = await jobs.get("flaky")
         assert found is not None
         assert found.consecutive_failures == 5
+
+
+async def test_a_resumed_job_starts_from_its_next_time_after_now(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (gw, _fake, jobs):
+        now = float(int(time.time()))
+        await jobs.insert(job("held", "task: held", due=now - 2.5 * 3600, paused=True))
+        await gw.app[SCHEDULER].run_pass()
+        assert await occurrences(jobs, "held") == []  # paused: nothing fires, nothing missed
+        resumed = await gw.app[SCHEDULES].set_paused("held", False)
+        assert resumed.next_run_at == now + 0.5 * 3600
+        await gw.app[SCHEDULER].run_pass()
+        assert await occurrences(jobs, "held") == []
