@@ -36,6 +36,7 @@ from gateway.schedules.store import (
     advance,
     record_run_now,
 )
+from gateway.schedules.triggers import TriggerError
 from gateway.sessions import SessionError
 from gateway.state import RunStatus, StateError
 from gateway.subagents.spawn import SpawnAccepted, SpawnRequest, SpawnResult
@@ -154,6 +155,8 @@ class Scheduler:
                 await self.run_pass()
             except StateError as exc:  # the database is away: try again next pass
                 logger.warning("scheduler pass failed", extra={"error": str(exc)})
+            except Exception:  # a bug must not end the loop: every other job still fires
+                logger.exception("scheduler pass crashed")
             soonest = await self._soonest()
             delay = POLL_SECONDS if soonest is None else soonest - self._clock()
             self._wake.clear()
@@ -173,7 +176,12 @@ class Scheduler:
         for job in await self._jobs.due(now):
             if self._closing:
                 return
-            await self.fire(job, now)
+            try:
+                await self.fire(job, now)
+            except (TriggerError, SessionError) as exc:  # this job's own problem, not the others'
+                logger.error(
+                    "scheduled job cannot fire", extra={"job": job.job_id, "error": str(exc)}
+                )
 
     async def settle(self) -> None:
         for job, status in await self._jobs.unsettled():
