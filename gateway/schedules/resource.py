@@ -1,5 +1,6 @@
-"""The scheduler's life in the gateway: declared jobs synced at start, the loop started
-once the channels are up (an occurrence's chat must be reachable), closed before they stop.
+"""The scheduler's life in the gateway: declared jobs synced at start (and again when a
+reload changes them), the loop started once the channels are up (an occurrence's chat must
+be reachable), closed before they stop.
 
 A job's chat target resolves at each occurrence against the channels that run, to the chat's
 own session for the job's agent (created when nobody has talked there yet), so the agent of
@@ -8,6 +9,7 @@ that chat sees the run's completion on its next turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +29,7 @@ from gateway.wiring import (
     CONTEXTS,
     METRICS,
     OUTBOX,
+    SETTINGS,
     STATE,
     SUBAGENTS,
     TOOL_SERVICES,
@@ -125,8 +128,29 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         },
     )
     app[TOOL_SERVICES][SCHEDULE_JOBS] = service
+    pending: set[asyncio.Task[None]] = set()
+
+    async def resync() -> None:
+        try:
+            await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
+            scheduler.wake()
+            logger.info("declared jobs reloaded")
+        except Exception:
+            logger.exception("reloading declared jobs failed")
+
+    def reloaded(old: HeraldSettings, new: HeraldSettings) -> None:
+        # The file's jobs take effect at once; their history and pause are kept.
+        if old.schedules != new.schedules:
+            task = asyncio.ensure_future(resync())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    holder = app[SETTINGS]
+    holder.subscribe(reloaded)
     scheduler.start()
     try:
         yield
     finally:
+        holder.unsubscribe(reloaded)
         await scheduler.close()
+        await asyncio.gather(*pending, return_exceptions=True)

@@ -3,11 +3,17 @@ anything starts)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
+from gateway.api.keys import SCHEDULES
 from gateway.config import load_settings
 from gateway.errors import ConfigError
 from tests.gateway.conftest import WriteFile
+from tests.gateway.harness import hang_guard, running_gateway
+from tests.gateway.test_reload_apply import reload_with
 
 GOOD = '{ id: "brief", cron: "0 9 * * 1-5", task: "Summarise.", to: "webchat:abc" }'
 
@@ -88,3 +94,31 @@ def test_good_jobs_load(write: WriteFile) -> None:
     jobs = loaded.settings.schedules.jobs
     assert [j.id for j in jobs] == ["brief", "tick"]
     assert jobs[1].trigger("UTC").timezone == "Asia/Tokyo"
+
+
+async def test_a_reload_applies_the_files_jobs_and_keeps_their_pause(tmp_path: Path) -> None:
+    first = {"id": "brief", "every": "1h", "task": "task: a", "to": "webchat:room"}
+    config = {"channels": {"webchat": {"enabled": True}}, "schedules": {"jobs": [first]}}
+    async with running_gateway(tmp_path, config=config) as gw:
+        service = gw.app[SCHEDULES]
+        await service.set_paused("brief", True)
+        second = {"id": "digest", "cron": "0 17 * * 5", "task": "task: b", "to": "webchat:room"}
+        changed = {**first, "task": "task: a, again"}
+        reload_with(gw, tmp_path, {**config, "schedules": {"jobs": [changed, second]}})
+
+        async def applied() -> bool:
+            return {job.job_id for job in await service.list()} == {"brief", "digest"}
+
+        async with hang_guard("the reload's jobs"):
+            while not await applied():  # noqa: ASYNC110 - the reload writes in a task
+                await asyncio.sleep(0.02)
+        brief = (await service.get("brief")).job
+        assert (brief.task, brief.paused, brief.declared) == ("task: a, again", True, True)
+        reload_with(gw, tmp_path, {**config, "schedules": {"jobs": [second]}})
+
+        async def removed() -> bool:
+            return [job.job_id for job in await service.list()] == ["digest"]
+
+        async with hang_guard("the job's removal"):
+            while not await removed():  # noqa: ASYNC110 - the reload writes in a task
+                await asyncio.sleep(0.02)
