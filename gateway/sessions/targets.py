@@ -27,7 +27,9 @@ from channels import Channel
 from channels.webchat import CLIENT_ID_PATTERN
 from gateway.sessions.errors import SessionError
 from gateway.sessions.keys import SessionKey
-from gateway.state import Origin
+# From the module, not the package: the package imports the settings, and the settings'
+# checks parse targets here (no circle of imports).
+from gateway.state.rows import Origin
 
 if TYPE_CHECKING:  # the settings import the state, which this package builds on
     from gateway.settings import HeraldSettings
