@@ -27,9 +27,7 @@ from channels import Channel
 from channels.webchat import CLIENT_ID_PATTERN
 from gateway.sessions.errors import SessionError
 from gateway.sessions.keys import SessionKey
-# From the module, not the package: the package imports the settings, and the settings'
-# checks parse targets here (no circle of imports).
-from gateway.state.rows import Origin
+from gateway.state.rows import Origin  # not the package: it imports settings, which call here
 
 if TYPE_CHECKING:  # the settings import the state, which this package builds on
     from gateway.settings import HeraldSettings
