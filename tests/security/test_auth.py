@@ -34,7 +34,7 @@ from tests.security.support import raw_request
 TOKEN = "Zq8-auth-token-4c1f9e7d2b6a"
 #: Values for path parameters: each route must answer without the token being needed to
 #: find out that the value names nothing.
-SAMPLES = {"runId": "no-such-run", "sessionKey": "agent:main:main"}
+SAMPLES = {"runId": "no-such-run", "sessionKey": "agent:main:main", "jobId": "no-such-job"}
 #: Routes the README documents, whether or not this build serves them yet.
 PINNED = [("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/v1/sessions")]
 #: Paths that try to reach an API route through a public prefix or by odd spelling.
