@@ -155,6 +155,8 @@ def test_a_config_snippet_loads(snippet: str, tmp_path: Path) -> None:
     path = tmp_path / "herald.json5"
     path.write_text("{\n" + snippet + "\n}\n", encoding="utf-8")
     env = {"HOME": str(tmp_path), "HERALD_GATEWAY__STATE_DIR": str(tmp_path / "state")}
+    # A `${VAR}` a snippet names is the operator's to set: give each one a value.
+    env.update(dict.fromkeys(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", snippet), "set"))
     preflight(load_settings(path, environ=env))
 
 
