@@ -1,6 +1,7 @@
 """``herald doctor``: find what would stop the gateway from working, and say how to fix it.
 
-Checks, in order: the configuration loads; tool policies name known tools; the state
+Checks, in order: the configuration loads; tool policies name known tools; the exec
+sandbox starts, and what holds each of its limits; the state
 directory exists (or can be created), is ours, private and writable, and its database opens
 read-only with a schema this Herald knows (with ``cluster.databaseUrl``: PostgreSQL answers,
 with such a schema); each model provider is usable (a scripted
@@ -24,6 +25,7 @@ import os
 import sqlite3
 import stat
 import sys
+import tempfile
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +109,7 @@ async def diagnose(
     source = str(loaded.path) if loaded.path else "no file: defaults and environment"
     findings = [Finding("ok", "config", f"loads ({source})")]
     findings += check_tools(settings)
+    findings += await check_sandbox(settings)
     on_postgresql = settings.cluster.database_url is not None
     findings += check_state_dir(
         settings.gateway.resolved_state_dir(), sqlite_file=not on_postgresql
@@ -140,6 +143,64 @@ def check_tools(settings: HeraldSettings) -> list[Finding]:
         Finding("warn", "tools", str(i), "correct the name, or remove it from the list")
         for i in issues
     ]
+
+
+async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
+    """The exec sandbox: whether commands need it, whether bubblewrap runs one here, and
+    what holds each of its limits."""
+    from gateway.preflight import exec_allowed
+    from gateway.tools.sandbox import BWRAP_PACKAGE, find_bwrap, probe, process_limit
+
+    config = settings.agent.tools.exec.sandbox
+    allowed = exec_allowed(settings)
+    if not config.enabled:
+        if not allowed:
+            return [Finding("ok", "sandbox", "off (exec is not allowed)")]
+        return [
+            Finding(
+                "warn",
+                "sandbox",
+                "off: exec commands run as this user and can read the state database, the "
+                "config file and every workspace",
+                'set agent.tools.exec.sandbox.mode to "auto"',
+            )
+        ]
+    if find_bwrap() is None:
+        level: Level = "FAIL" if allowed else "warn"
+        fix = f"apt-get install {BWRAP_PACKAGE}"
+        return [Finding(level, "sandbox", "bubblewrap (bwrap) is not installed", fix)]
+    with tempfile.TemporaryDirectory(prefix="herald-doctor-") as scratch:
+        works, complaint = await probe(config, Path(scratch))
+    if not works:
+        return [
+            Finding(
+                "FAIL" if allowed else "warn",
+                "sandbox",
+                f"bubblewrap cannot start a sandbox here: {complaint}",
+                "allow user namespaces (kernel.unprivileged_userns_clone=1; under systemd: "
+                "RestrictNamespaces= and SystemCallFilter= as in systemd/herald.service)",
+            )
+        ]
+    network = "its own, loopback only" if not config.network else "the host's"
+    processes = process_limit()
+    limits = (
+        f"memory {config.memory_mb} MiB by RLIMIT_AS, CPU {config.cpu_seconds} s by "
+        f"RLIMIT_CPU, files {config.max_file_mb} MiB by RLIMIT_FSIZE, "
+        f"{config.max_processes} processes by {processes}"
+    )
+    usage = "" if allowed else " (exec is not allowed: unused)"
+    findings = [
+        Finding("ok", "sandbox", f"bubblewrap runs commands; network: {network}{usage}"),
+        Finding("ok", "sandbox limits", limits),
+    ]
+    if processes.startswith("nothing"):
+        findings[-1] = Finding(
+            "warn",
+            "sandbox limits",
+            limits,
+            "run Herald as a non-root user, or give it a pids cgroup (Delegate=yes)",
+        )
+    return findings
 
 
 def check_state_dir(path: Path, *, sqlite_file: bool = True) -> list[Finding]:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gateway.settings import AgentDefaults, ExecConfig, HeraldSettings, WebFetchConfig
+from gateway.settings import (
+    AgentDefaults,
+    AgentToolsConfig,
+    ExecConfig,
+    HeraldSettings,
+    WebFetchConfig,
+)
 from gateway.tools import DEFAULT_GROUPS, default_registry
 from gateway.tools.exec import ExecTool
 from gateway.tools.web import WebFetchTool
@@ -23,7 +29,7 @@ def test_builtins_and_their_groups() -> None:
 def test_limits_come_from_settings() -> None:
     settings = HeraldSettings(
         agent=AgentDefaults(
-            exec=ExecConfig(timeout_seconds=3, max_output_bytes=10),
+            tools=AgentToolsConfig(exec=ExecConfig(timeout_seconds=3, max_output_bytes=10)),
             web_fetch=WebFetchConfig(timeout_seconds=4, max_bytes=20),
         )
     )
@@ -34,3 +40,14 @@ def test_limits_come_from_settings() -> None:
     assert isinstance(web_tool, WebFetchTool)
     assert exec_tool.config.max_output_bytes == 10
     assert web_tool.config.max_bytes == 20
+
+
+def test_the_old_exec_key_still_loads_under_the_new_one() -> None:
+    legacy = AgentDefaults.model_validate(
+        {
+            "exec": {"timeoutSeconds": 3, "maxOutputBytes": 10},
+            "tools": {"exec": {"timeoutSeconds": 5}},
+        }
+    )
+    assert legacy.tools.exec.timeout_seconds == 5  # the new key wins
+    assert legacy.tools.exec.max_output_bytes == 10

@@ -1,0 +1,218 @@
+"""The sandbox a command runs in: bubblewrap's namespaces and mounts, and the limits.
+
+:func:`bwrap_argv` builds the bubblewrap command line for any command (``exec`` uses it, and
+so can anything else that starts a program on an agent's behalf). The sandbox sees only:
+the system's programs and libraries (``/usr``, ``/bin``, ``/lib*``) and the few ``/etc``
+files programs need, read-only; the ``readOnly`` paths, read-only; the working directory,
+read-write; a fresh ``/tmp``, a minimal ``/dev`` and its own read-only ``/proc``. It gets
+new mount, PID, IPC, UTS and (unless ``network``) network namespaces, a new session (no
+terminal to inject input into), and dies with its parent.
+
+:class:`Limits` holds the resource limits. They are set with setrlimit in the child before
+bubblewrap starts, and so hold for the command and everything it starts. The process limit
+uses a pids cgroup where Herald may make one (:mod:`gateway.tools._cgroups`), else
+``RLIMIT_NPROC``, which the kernel ignores for root: :func:`process_limit` says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import resource
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from gateway.settings import SandboxConfig
+from gateway.tools._cgroups import PidsCgroup, PidsParent, pids_parent
+
+logger = logging.getLogger(__name__)
+
+BWRAP: Final = "bwrap"
+#: The Debian package that installs ``bwrap``: what an error tells people to install.
+BWRAP_PACKAGE: Final = "bubblewrap"
+MIB: Final = 1024 * 1024
+#: Top-level system directories, bound read-only (or recreated as the symlinks they are on a
+#: merged-/usr system).
+SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: What programs read in /etc: the dynamic linker, users and groups by id, name resolution,
+#: certificates, time zone. No secrets live in these (``/etc/shadow`` is not one of them).
+ETC_FILES: Final = (
+    "/etc/alternatives",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/gai.conf",
+    "/etc/group",
+    "/etc/host.conf",
+    "/etc/hosts",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/nsswitch.conf",
+    "/etc/os-release",
+    "/etc/passwd",
+    "/etc/protocols",
+    "/etc/resolv.conf",
+    "/etc/services",
+    "/etc/ssl",
+    "/etc/timezone",
+)
+#: Where a command's HOME and TMPDIR point: its private /tmp (the host's home is not there).
+SANDBOX_HOME: Final = "/tmp"
+
+
+def find_bwrap() -> str | None:
+    """The ``bwrap`` executable on PATH, or None."""
+    return shutil.which(BWRAP)
+
+
+def bwrap_argv(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    config: SandboxConfig,
+    bwrap: str = BWRAP,
+    as_root: bool | None = None,
+) -> list[str]:
+    """The command line that runs ``argv`` under bubblewrap in ``workdir`` (bound read-write
+    at its own path and made the working directory), as ``config`` says.
+
+    ``as_root`` (default: whether this process is root) drops every capability in the
+    sandbox: bubblewrap keeps root's otherwise. The environment is the caller's to give.
+    """
+    root = os.geteuid() == 0 if as_root is None else as_root
+    args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not config.network:
+        args.append("--unshare-net")
+    args += ["--die-with-parent", "--new-session"]
+    if root:
+        args += ["--cap-drop", "ALL"]
+    for path in SYSTEM_DIRS:
+        args += _system_dir(path)
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    # /proc is read-only: a root command could otherwise write the sysctls and
+    # /proc/sysrq-trigger of the host (they do not check capabilities, only the owner).
+    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in config.read_only:
+        args += ["--ro-bind", path, path]
+    # Last, so that a readOnly path holding the workspace does not cover it.
+    place = str(workdir)
+    args += ["--bind", place, place, "--chdir", place, "--", *argv]
+    return args
+
+
+def _system_dir(path: str) -> list[str]:
+    if os.path.islink(path):
+        return ["--symlink", os.readlink(path), path]
+    if os.path.isdir(path):
+        return ["--ro-bind", path, path]
+    return []
+
+
+def sandbox_environment(environ: dict[str, str], workdir: Path) -> dict[str, str]:
+    """``environ`` (already scrubbed) for a sandboxed command: HOME and TMPDIR in its
+    private /tmp, PWD its working directory."""
+    return environ | {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_HOME, "PWD": str(workdir)}
+
+
+@functools.cache
+def _pids_parent() -> PidsParent | None:
+    # Once per process: the v2 set-up moves the gateway into a leaf cgroup.
+    return pids_parent()
+
+
+def process_limit() -> str:
+    """What holds ``maxProcesses`` here: a pids cgroup, ``RLIMIT_NPROC``, or nothing."""
+    parent = _pids_parent()
+    if parent is not None:
+        return parent.describe()
+    if os.geteuid() != 0:
+        return "RLIMIT_NPROC (counts every process of this user)"
+    return "nothing: root ignores RLIMIT_NPROC and no pids cgroup can be made here"
+
+
+@dataclass(slots=True)
+class Limits:
+    """One command's resource limits: :meth:`apply` runs in the child before exec,
+    :meth:`close` after the command ended."""
+
+    config: SandboxConfig
+    cgroup: PidsCgroup | None = None
+
+    @classmethod
+    def open(cls, config: SandboxConfig) -> Limits:
+        """The limits of one command, its pids cgroup made when there is a place for it."""
+        parent = _pids_parent()
+        cgroup = None
+        if parent is not None:
+            try:
+                cgroup = PidsCgroup(parent, config.max_processes)
+            except OSError as exc:
+                logger.warning("exec: cannot make a pids cgroup under %s: %s", parent.path, exc)
+        return cls(config, cgroup)
+
+    def apply(self) -> None:
+        """Set the limits on the calling process (a child between fork and exec)."""
+        config = self.config
+        _set(resource.RLIMIT_AS, config.memory_mb * MIB)
+        # SIGXCPU at the limit, SIGKILL a second later if it is ignored.
+        resource.setrlimit(resource.RLIMIT_CPU, (config.cpu_seconds, config.cpu_seconds + 1))
+        _set(resource.RLIMIT_FSIZE, config.max_file_mb * MIB)
+        _set(resource.RLIMIT_CORE, 0)
+        if self.cgroup is not None:
+            self.cgroup.enter()
+        else:
+            _set(resource.RLIMIT_NPROC, config.max_processes)
+
+    async def close(self) -> None:
+        if self.cgroup is not None:
+            await self.cgroup.close()
+
+
+def _set(which: int, limit: int) -> None:
+    # Never above the current hard limit: an unprivileged process may not raise it.
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(which, (limit, limit))
+
+
+def limit_note(code: int | None, config: SandboxConfig) -> str | None:
+    """What ended a sandboxed command whose exit status is ``code``, when a limit did.
+
+    bubblewrap's init reports a command killed by a signal as 128 + the signal number.
+    """
+    if code == 128 + signal.SIGXCPU:
+        return f"[stopped: the sandbox's CPU limit of {config.cpu_seconds}s was reached]"
+    if code == 128 + signal.SIGXFSZ:
+        return f"[stopped: a file reached the sandbox's limit of {config.max_file_mb} MiB]"
+    return None
+
+
+async def probe(config: SandboxConfig, workdir: Path) -> tuple[bool, str]:
+    """Run ``true`` in the sandbox: (whether it worked, bubblewrap's complaint if not)."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return False, f"bwrap is not installed (Debian package {BWRAP_PACKAGE})"
+    limits = Limits.open(config)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *bwrap_argv(["/bin/true"], workdir=workdir, config=config, bwrap=bwrap),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=limits.apply,
+        )
+        output, _ = await proc.communicate()
+    finally:
+        await limits.close()
+    text = output.decode("utf-8", errors="replace").strip()
+    return proc.returncode == 0, text or f"exit status {proc.returncode}"
