@@ -105,7 +105,10 @@ def bwrap_argv(
         args += ["--ro-bind", path, path]
     # Last, so that a readOnly path holding the workspace does not cover it.
     place = str(workdir)
-    args += ["--bind", place, place, "--chdir", place, "--", *argv]
+    args += ["--bind", place, place, "--chdir", place]
+    # The sandbox's own root (where bubblewrap made the mount points) is read-only too: a
+    # write outside the workspace and /tmp fails rather than landing in memory.
+    args += ["--remount-ro", "/", "--", *argv]
     return args
 
 
