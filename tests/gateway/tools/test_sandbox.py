@@ -30,6 +30,7 @@ from gateway.tools.sandbox import bwrap_argv
 
 #: Guard against a hung wait; never an assertion about speed.
 GUARD_SECONDS = 30
+POLL_SECONDS = 0.02
 #: Where the test's host files live: on disk, outside /tmp.
 HOST_SCRATCH = "/var/tmp"
 ON = SandboxConfig(mode="bwrap")
@@ -74,10 +75,10 @@ def layout(root: Path) -> Layout:
 
 
 async def run(
-    layout: Layout, sandbox: SandboxConfig, command: str, timeout: float = 60
+    layout: Layout, sandbox: SandboxConfig, command: str, seconds: float = 60
 ) -> ToolOutput:
     registry = ToolRegistry()
-    registry.register(ExecTool(ExecConfig(timeout_seconds=timeout, sandbox=sandbox)))
+    registry.register(ExecTool(ExecConfig(timeout_seconds=seconds, sandbox=sandbox)))
     ctx = ToolContext(
         agent_id="main",
         session_key="agent:main:main",
@@ -194,23 +195,30 @@ async def test_tmp_is_private(layout: Layout) -> None:
 # -- what a command cannot reach ---------------------------------------------------------------
 
 
-@pytest.fixture
-async def listener() -> AsyncIterator[tuple[int, list[bytes]]]:
+@dataclass
+class Listener:
     """A TCP server on the host's loopback: its port and what each connection sent."""
-    received: list[bytes] = []
 
+    port: int
+    received: list[bytes]
+    arrived: asyncio.Event
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        received.append(await reader.read(100))
+        found.received.append(await reader.read(100))
+        found.arrived.set()
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    found = Listener(server.sockets[0].getsockname()[1], [], asyncio.Event())
     async with server:
-        yield port, received
+        yield found
 
 
-async def test_no_network_unless_allowed(layout: Layout, listener: tuple[int, list[bytes]]) -> None:
-    port, received = listener
+async def test_no_network_unless_allowed(layout: Layout, listener: Listener) -> None:
+    port, received = listener.port, listener.received
     command = f"bash -c 'echo KNOCK > /dev/tcp/127.0.0.1/{port}'"
     blocked = await run(layout, ON, command)
     assert blocked.is_error
@@ -220,8 +228,7 @@ async def test_no_network_unless_allowed(layout: Layout, listener: tuple[int, li
     allowed = await run(layout, SandboxConfig(mode="bwrap", network=True), command)
     assert not allowed.is_error, allowed.content
     async with asyncio.timeout(GUARD_SECONDS):
-        while not received:
-            await asyncio.sleep(0.01)
+        await listener.arrived.wait()
     assert received == [b"KNOCK\n"]
 
 
@@ -252,10 +259,11 @@ def survivors(marker: str) -> list[int]:
 
 async def none_survive(marker: str) -> list[int]:
     """Waits until no process holds ``marker`` (within the guard); those left, if any."""
-    async with asyncio.timeout(GUARD_SECONDS):
-        while left := survivors(marker):
-            await asyncio.sleep(0.02)
-    return left
+    for _ in range(int(GUARD_SECONDS / POLL_SECONDS)):
+        if not (left := survivors(marker)):
+            return left
+        await asyncio.sleep(POLL_SECONDS)
+    return survivors(marker)
 
 
 def sleeper() -> str:
@@ -318,7 +326,7 @@ async def test_the_cpu_limit_is_named(layout: Layout) -> None:
 
 async def test_a_timeout_leaves_nothing(layout: Layout) -> None:
     sleep = sleeper()
-    result = await run(layout, ON, f"{sleep} & {sleep}", timeout=0.5)
+    result = await run(layout, ON, f"{sleep} & {sleep}", seconds=0.5)
     assert result.data is not None
     assert result.data["timedOut"] is True
     assert await none_survive(sleep.split()[1]) == []
