@@ -24,7 +24,7 @@ from gateway.errors import ConfigError, ConfigIssue
 from gateway.providers import ScriptError, default_script_path, load_script
 from gateway.settings import HeraldSettings
 from gateway.tools import policy_issues, tools_for_agent
-from gateway.tools.sandbox import BWRAP_PACKAGE, find_bwrap
+from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe
 from gateway.wiring import build_tools
 
 #: Kernel file systems: nothing Herald writes belongs there.
@@ -114,21 +114,33 @@ def exec_allowed(settings: HeraldSettings) -> bool:
 
 
 def sandbox_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
-    """bubblewrap missing where ``exec`` would need it; ``readOnly`` paths that do not exist
-    or would show the state directory or the config file to commands."""
+    """``readOnly`` paths that do not exist or would show the state directory or the config
+    file to commands; where ``exec`` is allowed, bubblewrap missing or unable to start."""
     sandbox = settings.agent.tools.exec.sandbox
     if not sandbox.enabled:
         return []
-    issues: list[ConfigIssue] = []
-    if find_bwrap() is None and exec_allowed(settings):
-        issues.append(
-            ConfigIssue(
-                f"exec is allowed and its sandbox is on ({sandbox.mode!r}), but bubblewrap is "
-                f"not installed: install the {BWRAP_PACKAGE} package (apt-get install "
-                f'{BWRAP_PACKAGE}), or set mode "off" to run commands unsandboxed',
-                key="agent.tools.exec.sandbox.mode",
-            )
+    issues = _readonly_issues(settings, config_file)
+    if issues or not exec_allowed(settings):
+        return issues
+    key = "agent.tools.exec.sandbox.mode"
+    if find_bwrap() is None:
+        message = (
+            f"exec is allowed and its sandbox is on ({sandbox.mode!r}), but bubblewrap is "
+            f"not installed: install the {BWRAP_PACKAGE} package (apt-get install "
+            f'{BWRAP_PACKAGE}), or set mode "off" to run commands unsandboxed'
         )
+        return [ConfigIssue(message, key=key)]
+    # Where user namespaces are refused (a hardened unit, a container), every command
+    # would fail: say so now, once, with the fix.
+    if (complaint := probe(sandbox)) is not None:
+        message = f"exec is allowed, but bubblewrap cannot start a sandbox here: {complaint}"
+        return [ConfigIssue(f"{message}; fix: {SANDBOX_FIX}", key=key)]
+    return []
+
+
+def _readonly_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
+    sandbox = settings.agent.tools.exec.sandbox
+    issues: list[ConfigIssue] = []
     hidden = [("the state directory", settings.gateway.resolved_state_dir())]
     if config_file is not None:
         hidden.append(("the config file", config_file.resolve()))

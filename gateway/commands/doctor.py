@@ -25,7 +25,6 @@ import os
 import sqlite3
 import stat
 import sys
-import tempfile
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +148,7 @@ async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
     """The exec sandbox: whether commands need it, whether bubblewrap runs one here, and
     what holds each of its limits."""
     from gateway.preflight import exec_allowed
-    from gateway.tools.sandbox import BWRAP_PACKAGE, find_bwrap, probe, process_limit
+    from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe, process_limit
 
     config = settings.agent.tools.exec.sandbox
     allowed = exec_allowed(settings)
@@ -169,16 +168,14 @@ async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
         level: Level = "FAIL" if allowed else "warn"
         fix = f"apt-get install {BWRAP_PACKAGE}"
         return [Finding(level, "sandbox", "bubblewrap (bwrap) is not installed", fix)]
-    with tempfile.TemporaryDirectory(prefix="herald-doctor-") as scratch:
-        works, complaint = await probe(config, Path(scratch))
-    if not works:
+    complaint = await asyncio.to_thread(probe, config)
+    if complaint is not None:
         return [
             Finding(
                 "FAIL" if allowed else "warn",
                 "sandbox",
                 f"bubblewrap cannot start a sandbox here: {complaint}",
-                "allow user namespaces (kernel.unprivileged_userns_clone=1; under systemd: "
-                "RestrictNamespaces= and SystemCallFilter= as in systemd/herald.service)",
+                SANDBOX_FIX,
             )
         ]
     network = "its own, loopback only" if not config.network else "the host's"

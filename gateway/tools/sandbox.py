@@ -16,13 +16,14 @@ uses a pids cgroup where Herald may make one (:mod:`gateway.tools._cgroups`), el
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
 import resource
 import shutil
 import signal
+import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,14 @@ ETC_FILES: Final = (
 )
 #: Where a command's HOME and TMPDIR point: its private /tmp (the host's home is not there).
 SANDBOX_HOME: Final = "/tmp"
+#: What to do when bubblewrap cannot make a sandbox (the usual causes, in order).
+SANDBOX_FIX: Final = (
+    "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+    "user.max_user_namespaces > 0); under systemd, add systemd/exec-sandbox.conf as a "
+    "drop-in of the unit (docs/sandbox.md)"
+)
+#: Guard on the start-up probe (it takes milliseconds; a wedged bwrap must not hang start).
+PROBE_SECONDS: Final = 30
 
 
 def find_bwrap() -> str | None:
@@ -200,22 +209,22 @@ def limit_note(code: int | None, config: SandboxConfig) -> str | None:
     return None
 
 
-async def probe(config: SandboxConfig, workdir: Path) -> tuple[bool, str]:
-    """Run ``true`` in the sandbox: (whether it worked, bubblewrap's complaint if not)."""
+def probe(config: SandboxConfig) -> str | None:
+    """Start ``true`` in the sandbox ``config`` describes, in a scratch directory: None if
+    it ran, else why not (bubblewrap's own words). Blocks for the few milliseconds it takes.
+    """
     bwrap = find_bwrap()
     if bwrap is None:
-        return False, f"bwrap is not installed (Debian package {BWRAP_PACKAGE})"
-    limits = Limits.open(config)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *bwrap_argv(["/bin/true"], workdir=workdir, config=config, bwrap=bwrap),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=limits.apply,
-        )
-        output, _ = await proc.communicate()
-    finally:
-        await limits.close()
-    text = output.decode("utf-8", errors="replace").strip()
-    return proc.returncode == 0, text or f"exit status {proc.returncode}"
+        return f"bwrap is not installed (Debian package {BWRAP_PACKAGE})"
+    with tempfile.TemporaryDirectory(prefix="herald-probe-") as scratch:
+        argv = bwrap_argv(["true"], workdir=Path(scratch), config=config, bwrap=bwrap)
+        try:
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_SECONDS
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+    if done.returncode == 0:
+        return None
+    text = (done.stderr or done.stdout).decode("utf-8", errors="replace").strip()
+    return text or f"exit status {done.returncode}"
