@@ -134,7 +134,7 @@ class ExecTool(Tool[ExecParams]):
                 )
             argv = bwrap_argv(argv, workdir=cwd, config=self.config.sandbox, bwrap=bwrap)
             env = sandbox_environment(env, cwd)
-            limits = await asyncio.to_thread(Limits.open, self.config.sandbox)
+            limits = Limits.open(self.config.sandbox)  # a mkdir on cgroupfs: never blocks long
         try:
             return await self._run(argv, cwd, env, limits, timeout)
         finally:
