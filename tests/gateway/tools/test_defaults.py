@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
+import pytest
+
+from gateway.config import load_settings
 from gateway.settings import (
     AgentDefaults,
     AgentToolsConfig,
@@ -42,12 +48,17 @@ def test_limits_come_from_settings() -> None:
     assert web_tool.config.max_bytes == 20
 
 
-def test_the_old_exec_key_still_loads_under_the_new_one() -> None:
-    legacy = AgentDefaults.model_validate(
-        {
-            "exec": {"timeoutSeconds": 3, "maxOutputBytes": 10},
-            "tools": {"exec": {"timeoutSeconds": 5}},
-        }
+def test_the_old_exec_key_still_loads_under_the_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "herald.json5"
+    config.write_text(
+        "{ agent: { exec: { timeoutSeconds: 3, maxOutputBytes: 10 },"
+        " tools: { exec: { timeoutSeconds: 5 } } } }"
     )
-    assert legacy.tools.exec.timeout_seconds == 5  # the new key wins
-    assert legacy.tools.exec.max_output_bytes == 10
+    with caplog.at_level(logging.WARNING):
+        loaded = load_settings(config, environ={})
+    exec_config = loaded.settings.agent.tools.exec
+    assert exec_config.timeout_seconds == 5  # the new key wins
+    assert exec_config.max_output_bytes == 10
+    assert "agent.exec is deprecated: write agent.tools.exec instead" in caplog.messages
