@@ -97,7 +97,7 @@ def bwrap_argv(
     sandbox: bubblewrap keeps root's otherwise. The environment is the caller's to give.
     """
     root = os.geteuid() == 0 if as_root is None else as_root
-    args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if not config.network:
         args.append("--unshare-net")
     args += ["--die-with-parent", "--new-session"]
