@@ -153,7 +153,7 @@ class ExecTool(Tool[ExecParams]):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if limits is None else limits.apply,
+                preexec_fn=None if limits is None else limits.preexec(),
             )
         except OSError as exc:
             raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
@@ -173,7 +173,8 @@ class ExecTool(Tool[ExecParams]):
                 await asyncio.wait_for(reader, DRAIN_GRACE_SECONDS)
             except TimeoutError:
                 logger.warning("exec: a detached process kept the output open; stopped reading")
-        note = None if limits is None else limit_note(proc.returncode, limits.config)
+        sandbox = self.config.sandbox
+        note = limit_note(proc.returncode, sandbox) if sandbox.enabled else None
         return _output(proc.returncode, capture, timed_out, seconds, note)
 
 

@@ -8,10 +8,13 @@ read-write; a fresh ``/tmp``, a minimal ``/dev`` and its own read-only ``/proc``
 new mount, PID, IPC, UTS and (unless ``network``) network namespaces, a new session (no
 terminal to inject input into), and dies with its parent.
 
-:class:`Limits` holds the resource limits. They are set with setrlimit in the child before
-bubblewrap starts, and so hold for the command and everything it starts. The process limit
-uses a pids cgroup where Herald may make one (:mod:`gateway.tools._cgroups`), else
-``RLIMIT_NPROC``, which the kernel ignores for root: :func:`process_limit` says which.
+The resource limits are set by util-linux's ``prlimit``, the first program in the sandbox,
+which then execs the command: they hold for the command and everything it starts. Set
+there, after bubblewrap made its user namespace (when Herald is not root), ``RLIMIT_NPROC``
+counts the sandbox's processes only, not every process of Herald's user. The kernel
+ignores ``RLIMIT_NPROC`` for root, so the process limit also uses a pids cgroup where Herald
+may make one (:mod:`gateway.tools._cgroups`, :class:`Limits`); :func:`process_limit` says
+which holds.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -35,6 +38,8 @@ from gateway.tools._cgroups import PidsCgroup, PidsParent, pids_parent
 logger = logging.getLogger(__name__)
 
 BWRAP: Final = "bwrap"
+#: util-linux's prlimit (Debian: essential), run in the sandbox to set the limits.
+PRLIMIT: Final = "prlimit"
 #: The Debian package that installs ``bwrap``: what an error tells people to install.
 BWRAP_PACKAGE: Final = "bubblewrap"
 MIB: Final = 1024 * 1024
@@ -91,10 +96,11 @@ def bwrap_argv(
     as_root: bool | None = None,
 ) -> list[str]:
     """The command line that runs ``argv`` under bubblewrap in ``workdir`` (bound read-write
-    at its own path and made the working directory), as ``config`` says.
+    at its own path and made the working directory), within ``config``'s limits.
 
     ``as_root`` (default: whether this process is root) drops every capability in the
-    sandbox: bubblewrap keeps root's otherwise. The environment is the caller's to give.
+    sandbox: bubblewrap keeps root's otherwise. The environment is the caller's to give; a
+    pids cgroup, where one is wanted, is :class:`Limits`'s.
     """
     root = os.geteuid() == 0 if as_root is None else as_root
     args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
@@ -117,8 +123,33 @@ def bwrap_argv(
     args += ["--bind", place, place, "--chdir", place]
     # The sandbox's own root (where bubblewrap made the mount points) is read-only too: a
     # write outside the workspace and /tmp fails rather than landing in memory.
-    args += ["--remount-ro", "/", "--", *argv]
+    args += ["--remount-ro", "/", "--", *limit_argv(config), *argv]
     return args
+
+
+def limit_argv(config: SandboxConfig) -> list[str]:
+    """``prlimit`` with ``config``'s limits, ready to run a command (``--`` last).
+
+    No limit asks for more than this process's hard limit, which an unprivileged process
+    may not raise. SIGXCPU comes at the CPU limit, SIGKILL a second later; no core dumps.
+    """
+    prlimit = shutil.which(PRLIMIT) or f"/usr/bin/{PRLIMIT}"
+    cpu = _capped(resource.RLIMIT_CPU, config.cpu_seconds)
+    cpu_hard = _capped(resource.RLIMIT_CPU, config.cpu_seconds + 1)
+    return [
+        prlimit,
+        f"--as={_capped(resource.RLIMIT_AS, config.memory_mb * MIB)}",
+        f"--cpu={cpu}:{cpu_hard}",
+        f"--fsize={_capped(resource.RLIMIT_FSIZE, config.max_file_mb * MIB)}",
+        "--core=0",
+        f"--nproc={_capped(resource.RLIMIT_NPROC, config.max_processes)}",
+        "--",
+    ]
+
+
+def _capped(which: int, limit: int) -> int:
+    hard = resource.getrlimit(which)[1]
+    return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
 
 
 def _system_dir(path: str) -> list[str]:
@@ -147,54 +178,38 @@ def process_limit() -> str:
     if parent is not None:
         return parent.describe()
     if os.geteuid() != 0:
-        return "RLIMIT_NPROC (counts every process of this user)"
+        return "RLIMIT_NPROC (in the sandbox's user namespace: its own processes)"
     return "nothing: root ignores RLIMIT_NPROC and no pids cgroup can be made here"
 
 
 @dataclass(slots=True)
 class Limits:
-    """One command's resource limits: :meth:`apply` runs in the child before exec,
-    :meth:`close` after the command ended."""
+    """One command's pids cgroup, where there is a place for one: made by :meth:`open`,
+    entered by the command's first process (:meth:`preexec`), removed by :meth:`close`.
+    The other limits are :func:`limit_argv`'s."""
 
-    config: SandboxConfig
     cgroup: PidsCgroup | None = None
 
     @classmethod
     def open(cls, config: SandboxConfig) -> Limits:
-        """The limits of one command, its pids cgroup made when there is a place for it."""
+        """The cgroup of one command, when there is a place for it (a mkdir: never slow)."""
         parent = _pids_parent()
-        cgroup = None
-        if parent is not None:
-            try:
-                cgroup = PidsCgroup(parent, config.max_processes)
-            except OSError as exc:
-                logger.warning("exec: cannot make a pids cgroup under %s: %s", parent.path, exc)
-        return cls(config, cgroup)
+        if parent is None:
+            return cls()
+        try:
+            return cls(PidsCgroup(parent, config.max_processes))
+        except OSError as exc:
+            logger.warning("exec: cannot make a pids cgroup under %s: %s", parent.path, exc)
+            return cls()
 
-    def apply(self) -> None:
-        """Set the limits on the calling process (a child between fork and exec)."""
-        config = self.config
-        _set(resource.RLIMIT_AS, config.memory_mb * MIB)
-        # SIGXCPU at the limit, SIGKILL a second later if it is ignored.
-        resource.setrlimit(resource.RLIMIT_CPU, (config.cpu_seconds, config.cpu_seconds + 1))
-        _set(resource.RLIMIT_FSIZE, config.max_file_mb * MIB)
-        _set(resource.RLIMIT_CORE, 0)
-        if self.cgroup is not None:
-            self.cgroup.enter()
-        else:
-            _set(resource.RLIMIT_NPROC, config.max_processes)
+    def preexec(self) -> Callable[[], None] | None:
+        """What the child runs before exec (None without a cgroup: then Python may start
+        the child the cheap way, with vfork)."""
+        return None if self.cgroup is None else self.cgroup.enter
 
     async def close(self) -> None:
         if self.cgroup is not None:
             await self.cgroup.close()
-
-
-def _set(which: int, limit: int) -> None:
-    # Never above the current hard limit: an unprivileged process may not raise it.
-    _, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(which, (limit, limit))
 
 
 def limit_note(code: int | None, config: SandboxConfig) -> str | None:

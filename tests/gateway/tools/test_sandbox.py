@@ -14,6 +14,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -340,7 +341,10 @@ def test_read_only_paths_come_before_the_workspace(tmp_path: Path) -> None:
     config = SandboxConfig(mode="bwrap", read_only=[str(tmp_path)])
     argv = bwrap_argv(["true"], workdir=tmp_path / "ws", config=config)
     assert argv.index("--ro-bind", argv.index("--tmpfs")) < argv.index("--bind")
-    assert argv[-4:] == ["--remount-ro", "/", "--", "true"]
+    command = argv[argv.index("--") + 1 :]
+    assert argv[argv.index("--") - 2 : argv.index("--")] == ["--remount-ro", "/"]
+    assert Path(command[0]).name == "prlimit"  # the limits, set inside the sandbox
+    assert command[-2:] == ["--", "true"]
 
 
 async def test_read_only_paths_are_readable_not_writable(layout: Layout, tmp_path: Path) -> None:
@@ -355,3 +359,46 @@ async def test_read_only_paths_are_readable_not_writable(layout: Layout, tmp_pat
     assert output(listed).startswith("SHARED")
     assert "Read-only file system" in output(listed)
     assert (shared / "data.txt").read_text() == "SHARED"
+
+
+def run_as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run(
+        [*drop, *argv], capture_output=True, text=True, timeout=GUARD_SECONDS, check=False
+    )
+
+
+def test_unprivileged_the_process_limit_counts_the_sandbox_alone(root: Path) -> None:
+    """Not root, ``RLIMIT_NPROC`` holds (set inside the sandbox's user namespace, it counts
+    the sandbox's processes, not every process of the user)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run as nobody (CI has both)")
+    root.chmod(0o755)  # nobody's working directory
+    tmp_path = root
+    sleep = sleeper()
+    marker = sleep.split()[1]
+    # The user already has more processes than the limit, outside any sandbox.
+    outside = [
+        subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *sleep.split()]
+        )
+        for _ in range(12)
+    ]
+    try:
+        command = ["/bin/sh", "-c", "for i in 1 2 3 4; do sleep 0.1 & done; wait; echo four"]
+        limited = SandboxConfig(mode="bwrap", max_processes=10)
+        fits = run_as_nobody(bwrap_argv(command, workdir=tmp_path, config=limited, as_root=False))
+        assert fits.returncode == 0, fits.stderr
+        assert fits.stdout == "four\n"
+        many = ["/bin/sh", "-c", "for i in $(seq 20); do sleep 0.1 & done; wait; echo twenty"]
+        refused = run_as_nobody(bwrap_argv(many, workdir=tmp_path, config=limited, as_root=False))
+        assert refused.returncode != 0
+        assert "fork" in refused.stderr.lower(), refused.stderr
+        wide = SandboxConfig(mode="bwrap", max_processes=256)  # the control
+        allowed = run_as_nobody(bwrap_argv(many, workdir=tmp_path, config=wide, as_root=False))
+        assert allowed.stdout == "twenty\n", allowed.stderr
+    finally:
+        for process in outside:
+            process.kill()
+            process.wait()
+    assert survivors(marker) == []
