@@ -115,11 +115,35 @@ def _v1_parent(own: dict[str, str]) -> PidsParent | None:
 
 
 def pids_parent() -> PidsParent | None:
-    """Where this process may make pids cgroups for its commands, or None."""
+    """Where this process may make pids cgroups for its commands, or None. Cgroups left
+    there by a gateway that was killed are removed on the way."""
     own = _own_cgroups()
-    if "" in own and (found := _v2_parent(own[""])):
-        return found
-    return _v1_parent(own)
+    found = _v2_parent(own[""]) if "" in own else None
+    found = found or _v1_parent(own)
+    if found is not None:
+        _sweep(found.path)
+    return found
+
+
+def _sweep(parent: Path) -> None:
+    """Remove ``herald-exec-<pid>-<n>`` cgroups whose gateway process is gone (a killed
+    gateway's commands died with it: bubblewrap's --die-with-parent)."""
+    for child in parent.glob(f"{_PREFIX}*-*"):
+        owner = child.name.removeprefix(_PREFIX).split("-", 1)[0]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            child.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class PidsCgroup:
