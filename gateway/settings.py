@@ -12,6 +12,7 @@ from it (``make docs``).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 from pathlib import Path
@@ -35,6 +36,8 @@ from gateway.constants import (
     MIN_RESULT_CHARS,
 )
 from gateway.mcp.config import McpConfig, policy_problems
+
+logger = logging.getLogger(__name__)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -110,11 +113,50 @@ class ToolPolicyConfig(ConfigModel):
     """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
 
 
+class SandboxConfig(ConfigModel):
+    """``agent.tools.exec.sandbox``: what an `exec` command may see and use."""
+
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    """`"bwrap"`: every command runs under bubblewrap (Debian's `bubblewrap`), seeing only
+    its workspace, the system's programs and a private `/tmp`; `"auto"`: the same (allowing
+    `exec` without bubblewrap installed is a config error); `"off"`: commands run as
+    Herald's own user, seeing all it sees (the state database, the config, every
+    workspace)."""
+    network: bool = False
+    """Let commands reach the network; false: their own network namespace, loopback only."""
+    memory_mb: PositiveInt = 1024
+    """Address space a command's process may have, in MiB (`RLIMIT_AS`, per process)."""
+    cpu_seconds: PositiveInt = 120
+    """CPU seconds a command's process may use (`RLIMIT_CPU`, per process)."""
+    max_processes: PositiveInt = 256
+    """Processes and threads a command may have at once (a pids cgroup where Herald may make
+    one, else `RLIMIT_NPROC`; `herald doctor` says which)."""
+    max_file_mb: PositiveInt = 1024
+    """Size a command may write a file to, in MiB (`RLIMIT_FSIZE`)."""
+    read_only: list[str] = []
+    """Extra host paths (absolute) commands may read, at the same path."""
+
+    @field_validator("read_only")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not os.path.isabs(path):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return [os.path.normpath(path) for path in paths]
+
+    @property
+    def enabled(self) -> bool:
+        """Whether commands run under bubblewrap (``auto`` and ``bwrap``)."""
+        return self.mode != "off"
+
+
 class ExecConfig(ConfigModel):
     timeout_seconds: PositiveFloat = 30.0
     """Seconds an `exec` command may run before it is killed (a call may ask for less)."""
     max_output_bytes: PositiveInt = 64 * 1024
     """Bytes of a command's output returned to the model; the rest is cut."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """The sandbox commands run in."""
 
 
 class WebFetchAccessConfig(ConfigModel):
@@ -169,6 +211,9 @@ class AgentToolsConfig(ToolPolicyConfig):
     """Where `web_fetch` may connect."""
     web_search: WebSearchConfig = WebSearchConfig()
     """The `web_search` tool: off until `provider` is set."""
+    exec: ExecConfig = ExecConfig()
+    """The `exec` tool (off unless a tool policy's `allow` names it): its limits and its
+    sandbox."""
     # The floor leaves room for the cut's marker to make sense.
     max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
     """A tool result longer than this many characters is cut, with a marker, in what the
@@ -247,10 +292,31 @@ class AgentDefaults(ConfigModel):
     """What happens when a conversation would outgrow the model's context window."""
     subagents: SubagentDefaults = SubagentDefaults()
     """Sub-agent runs started with `sessions_spawn`."""
-    exec: ExecConfig = ExecConfig()
-    """Limits of the `exec` tool (off unless a tool policy's `allow` names it)."""
     web_fetch: WebFetchConfig = WebFetchConfig()
     """Limits of the `web_fetch` tool."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_exec(cls, data: object) -> object:
+        # `agent.exec` moved to `agent.tools.exec`; the old key keeps loading (the new one
+        # wins key by key) with a warning naming where it went.
+        if not isinstance(data, dict) or "exec" not in data:
+            return data
+        data = dict(data)
+        legacy, tools = _as_dict(data.pop("exec")), _as_dict(data.get("tools") or {})
+        current = _as_dict(tools.get("exec") or {}) if tools is not None else None
+        if legacy is None or tools is None or current is None:
+            raise ValueError("agent.exec moved to agent.tools.exec (a section)")
+        data["tools"] = tools | {"exec": legacy | current}
+        logger.warning("agent.exec is deprecated: write agent.tools.exec instead")
+        return data
+
+
+def _as_dict(value: object) -> dict[str, object] | None:
+    """A section as a dict (a model: the fields it was given), or None if it is not one."""
+    if isinstance(value, ConfigModel):
+        return value.model_dump(exclude_unset=True)
+    return dict(value) if isinstance(value, dict) else None
 
 
 class AgentSubagentsConfig(ConfigModel):

@@ -1,6 +1,7 @@
 """``herald doctor``: find what would stop the gateway from working, and say how to fix it.
 
-Checks, in order: the configuration loads; tool policies name known tools; the state
+Checks, in order: the configuration loads; tool policies name known tools; the exec
+sandbox starts, and what holds each of its limits; the state
 directory exists (or can be created), is ours, private and writable, and its database opens
 read-only with a schema this Herald knows (with ``cluster.databaseUrl``: PostgreSQL answers,
 with such a schema); each model provider is usable (a scripted
@@ -109,6 +110,7 @@ async def diagnose(
     source = str(loaded.path) if loaded.path else "no file: defaults and environment"
     findings = [Finding("ok", "config", f"loads ({source})")]
     findings += check_tools(settings)
+    findings += await check_sandbox(settings)
     on_postgresql = settings.cluster.database_url is not None
     findings += check_state_dir(
         settings.gateway.resolved_state_dir(), sqlite_file=not on_postgresql
@@ -162,6 +164,62 @@ def check_tools(settings: HeraldSettings) -> list[Finding]:
         Finding("warn", "tools", str(i), "correct the name, or remove it from the list")
         for i in issues
     ]
+
+
+async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
+    """The exec sandbox: whether commands need it, whether bubblewrap runs one here, and
+    what holds each of its limits."""
+    from gateway.preflight import exec_allowed
+    from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe, process_limit
+
+    config = settings.agent.tools.exec.sandbox
+    allowed = exec_allowed(settings)
+    if not config.enabled:
+        if not allowed:
+            return [Finding("ok", "sandbox", "off (exec is not allowed)")]
+        return [
+            Finding(
+                "warn",
+                "sandbox",
+                "off: exec commands run as this user and can read the state database, the "
+                "config file and every workspace",
+                'set agent.tools.exec.sandbox.mode to "auto"',
+            )
+        ]
+    if find_bwrap() is None:
+        level: Level = "FAIL" if allowed else "warn"
+        fix = f"apt-get install {BWRAP_PACKAGE}"
+        return [Finding(level, "sandbox", "bubblewrap (bwrap) is not installed", fix)]
+    complaint = await asyncio.to_thread(probe, config)
+    if complaint is not None:
+        return [
+            Finding(
+                "FAIL" if allowed else "warn",
+                "sandbox",
+                f"bubblewrap cannot start a sandbox here: {complaint}",
+                SANDBOX_FIX,
+            )
+        ]
+    network = "its own, loopback only" if not config.network else "the host's"
+    processes = process_limit()
+    limits = (
+        f"memory {config.memory_mb} MiB by RLIMIT_AS, CPU {config.cpu_seconds} s by "
+        f"RLIMIT_CPU, files {config.max_file_mb} MiB by RLIMIT_FSIZE, "
+        f"{config.max_processes} processes by {processes}"
+    )
+    usage = "" if allowed else " (exec is not allowed: unused)"
+    findings = [
+        Finding("ok", "sandbox", f"bubblewrap runs commands; network: {network}{usage}"),
+        Finding("ok", "sandbox limits", limits),
+    ]
+    if processes.startswith("nothing"):
+        findings[-1] = Finding(
+            "warn",
+            "sandbox limits",
+            limits,
+            "run Herald as a non-root user, or give it a pids cgroup (Delegate=yes)",
+        )
+    return findings
 
 
 def check_state_dir(path: Path, *, sqlite_file: bool = True) -> list[Finding]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, mcp, queued, sessions, spawn, turns
+from bench import batches, cluster, fanin, mcp, queued, sandbox, sessions, spawn, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -51,6 +51,13 @@ def test_spawn_rows() -> None:
     figures = " ".join(row["figure"] for row in rows)
     for part in ("p50", "p99", "RSS", "tracemalloc", "runs per second", "CPU ms per run"):
         assert part in figures
+
+
+def test_sandbox_rows() -> None:
+    rows = sandbox.run(**sandbox.QUICK)
+    check_rows(rows, 2)
+    assert "exec true: ms per call, bwrap vs off" in rows[0]["figure"]
+    assert rows[1]["goal"] == "<= 20 ms added"
 
 
 def test_queued_rows() -> None:

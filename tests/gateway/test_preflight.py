@@ -122,3 +122,61 @@ def test_bad_compaction_settings_exit_78_naming_the_key(tmp_path: Path) -> None:
         "agent.tools.maxResultChars: Input should be greater than or equal to 500 (got 0)",
     )
     assert not state.exists()
+
+
+EXEC_ALLOWED = {"tools": {"allow": ["*", "exec"]}}
+
+
+def test_exec_without_bubblewrap_exits_78_naming_the_package(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    path = config(tmp_path, state, agent=EXEC_ALLOWED)
+    no_bwrap = tmp_path / "bin"  # a PATH on which there is no bwrap
+    no_bwrap.mkdir()
+    for command in (("config", "check", "--config", str(path)), ("run", "--config", str(path))):
+        done = subprocess.run(
+            [*HERALD, *command],
+            env=clean_env(PATH=str(no_bwrap)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == EXIT_CONFIG, output
+        assert "agent.tools.exec.sandbox.mode" in output
+        assert "apt-get install bubblewrap" in output
+    assert not state.exists()
+    # The control: with bwrap on PATH, the same config passes; "off" needs no bwrap.
+    assert herald("config", "check", "--config", str(path)).returncode == 0
+    off = {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"mode": "off"}}}}
+    path = config(tmp_path, state, agent=off)
+    done = subprocess.run(
+        [*HERALD, "config", "check", "--config", str(path)],
+        env=clean_env(PATH=str(no_bwrap)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_read_only_paths_must_exist_and_hide_herald(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    sandbox = {"readOnly": [str(tmp_path / "missing"), str(tmp_path)]}
+    path = config(tmp_path, state, agent={"tools": {"exec": {"sandbox": sandbox}}})
+    refused_by_both(
+        path,
+        "agent.tools.exec.sandbox.readOnly",
+        f"{tmp_path / 'missing'} does not exist",
+        f"{tmp_path} holds the state directory",
+        f"{tmp_path} holds the config file",
+    )
+    assert not state.exists()
+
+
+def test_a_relative_read_only_path_is_a_schema_error(tmp_path: Path) -> None:
+    path = config(
+        tmp_path, tmp_path / "state", agent={"tools": {"exec": {"sandbox": {"readOnly": ["data"]}}}}
+    )
+    refused_by_both(path, "agent.tools.exec.sandbox.readOnly", "'data' is not an absolute path")
