@@ -53,6 +53,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
+from channels.streaming import ReplyStream
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
@@ -71,6 +72,7 @@ from channels.webchat.protocol import (
     valid_client_id,
 )
 from channels.webchat.relay import Relay
+from channels.webchat.streams import WebchatStream
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +221,23 @@ class WebchatChannel(Channel):
         self._refresh(client)
         client.set_run(update.run_id, run_frame(update, time.time()))
         await self._tell_others(client)
+
+    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+        """Delta frames to the client's open pages while the reply to ``message`` is
+        written; the final reply's message id (made from ``reply_to``) is the turn id."""
+        client = self._client_for(message.chat_id) if message.channel == self.name else None
+        if client is None:
+            return None
+        final = OutboundMessage(
+            channel=self.name,
+            account=message.account,
+            chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            text="",
+            reply_to=reply_to,
+        )
+        turn_id = _traced_message_id(final)
+        return WebchatStream(client, turn_id) if turn_id is not None else None
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:
