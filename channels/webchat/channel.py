@@ -129,6 +129,8 @@ class WebchatChannel(Channel):
         self._boot = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._assets = load_assets()
+        #: Replies being written, by turn id (the final reply's message id).
+        self._streams: dict[str, WebchatStream] = {}
 
     def __repr__(self) -> str:
         return (
@@ -182,9 +184,10 @@ class WebchatChannel(Channel):
                 f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
             )
         self._refresh(client)
-        message_id = self._record(
-            client, message.kind, message.text, message.run_id, _traced_message_id(message)
-        )
+        traced = _traced_message_id(message)
+        if traced is not None and (stream := self._streams.get(traced)) is not None:
+            stream.flush()  # its last piece before the final reply that replaces it
+        message_id = self._record(client, message.kind, message.text, message.run_id, traced)
         log.debug(
             "web chat message",
             extra={
@@ -237,7 +240,14 @@ class WebchatChannel(Channel):
             reply_to=reply_to,
         )
         turn_id = _traced_message_id(final)
-        return WebchatStream(client, turn_id) if turn_id is not None else None
+        if turn_id is None:
+            return None
+        stream = self._streams[turn_id] = WebchatStream(client, turn_id, self._forget_stream)
+        return stream
+
+    def _forget_stream(self, stream: WebchatStream) -> None:
+        if self._streams.get(stream.turn_id) is stream:
+            del self._streams[stream.turn_id]
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -29,19 +29,28 @@ class SseEvent:
 
 
 async def read_events(content: aiohttp.StreamReader) -> AsyncIterator[SseEvent]:
-    """The events of an SSE body, per the WHATWG rules Herald needs: ``field: value`` lines,
-    several ``data:`` lines joined by newlines, comments (``:``) skipped, a blank line ends
-    an event. An event cut off by the end of the body is dropped, as the spec says."""
+    """The events of an SSE body, per the WHATWG rules Herald needs: ``field: value`` lines
+    (CRLF or LF), several ``data:`` lines joined by newlines, comments (``:``) skipped, a
+    blank line ends an event. An event cut off by the end of the body is dropped, as the
+    spec says. Reads whatever has arrived at once and splits it here: one await per network
+    read rather than per line keeps a long stream cheap."""
+    buffer = b""
+    async for chunk in content.iter_any():
+        buffer += chunk
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+        *blocks, buffer = buffer.split(b"\n\n")
+        for block in blocks:
+            event = _event(block.decode("utf-8", errors="replace"))
+            if event is not None:
+                yield event
+
+
+def _event(block: str) -> SseEvent | None:
     name = ""
     data: list[str] = []
-    async for raw in content:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield SseEvent(name or "message", "\n".join(data))
-            name, data = "", []
-            continue
-        if line.startswith(":"):
+    for line in block.split("\n"):
+        if not line or line.startswith(":"):
             continue
         key, _, value = line.partition(":")
         value = value.removeprefix(" ")
@@ -49,6 +58,7 @@ async def read_events(content: aiohttp.StreamReader) -> AsyncIterator[SseEvent]:
             name = value
         elif key == "data":
             data.append(value)
+    return SseEvent(name or "message", "\n".join(data)) if data else None
 
 
 def event_json(event: SseEvent, provider: str, model: str) -> dict[str, Any]:
