@@ -1,9 +1,10 @@
 """Streamed replies in the web chat (issue 27), against a bare aiohttp relay.
 
-Run with ``python -m bench.streaming``. A model fake on loopback streams a reply of
-:data:`PIECES` pieces as Chat Completions SSE (and answers plain JSON when not asked to
-stream); it notes the moment it writes the first piece of text. A WebSocket client plays
-the person in the web chat.
+Run with ``python -m bench.streaming``. A model fake on loopback, in a child process (its
+CPU is no part of the figures), streams a reply of :data:`PIECES` pieces as Chat
+Completions SSE (and answers plain JSON when not asked to stream); it notes the moment it
+writes each answer's first piece of text (``perf_counter``, CLOCK_MONOTONIC on Linux: the
+same clock in every process). A WebSocket client plays the person in the web chat.
 
 Latency: from the model's first piece of text to the first ``delta`` frame at the page.
 Herald's side is the whole production path (``build_app`` on a loopback port: the chat
@@ -22,7 +23,9 @@ streamed ≤ 1.3× unstreamed. Also reported: delta frames per streamed reply (t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +87,7 @@ class StreamingModel:
         self.base_url = ""
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
+        gap = int(request.match_info["gap_us"]) / 1e6  # the base URL says how fast to write
         body = orjson.loads(await request.read())
         if not body.get("stream"):
             message = {"role": "assistant", "content": REPLY}
@@ -110,13 +114,66 @@ class StreamingModel:
             if index == 0:
                 self.first_text.append(time.perf_counter())
             await response.write(chunk({"content": piece}))
-            await asyncio.sleep(PIECE_GAP)
+            if gap:
+                await asyncio.sleep(gap)
         await response.write(chunk({}, "stop"))
         usage = {"prompt_tokens": 10, "completion_tokens": PIECES}
         await response.write(b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):  # a client may close once it has [DONE]
+            await response.write_eof()
         return response
+
+    async def first_text_times(self, request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(self.first_text), content_type="application/json")
+
+
+async def _model_main() -> None:
+    """The child process: serve the model fake, print its URL, run until stdin closes."""
+    model = StreamingModel()
+    app = web.Application()
+    app.router.add_post("/gap/{gap_us}/v1/chat/completions", model.complete)
+    app.router.add_get("/first-text", model.first_text_times)
+    runner, url = await _serve(app)
+    print(url, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
+
+
+class ModelProcess:
+    """The model fake in its child process."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, url: str) -> None:
+        self.proc = proc
+        self.url = url
+
+    def base_url(self, gap: float) -> str:
+        """The OpenAI ``/v1`` root at which the model writes its pieces ``gap`` s apart."""
+        return f"{self.url}/gap/{round(gap * 1e6)}/v1"
+
+    @classmethod
+    async def start(cls) -> ModelProcess:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.streaming",
+            "model",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), HANG_GUARD)
+        return cls(proc, line.decode().strip())
+
+    async def first_text(self, session: aiohttp.ClientSession) -> list[float]:
+        async with session.get(f"{self.url}/first-text") as answer:
+            times: list[float] = orjson.loads(await answer.read())
+        return times
+
+    async def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        await asyncio.wait_for(self.proc.wait(), HANG_GUARD)
 
 
 async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -163,16 +220,17 @@ def _relay_app(model_url: str) -> web.Application:
 
 
 async def _turns(
-    url: str, model: StreamingModel, turns: int, *, hello: bool
+    url: str, model: ModelProcess, turns: int, *, client: str | None
 ) -> tuple[list[float], float, int]:
     """(first-text → first-delta latencies, CPU seconds, delta frames) of ``turns`` turns
     over one page's socket."""
-    latencies: list[float] = []
+    firsts: list[float] = []
     frames = 0
     async with aiohttp.ClientSession() as session, session.ws_connect(f"{url}/webchat/ws") as ws:
-        if hello:
-            await ws.send_str(orjson.dumps({"type": "hello", "clientId": "bench"}).decode())
+        if client is not None:  # a new client each time: no replay of earlier turns
+            await ws.send_str(orjson.dumps({"type": "hello", "clientId": client}).decode())
             await ws.receive()
+        before = len(await model.first_text(session))
         gc.collect()
         cpu = time.process_time()
         for n in range(turns):
@@ -188,38 +246,46 @@ async def _turns(
                     if frame["type"] == "message" and frame["kind"] == "reply":
                         break
             if first is not None:
-                latencies.append(first - model.first_text[-1])
+                firsts.append(first)
         cpu = time.process_time() - cpu
-    return latencies, cpu, frames
+        written = (await model.first_text(session))[before:]
+    if firsts and len(written) != len(firsts):
+        raise SystemExit(
+            f"bench.streaming: {len(written)} streams for {len(firsts)} turns of {turns} at {url}"
+        )
+    return [f - w for f, w in zip(firsts, written, strict=False)], cpu, frames
+
+
+async def _herald(
+    model: ModelProcess, tmp: Path, turns: int, *, streaming: bool, gap: float
+) -> tuple[list[float], float, int]:
+    tag = f"{streaming}-{gap}"
+    settings = bench_settings(
+        tmp / f"state-{tag}", model.base_url(gap), agent={"streaming": streaming}, webchat=True
+    )
+    async with running_app(settings, tmp) as (url, _):
+        await _turns(url, model, min(10, turns), client=f"warm-{tag}".replace(".", "_"))
+        return await _turns(url, model, turns, client=f"bench-{tag}".replace(".", "_"))
 
 
 async def _measure(turns: int) -> list[Row]:
-    model = StreamingModel()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", model.complete)
-    model_runner, model_root = await _serve(app)
-    model.base_url = f"{model_root}/v1"
+    model = await ModelProcess.start()
     try:
-        relay_runner, relay_url = await _serve(_relay_app(f"{model.base_url}/chat/completions"))
+        relay = _relay_app(f"{model.base_url(PIECE_GAP)}/chat/completions")
+        relay_runner, relay_url = await _serve(relay)
         try:
-            await _turns(relay_url, model, min(10, turns), hello=False)  # warm up
-            relayed, _, _ = await _turns(relay_url, model, turns, hello=False)
+            await _turns(relay_url, model, min(10, turns), client=None)  # warm up
+            relayed, _, _ = await _turns(relay_url, model, turns, client=None)
         finally:
             await relay_runner.cleanup()
         with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
-            results: dict[bool, tuple[list[float], float, int]] = {}
-            for streaming in (True, False):
-                state = Path(tmp) / f"state-{streaming}"
-                settings = bench_settings(
-                    state, model.base_url, agent={"streaming": streaming}, webchat=True
-                )
-                async with running_app(settings, Path(tmp)) as (url, _):
-                    await _turns(url, model, min(10, turns), hello=True)  # warm up
-                    results[streaming] = await _turns(url, model, turns, hello=True)
+            root = Path(tmp)
+            paced = await _herald(model, root, turns, streaming=True, gap=PIECE_GAP)
+            streamed, cpu_paced, frames = paced
+            _, cpu_burst, _ = await _herald(model, root, turns, streaming=True, gap=0)
+            _, cpu_whole, _ = await _herald(model, root, turns, streaming=False, gap=0)
     finally:
-        await model_runner.cleanup()
-    streamed, cpu_on, frames = results[True]
-    _, cpu_off, _ = results[False]
+        await model.stop()
     ms = 1000.0
     return [
         row(
@@ -235,12 +301,18 @@ async def _measure(turns: int) -> list[Row]:
             f"ratio <= {LATENCY_GOAL}",
         ),
         row(
-            f"CPU ms per turn, streamed vs whole ({PIECES} pieces)",
-            cpu_on / turns * ms,
-            cpu_off / turns * ms,
+            f"CPU ms per turn, streamed vs whole ({PIECES} pieces at once)",
+            cpu_burst / turns * ms,
+            cpu_whole / turns * ms,
             f"ratio <= {CPU_GOAL}",
         ),
-        row("delta frames per streamed reply (report)", frames / turns, PIECES, "report"),
+        row(
+            f"CPU ms per turn, pieces {PIECE_GAP * 1000:g} ms apart vs whole (report)",
+            cpu_paced / turns * ms,
+            cpu_whole / turns * ms,
+            "report",
+        ),
+        row("delta frames per streamed reply (report)", frames / turns, float(PIECES), "report"),
     ]
 
 
@@ -250,7 +322,10 @@ def run(turns: int = TURNS) -> list[Row]:
 
 
 def main() -> None:
-    """Print the benchmark's rows as a small table."""
+    """Print the benchmark's rows as a small table (``model``: be the model fake)."""
+    if sys.argv[1:] == ["model"]:
+        asyncio.run(_model_main())
+        return
     print(format_table(run()))
 
 

@@ -36,7 +36,9 @@ async def read_events(content: aiohttp.StreamReader) -> AsyncIterator[SseEvent]:
     read rather than per line keeps a long stream cheap."""
     buffer = b""
     async for chunk in content.iter_any():
-        buffer += chunk
+        # iter_any gives one HTTP chunk at a time (a server writes one per event): take
+        # everything already received with it.
+        buffer += chunk + content.read_nowait()
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         *blocks, buffer = buffer.split(b"\n\n")
