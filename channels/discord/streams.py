@@ -65,6 +65,7 @@ class DiscordStream(ReplyStream):
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._finished = False
         #: When the chat was last asked to post or edit (loop time), for the interval.
         self._last_call = -interval
 
@@ -127,6 +128,7 @@ class DiscordStream(ReplyStream):
         """Turn the streamed messages into the final reply ``message`` (see the module
         docstring); raises ``ChannelSendError`` as a send does."""
         await self._stop_writing()
+        self._finished = True
         parts = chunk_message(message.text)
         # The final edit keeps to the interval too (a short wait, once per reply).
         wait = self._last_call + self._interval - asyncio.get_running_loop().time()
@@ -159,5 +161,16 @@ class DiscordStream(ReplyStream):
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
+        """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
+        takes back what it showed, so no half-written message or status line stays."""
         await self._stop_writing()
         self._on_close(self)
+        if self._finished:
+            return
+        self._finished = True
+        for message_id, _ in reversed(self.posted):
+            try:
+                await self._target.get_partial_message(int(message_id)).delete()
+            except _SHOW_ERRORS as exc:
+                log.info("streamed Discord message not taken back: %s", exc)
+        self.posted.clear()

@@ -84,6 +84,7 @@ class SlackStream(ReplyStream):
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._finished = False
         self._last_call = -interval
 
     def __repr__(self) -> str:
@@ -176,6 +177,7 @@ class SlackStream(ReplyStream):
         """Make the streamed message the final reply ``message``; raises
         ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual."""
         await self._stop_writing()
+        self._finished = True
         if self.ts is None:
             return await self._poster.post(message)
         wait = self._last_call + self._interval - asyncio.get_running_loop().time()
@@ -218,11 +220,18 @@ class SlackStream(ReplyStream):
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
+        """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
+        takes back what it showed, so no half-written message or status line stays."""
         await self._stop_writing()
-        native, self._native = self._native, None
-        if native is not None:  # a turn that ended without its reply (stopped)
-            try:
-                await native.stop()
-            except Exception as exc:
-                log.info("slack: stream not stopped: %s", send_error("chat.stopStream", exc))
         self._on_close(self)
+        native, self._native = self._native, None
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            if native is not None and native.ts is not None:
+                await native.stop()
+            if self.ts is not None:
+                await self._client.chat_delete(channel=self.final.chat_id, ts=self.ts)
+        except Exception as exc:
+            log.info("slack: streamed message not taken back: %s", send_error("chat.delete", exc))

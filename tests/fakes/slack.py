@@ -10,7 +10,8 @@ Native streaming: ``chat.startStream`` (a thread reply; outside a DM it needs
 ``recipient_user_id`` and ``recipient_team_id``), ``chat.appendStream`` and
 ``chat.stopStream`` build one message, as Slack does; with :attr:`FakeSlack.refuse_streaming`
 set, ``chat.startStream`` answers that error (an older workspace). ``chat.update`` changes a
-stored message's text; :attr:`FakeSlack.updates` keeps each update's time.
+stored message's text (``chat.delete`` removes it); :attr:`FakeSlack.updates` keeps each
+update's time.
 
 Conversations keep their messages, as Slack does: the bot's posts (with their message
 ``metadata``) and the ``message`` events a test pushes. ``conversations.history`` (top-level
@@ -593,6 +594,14 @@ class FakeSlack:
         return web.json_response(
             {"ok": True, "channel": channel, "ts": args.get("ts"), "text": args.get("text")}
         )
+
+    def _m_chat_delete(self, args: dict[str, Any]) -> web.Response:
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        message = self.stored(channel, ts)
+        if message is None:
+            return _error("message_not_found")
+        self.history[channel].remove(message)
+        return web.json_response({"ok": True, "channel": channel, "ts": ts})
 
     def stored(self, channel: str, ts: str) -> dict[str, Any] | None:
         """The stored message ``ts`` of ``channel``, if there is one."""

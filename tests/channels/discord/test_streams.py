@@ -87,3 +87,17 @@ async def test_a_reply_not_streamed_is_posted_as_before(
 async def test_streaming_off_opens_no_stream(make_channel: MakeChannel) -> None:
     running = await make_channel(streaming="off")
     assert running.channel.open_stream(inbound_in(GENERAL), RECORDED) is None
+
+
+async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    running = await make_channel()
+    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    assert stream is not None
+    stream.replace("Using sessions_spawn, sessions_yield…")
+    await fake_discord.wait_until(lambda: len(contents(fake_discord)) == 1)
+    await stream.close()  # the turn yielded with nothing to say
+
+    assert contents(fake_discord) == []
+    assert len(fake_discord.deleted_messages[GENERAL]) == 1

@@ -131,3 +131,17 @@ async def test_a_turn_that_showed_nothing_posts_its_reply_as_usual(
 async def test_streaming_off(make_channel: MakeChannel) -> None:
     channel, _ = await make_channel(streaming="off")
     assert channel.open_stream(asked(), RECORDED) is None
+
+
+async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    channel, _ = await make_channel(streaming="edit")
+    stream = channel.open_stream(asked(), RECORDED)
+    assert stream is not None
+    stream.replace("Using sessions_spawn…")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Using sessions_spawn…"])
+    await stream.close()
+
+    assert bot_texts(fake_slack) == []
+    assert any(c.method == "chat.delete" for c in fake_slack.calls)
