@@ -117,6 +117,10 @@ class DiscordStream(ReplyStream):
             nonce = self.final.delivery_token(index) or secrets.randbits(64)
             posted = await self._target.send(part, allowed_mentions=self._mentions, nonce=nonce)
             self._counted()
+            if posted.content != part.strip():
+                # Discord handed back the message an earlier process posted with this nonce
+                # (it died mid-stream): this reply takes it over.
+                await posted.edit(content=part, allowed_mentions=self._mentions)
             self.posted.append((str(posted.id), part))
         return [message_id for message_id, _ in self.posted[: len(parts)]]
 
