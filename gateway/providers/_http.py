@@ -8,6 +8,8 @@ with ``x-should-retry``, both list their models at ``GET …/models`` behind the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
@@ -35,6 +37,8 @@ from gateway.providers.errors import (
 )
 from gateway.settings import ProviderConfig
 
+#: Seconds to wait for the end of a streamed body after its end mark (see ``_drain``).
+DRAIN_SECONDS = 1.0
 #: 408 request timeout and 409 lock conflict are transient too (both vendors retry them).
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 #: Enough of a non-JSON body to recognise it (an HTML error page, a proxy message).
@@ -216,6 +220,7 @@ async def post_stream(
             async for event in read_events(response.content):
                 assembler.feed(event)
                 if assembler.complete:
+                    await _drain(response)
                     break
             else:
                 assembler.ended()
@@ -240,6 +245,15 @@ async def post_stream(
         )
         raise _cut(error, assembler.shown)
     return assembler.reply()
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what follows the stream's end mark (the body's end, as a rule at once), so the
+    connection goes back to the pool instead of being closed; a server that keeps the body
+    open past its end mark is not waited for long."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            await response.read()
 
 
 def _json_object(raw: bytes, provider: str, model: str, secret: str | None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_turns_rows() -> None:
 
 
 def test_streaming_rows() -> None:
-    rows = streaming.run(turns=4)
+    rows = streaming.run(turns=4, rounds=1)
     check_rows(rows, 5)
     figures = " ".join(row["figure"] for row in rows)
     for part in ("first delta frame ms p50", "p99", "streamed vs whole", "delta frames per"):
