@@ -207,11 +207,12 @@ def bench_settings(
     agent: dict[str, Any] | None = None,
     cluster: dict[str, Any] | None = None,
     mcp: dict[str, Any] | None = None,
+    webchat: bool = False,
 ) -> HeraldSettings:
-    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts;
-    ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config,
-    ``cluster`` is the ``cluster`` section (a PostgreSQL state database), ``mcp`` the
-    ``mcp`` section."""
+    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts
+    (the web chat with ``webchat``); ``model`` and ``agent`` add keys to the model's and the
+    ``agent`` section's config, ``cluster`` is the ``cluster`` section (a PostgreSQL state
+    database), ``mcp`` the ``mcp`` section."""
     data: dict[str, Any] = {
         "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
         "agent": {
@@ -237,7 +238,7 @@ def bench_settings(
             }
         },
         "routing": {"defaultAgent": "main", "agents": {"main": {"name": "Main"}}},
-        "channels": {"webchat": {"enabled": False}},
+        "channels": {"webchat": {"enabled": webchat}},
         **({"cluster": cluster} if cluster is not None else {}),
         **({"mcp": mcp} if mcp is not None else {}),
     }

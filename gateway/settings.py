@@ -283,6 +283,9 @@ class AgentDefaults(ConfigModel):
     """Seconds a chat turn may take before it is stopped and answered with an apology."""
     max_concurrent: PositiveInt = 4
     """Chat turns at once: the width of the `main` lane."""
+    streaming: bool = True
+    """Show a chat turn's reply as the model writes it, where the chat can (the web chat
+    always can); `false` posts each reply whole when it is done."""
     tools: AgentToolsConfig = AgentToolsConfig()
     """The tool policy every agent starts from, and settings of the tools themselves."""
     session_tools: SessionToolsConfig = SessionToolsConfig()

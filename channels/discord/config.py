@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import SecretStr, field_validator
 
 from configbase import ConfigModel
@@ -21,6 +23,10 @@ class DiscordConfig(ConfigModel):
     needed), for Discord-compatible servers; null: Discord's."""
     gateway_url: str | None = None
     """Gateway websocket, e.g. `wss://gateway.discord.gg/`; null: Discord's."""
+    streaming: Literal["edit", "off"] = "edit"
+    """How a reply shows while it is written (with `agent.streaming`): `edit` posts it and
+    edits it at most once a second as it grows (a new message past 2,000 characters);
+    `off` posts it whole when done."""
 
     @field_validator("api_base_url")
     @classmethod

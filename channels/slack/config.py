@@ -30,6 +30,11 @@ class SlackConfig(ConfigModel):
     """In channels, answer only messages that mention the bot; DMs are always answered."""
     reply_in_thread: bool = True
     """Answer a top-level mention in a new thread rather than in the channel."""
+    streaming: Literal["auto", "native", "edit", "off"] = "auto"
+    """How a reply shows while it is written (with `agent.streaming`): `native` streams it
+    with Slack's `chat.startStream`/`appendStream`/`stopStream` (thread replies only);
+    `edit` posts it and updates it at most once a second; `auto` is native in threads and
+    edit elsewhere or where Slack refuses native; `off` posts it whole when done."""
 
     def required_secrets(self) -> tuple[str, ...]:
         """The secret keys this configuration needs to start."""

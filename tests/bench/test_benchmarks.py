@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, mcp, queued, sandbox, sessions, spawn, turns
+from bench import batches, cluster, fanin, mcp, queued, sandbox, sessions, spawn, streaming, turns
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -43,6 +43,15 @@ def test_turns_rows() -> None:
     check_rows(rows, 4)
     assert "6 runs, 4 model calls, 3× agents_list" in rows[0]["figure"]
     assert "6 runs, 4 model calls, 3× ls" in rows[2]["figure"]
+
+
+def test_streaming_rows() -> None:
+    rows = streaming.run(turns=4, rounds=1)
+    check_rows(rows, 5)
+    figures = " ".join(row["figure"] for row in rows)
+    for part in ("first delta frame ms p50", "p99", "streamed vs whole", "delta frames per"):
+        assert part in figures
+    assert rows[4]["herald"] >= 1  # every streamed reply had its text shown before it
 
 
 def test_spawn_rows() -> None:

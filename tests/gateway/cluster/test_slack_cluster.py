@@ -38,6 +38,7 @@ async def two_replicas(
         "appToken": APP_TOKEN,
         "signingSecret": SIGNING_SECRET,
         "apiBaseUrl": fake.api_base_url,
+        "streaming": "off",  # replies are counted as whole posts; streaming has its own tests
     }
     try:
         async with AsyncExitStack() as stack:
