@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, StrictBool, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from channels.config_base import ConfigModel, SecretUrl, secrets_in
@@ -30,15 +30,18 @@ from gateway.constants import (
     ID_PATTERN,
     KNOWN_CONTEXT_WINDOWS,
     LOOPBACK_HOSTS,
+    MAX_CONTEXT_WINDOW,
     MAX_SPAWN_DEPTH,
     MIN_CONTEXT_WINDOW,
     MIN_RESULT_CHARS,
+    REPLICA_ID_PATTERN,
 )
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+ContextWindow = Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Herald's assistant, chatting with people in their chat app. Answer briefly. "
@@ -116,7 +119,7 @@ class ExecConfig(ConfigModel):
 
 
 class WebFetchAccessConfig(ConfigModel):
-    allow_private_networks: bool = False
+    allow_private_networks: StrictBool = False
     """Let `web_fetch` reach loopback, link-local, private, CGNAT and multicast addresses
     (refused by default, after DNS resolution and on every redirect)."""
 
@@ -284,7 +287,9 @@ class ModelConfig(ConfigModel):
     """Prices, for the `est $` of stats lines; null: no cost figure."""
     max_tokens: PositiveInt = 4096
     """Tokens a reply may have at most."""
-    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW)] | None = None
+    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)] | None = (
+        None
+    )
     """Tokens the model reads at most (prompt and reply). Null: known for the OpenAI and
     Anthropic models of the example, else unknown (then the newest 200 messages are sent)."""
 
@@ -363,9 +368,10 @@ class ClusterConfig(ConfigModel):
     database_url: SecretUrl | None = None
     """`postgresql://user:password@host:port/database`: the state lives in PostgreSQL,
     shared by every replica (only the password is masked); null: SQLite in `stateDir`."""
-    replica_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`).
-    Default: `<hostname>-<pid>`."""
+    replica_id: Annotated[str, Field(pattern=REPLICA_ID_PATTERN.pattern)] | None = None
+    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`): up to 64
+    letters, digits, `.`, `_` and `-`, starting with a letter or digit. Checked with or
+    without `databaseUrl`. Default: `<hostname>-<pid>`."""
 
     @field_validator("database_url")
     @classmethod

@@ -91,7 +91,7 @@ def test_each_key_shows_its_type_default_variable_and_description() -> None:
     assert "- Default: `4`" in block(text, "agent.compaction.keepRecentTurns")
     assert "- Default: `20000`" in block(text, "agent.tools.maxResultChars")
     window = block(text, "models.providers.<provider>.models[].contextWindow")
-    assert "- Type: integer (≥ 256) or null\n- Default: `null`" in window
+    assert "- Type: integer (256–100,000,000) or null\n- Default: `null`" in window
     assert "part of `HERALD_MODELS__PROVIDERS__<PROVIDER>__MODELS`" in window
     replica = block(text, "cluster.replicaId")
     assert "`<hostname>-<pid>`" in replica
