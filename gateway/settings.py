@@ -174,9 +174,12 @@ class CompactionConfig(ConfigModel):
     """`"summary"`: the oldest turns become one summary the agent's model writes;
     `"truncate"`: they are left out; `"off"`: everything is sent (the provider may
     refuse it)."""
-    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 4000
-    """Tokens kept free for the reply: compaction starts when the prompt would exceed
-    `contextWindow` less this (or less the model's `maxTokens`, if larger)."""
+    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """Tokens kept free for the reply: compaction starts when the prompt (system prompt and
+    tool schemas included) would exceed `contextWindow` less this (or less the model's
+    `maxTokens`, if larger). Null: the smaller of 4,000 and a quarter of the model's window,
+    so a 4,096-token local model works on defaults. On a window too small for both the
+    reserve and `maxTokens`, a call asks for at most the reserve."""
     keep_recent_turns: Annotated[int, Field(ge=1, le=1000)] = 4
     """The most recent turns (a person's message and everything answering it) kept whole."""
 
@@ -466,6 +469,8 @@ class HeraldSettings(BaseSettings):
     def _window_problems(self) -> list[tuple[str, str]]:
         """``agent.compaction.reserveTokens`` must leave every model's window some room."""
         reserve = self.agent.compaction.reserve_tokens
+        if reserve is None:  # the default is a quarter of each window at most
+            return []
         small = [
             f"{name}/{model.id} has {model.context_window}"
             for name, provider in self.models.providers.items()
