@@ -122,3 +122,39 @@ def test_bad_compaction_settings_exit_78_naming_the_key(tmp_path: Path) -> None:
         "agent.tools.maxResultChars: Input should be greater than or equal to 500 (got 0)",
     )
     assert not state.exists()
+
+
+def test_an_empty_api_key_for_the_vendors_api_is_a_config_error_as_doctor_says(
+    tmp_path: Path,
+) -> None:
+    # (An unset ${VARIABLE} was one already; an empty value was OK to check, FAIL to doctor.)
+    state = tmp_path / "state"
+    openai = {"api": "openai-completions", "apiKey": "", "models": [{"id": "gpt-4o-mini"}]}
+    path = config(
+        tmp_path,
+        state,
+        agent={"model": "openai/gpt-4o-mini"},
+        models={"providers": {"openai": openai}},
+    )
+    refused_by_both(path, "models.providers.openai.apiKey: empty", "OPENAI_API_KEY")
+    assert not state.exists()
+    doctor = herald("doctor", "--config", str(path))
+    assert doctor.returncode == 1
+    assert "FAIL  provider openai: no API key" in doctor.stdout
+
+
+def test_a_local_server_needs_no_key_and_an_unused_provider_is_no_error(tmp_path: Path) -> None:
+    local = {
+        "api": "openai-completions",
+        "baseUrl": "http://127.0.0.1:9/v1",
+        "models": [{"id": "llama"}],
+    }
+    unused = {"api": "anthropic-messages", "models": [{"id": "claude-haiku-4-5"}]}
+    path = config(
+        tmp_path,
+        tmp_path / "state",
+        agent={"model": "local/llama"},
+        models={"providers": {"local": local, "anthropic": unused}},
+    )
+    done = herald("config", "check", "--config", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
