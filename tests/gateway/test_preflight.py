@@ -3,13 +3,14 @@ each problem exits 78 naming the file and the key, and leaves no state behind.""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.constants import EXIT_CONFIG
+from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE
 from tests.gateway.daemon_process import HERALD, clean_env, free_port, write_config
 
 
@@ -158,3 +159,19 @@ def test_a_local_server_needs_no_key_and_an_unused_provider_is_no_error(tmp_path
     )
     done = herald("config", "check", "--config", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_postgresql_unreachable_at_start_is_one_line_and_exit_69(tmp_path: Path) -> None:
+    # A fault, not a mistake: EX_UNAVAILABLE (systemd restarts), not 78, and no traceback.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # closed again: nothing listens there
+    url = f"postgresql://herald:pw-secret-42@127.0.0.1:{port}/heraldstate"
+    path = config(tmp_path, tmp_path / "state", cluster={"databaseUrl": url})
+    done = herald("run", "--config", str(path))
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_UNAVAILABLE, output
+    assert "Traceback" not in output
+    assert "pw-secret-42" not in output
+    [line] = [line for line in output.splitlines() if '"level":"error"' in line]
+    assert f"postgresql://herald:********@127.0.0.1:{port}/heraldstate" in line
