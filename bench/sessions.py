@@ -188,11 +188,11 @@ def run(
         ),
         row(
             f"  chat requests without their last {KEEP_RECENT_TURNS} turns whole, of all",
-            missing,
-            chats,
+            float(missing),
+            float(chats),
             "herald = 0",
         ),
-        row("  requests refused as too long, of all", refused, calls, "herald = 0"),
+        row("  requests refused as too long, of all", float(refused), float(calls), "herald = 0"),
     ]
     return rows
 
