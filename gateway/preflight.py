@@ -41,6 +41,7 @@ def preflight(loaded: LoadedSettings) -> None:
         *state_dir_issues(settings.gateway.resolved_state_dir()),
         *script_issues(settings, loaded.config_dir),
         *sandbox_issues(settings, loaded.path),
+        *api_key_issues(settings),
     ]
     if issues:
         located = [
@@ -48,6 +49,34 @@ def preflight(loaded: LoadedSettings) -> None:
             for issue in issues
         ]
         raise ConfigError(located)
+
+
+def used_providers(settings: HeraldSettings) -> set[str]:
+    """The providers an agent's model (or the sub-agents' default model) names."""
+    refs = [settings.agent.model, settings.agent.subagents.model]
+    refs += [agent.model for agent in settings.routing.agents.values()]
+    return {ref.partition("/")[0] for ref in refs if ref}
+
+
+def api_key_issues(settings: HeraldSettings) -> list[ConfigIssue]:
+    """A provider an agent uses that calls its vendor's API without a key: every turn
+    would fail (``herald doctor`` fails it too). An unused one is only a note."""
+    from gateway.providers import missing_api_key
+
+    issues: list[ConfigIssue] = []
+    for name in sorted(used_providers(settings)):
+        provider = settings.models.providers.get(name)
+        env = missing_api_key(provider) if provider is not None else None
+        if env is not None:
+            key = f"models.providers.{name}.apiKey"
+            issues.append(
+                ConfigIssue(
+                    f'empty: the vendor\'s API needs a key (e.g. apiKey: "${{{env}}}", '
+                    f"with {env} exported)",
+                    key=key,
+                )
+            )
+    return issues
 
 
 def agent_issues(settings: HeraldSettings) -> list[ConfigIssue]:

@@ -18,7 +18,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, StrictBool, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from channels.discord.config import DiscordConfig
@@ -31,9 +31,11 @@ from gateway.constants import (
     ID_PATTERN,
     KNOWN_CONTEXT_WINDOWS,
     LOOPBACK_HOSTS,
+    MAX_CONTEXT_WINDOW,
     MAX_SPAWN_DEPTH,
     MIN_CONTEXT_WINDOW,
     MIN_RESULT_CHARS,
+    REPLICA_ID_PATTERN,
 )
 from gateway.mcp.config import McpConfig, policy_problems
 
@@ -43,6 +45,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+ContextWindow = Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Herald's assistant, chatting with people in their chat app. Answer briefly. "
@@ -160,7 +163,7 @@ class ExecConfig(ConfigModel):
 
 
 class WebFetchAccessConfig(ConfigModel):
-    allow_private_networks: bool = False
+    allow_private_networks: StrictBool = False
     """Let `web_fetch` reach loopback, link-local, private, CGNAT and multicast addresses
     (refused by default, after DNS resolution and on every redirect)."""
 
@@ -259,9 +262,12 @@ class CompactionConfig(ConfigModel):
     """`"summary"`: the oldest turns become one summary the agent's model writes;
     `"truncate"`: they are left out; `"off"`: everything is sent (the provider may
     refuse it)."""
-    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 4000
-    """Tokens kept free for the reply: compaction starts when the prompt would exceed
-    `contextWindow` less this (or less the model's `maxTokens`, if larger)."""
+    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """Tokens kept free for the reply: compaction starts when the prompt (system prompt and
+    tool schemas included) would exceed `contextWindow` less this (or less the model's
+    `maxTokens`, if larger). Null: the smaller of 4,000 and a quarter of the model's window,
+    so a 4,096-token local model works on defaults. On a window too small for both the
+    reserve and `maxTokens`, a call asks for at most the reserve."""
     keep_recent_turns: Annotated[int, Field(ge=1, le=1000)] = 4
     """The most recent turns (a person's message and everything answering it) kept whole."""
 
@@ -396,7 +402,9 @@ class ModelConfig(ConfigModel):
     """Prices, for the `est $` of stats lines; null: no cost figure."""
     max_tokens: PositiveInt = 4096
     """Tokens a reply may have at most."""
-    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW)] | None = None
+    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)] | None = (
+        None
+    )
     """Tokens the model reads at most (prompt and reply). Null: known for the OpenAI and
     Anthropic models of the example, else unknown (then the newest 200 messages are sent)."""
 
@@ -475,9 +483,10 @@ class ClusterConfig(ConfigModel):
     database_url: SecretUrl | None = None
     """`postgresql://user:password@host:port/database`: the state lives in PostgreSQL,
     shared by every replica (only the password is masked); null: SQLite in `stateDir`."""
-    replica_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`).
-    Default: `<hostname>-<pid>`."""
+    replica_id: Annotated[str, Field(pattern=REPLICA_ID_PATTERN.pattern)] | None = None
+    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`): up to 64
+    letters, digits, `.`, `_` and `-`, starting with a letter or digit. Checked with or
+    without `databaseUrl`. Default: `<hostname>-<pid>`."""
 
     @field_validator("database_url")
     @classmethod
@@ -584,6 +593,8 @@ class HeraldSettings(BaseSettings):
     def _window_problems(self) -> list[tuple[str, str]]:
         """``agent.compaction.reserveTokens`` must leave every model's window some room."""
         reserve = self.agent.compaction.reserve_tokens
+        if reserve is None:  # the default is a quarter of each window at most
+            return []
         small = [
             f"{name}/{model.id} has {model.context_window}"
             for name, provider in self.models.providers.items()

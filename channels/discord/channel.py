@@ -230,7 +230,8 @@ class DiscordChannel(Channel):
         what = "no READY" if self._leadership is None else "no answer to the login"
         raise ChannelStartError(
             f"Discord did not become ready within {self._start_timeout:g} s: "
-            f"{what} from {self._talking_to()}"
+            f"{what} from {self._talking_to()}",
+            fault=True,
         )
 
     async def stop(self) -> None:

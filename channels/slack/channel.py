@@ -210,7 +210,9 @@ class SlackChannel(Channel):
         try:
             await asyncio.wait_for(socket.connect_async(), CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
         except TimeoutError as exc:
-            raise ChannelStartError("slack: Socket Mode websocket did not connect") from exc
+            raise ChannelStartError(
+                "slack: Socket Mode websocket did not connect", fault=True
+            ) from exc
 
     def _register(self, app: AsyncApp) -> None:
         # After bolt's own middleware: only requests whose signature checked out are recorded.
@@ -460,8 +462,11 @@ def _required(secret: Any, key: str) -> str:
 
 
 async def _call_or_fail(method: str, call: Awaitable[Any]) -> Any:
-    """Await a start-up API call; any failure becomes :class:`ChannelStartError`."""
+    """Await a start-up API call; any failure becomes :class:`ChannelStartError`, a fault
+    when trying again can help (network, 5xx, rate limit), else a configuration error
+    (``invalid_auth`` and every other refusal)."""
     try:
         return await call
     except Exception as exc:
-        raise ChannelStartError(str(send_error(method, exc))) from exc
+        error = send_error(method, exc)
+        raise ChannelStartError(str(error), fault=error.retryable) from exc

@@ -39,6 +39,7 @@ from configbase import secret_value
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
 from gateway.mcp.config import McpServerConfig
+from gateway.preflight import used_providers
 from gateway.settings import HeraldSettings, ProviderConfig
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -115,7 +116,7 @@ async def diagnose(
     findings += check_state_dir(
         settings.gateway.resolved_state_dir(), sqlite_file=not on_postgresql
     )
-    used = _used_providers(settings)
+    used = used_providers(settings)
     remote: list[Awaitable[Finding]] = [
         check_provider(name, provider, loaded.config_dir, name in used, request_seconds)
         for name, provider in settings.models.providers.items()
@@ -346,12 +347,6 @@ async def check_database(settings: HeraldSettings, seconds: float) -> Finding:
             f"migrate`) migrates it to {status.latest}",
         )
     return Finding("ok", subject, f"{where} answers, schema version {status.version}")
-
-
-def _used_providers(settings: HeraldSettings) -> set[str]:
-    refs = [settings.agent.model, settings.agent.subagents.model]
-    refs += [agent.model for agent in settings.routing.agents.values()]
-    return {ref.partition("/")[0] for ref in refs if ref}
 
 
 # -- remote checks: each provider's and channel's own probe ----------------------------------

@@ -10,7 +10,19 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, mcp, queued, sandbox, sessions, spawn, streaming, turns
+from bench import (
+    batches,
+    cluster,
+    fanin,
+    mcp,
+    queued,
+    sandbox,
+    sessions,
+    spawn,
+    streaming,
+    transcript_reads,
+    turns,
+)
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -117,9 +129,16 @@ def test_batches_rows() -> None:
 
 def test_sessions_rows() -> None:
     rows = sessions.run(**sessions.QUICK)
-    check_rows(rows, 2)
+    check_rows(rows, 5, memory=("turns whole", "refused"))  # counts that should be 0
     assert "CPU ms per turn at 50 turns vs 10" in rows[0]["figure"]
     assert "mode off" in rows[1]["figure"]
+    assert "model calls per turn vs one (40 turns, 4,096-token window" in rows[2]["figure"]
+
+
+def test_transcript_reads_rows() -> None:
+    rows = transcript_reads.run(**transcript_reads.QUICK)
+    check_rows(rows, 4)
+    assert "peak RSS MiB during limit=1 reads vs idle (24 MiB transcript" in rows[0]["figure"]
 
 
 def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,8 +157,7 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued", "cluster"} <= set(
-        names
-    )
+    expected = {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued", "cluster"}
+    assert expected | {"transcript_reads"} <= set(names)
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names
