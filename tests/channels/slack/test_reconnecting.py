@@ -51,3 +51,13 @@ async def test_refused_credentials_are_raised_not_retried(fake_slack: FakeSlack)
         await channel.start(Inbox())
     assert not caught.value.fault
     assert channel.attempts == 1
+
+
+def test_every_method_of_the_channel_interface_is_passed_through() -> None:
+    """A method the interface gains (streaming's ``open_stream``, say) must reach the
+    wrapped channel: inherited from :class:`Channel`, it would silently answer its default
+    (no stream) for every Slack and Discord reply."""
+    from channels.base import Channel
+
+    interface = {name for name in vars(Channel) if not name.startswith("_")}
+    assert interface - set(vars(Reconnecting)) == set()
