@@ -69,9 +69,16 @@ class FakeOpenAI:
     exact bytes Herald sent.
     """
 
-    def __init__(self, *, tool_rounds: int = 0, tool: str = "ls") -> None:
+    def __init__(
+        self, *, tool_rounds: int = 0, tool: str = "ls", window: int | None = None
+    ) -> None:
         self.tool_rounds = tool_rounds
         self.tool = tool
+        #: A context window to enforce as a provider does: prompt tokens are counted as a
+        #: quarter of the request's JSON (messages and tools), and a request whose prompt
+        #: plus ``max_tokens`` exceeds it is refused (``refused`` counts them).
+        self.window = window
+        self.refused = 0
         self.arguments = orjson.dumps(TOOL_ARGUMENTS.get(tool, {})).decode()
         self.record: list[bytes] | None = None
         self.requests = 0
@@ -101,6 +108,18 @@ class FakeOpenAI:
             self.record.append(raw)
         body = orjson.loads(raw)
         messages = body.get("messages") or []
+        prompt_tokens = 100 + 10 * len(messages)
+        if self.window is not None:
+            sent = len(orjson.dumps(messages)) + len(orjson.dumps(body.get("tools") or []))
+            prompt_tokens = -(-sent // 4)
+            if prompt_tokens + int(body.get("max_tokens") or 0) > self.window:
+                self.refused += 1
+                error = {
+                    "message": f"This model's maximum context length is {self.window} tokens.",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+                return web.json_response({"error": error}, status=400)
         users = since = 0
         last_user = ""
         for message in messages:
@@ -129,6 +148,10 @@ class FakeOpenAI:
                 {"role": "assistant", "content": None, "tool_calls": [call]},
                 "tool_calls",
             )
+        elif self.window is not None and not body.get("tools"):
+            # A summary call (no tools offered): about half the tokens it may write.
+            words = max(1, int(body.get("max_tokens") or 0) // 2)
+            reply, finish = {"role": "assistant", "content": "gist " * words}, "stop"
         else:
             reply, finish = {"role": "assistant", "content": f"done after {since} tools"}, "stop"
         answer = {
@@ -137,9 +160,9 @@ class FakeOpenAI:
             "model": body.get("model", MODEL),
             "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
             "usage": {
-                "prompt_tokens": 100 + 10 * len(messages),
+                "prompt_tokens": prompt_tokens,
                 "completion_tokens": 12,
-                "total_tokens": 112 + 10 * len(messages),
+                "total_tokens": prompt_tokens + 12,
             },
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -172,9 +195,11 @@ def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def fake_openai(*, tool_rounds: int = 0, tool: str = "ls") -> AsyncIterator[FakeOpenAI]:
+async def fake_openai(
+    *, tool_rounds: int = 0, tool: str = "ls", window: int | None = None
+) -> AsyncIterator[FakeOpenAI]:
     """Serve a :class:`FakeOpenAI` on a free loopback port; ``fake.base_url`` ends in /v1."""
-    fake = FakeOpenAI(tool_rounds=tool_rounds, tool=tool)
+    fake = FakeOpenAI(tool_rounds=tool_rounds, tool=tool, window=window)
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.complete)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
@@ -207,11 +232,12 @@ def bench_settings(
     agent: dict[str, Any] | None = None,
     cluster: dict[str, Any] | None = None,
     mcp: dict[str, Any] | None = None,
+    webchat: bool = False,
 ) -> HeraldSettings:
-    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts;
-    ``model`` and ``agent`` add keys to the model's and the ``agent`` section's config,
-    ``cluster`` is the ``cluster`` section (a PostgreSQL state database), ``mcp`` the
-    ``mcp`` section."""
+    """Settings of a benchmark gateway: one agent on the fake provider, no chat accounts
+    (the web chat with ``webchat``); ``model`` and ``agent`` add keys to the model's and the
+    ``agent`` section's config, ``cluster`` is the ``cluster`` section (a PostgreSQL state
+    database), ``mcp`` the ``mcp`` section."""
     data: dict[str, Any] = {
         "gateway": {"host": HOST, "stateDir": str(state_dir), "shutdownDrainSeconds": 0},
         "agent": {
@@ -237,7 +263,7 @@ def bench_settings(
             }
         },
         "routing": {"defaultAgent": "main", "agents": {"main": {"name": "Main"}}},
-        "channels": {"webchat": {"enabled": False}},
+        "channels": {"webchat": {"enabled": webchat}},
         **({"cluster": cluster} if cluster is not None else {}),
         **({"mcp": mcp} if mcp is not None else {}),
     }

@@ -18,6 +18,7 @@ from channels.errors import ChannelError, ChannelSendError, ChannelStartError
 from channels.leadership import AlwaysLeader, Leadership, Lease
 from channels.probe import ProbeOutcome, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
+from channels.streaming import ReplyStream
 
 __all__ = [
     "AlwaysLeader",
@@ -41,6 +42,7 @@ __all__ = [
     "OutboundMessage",
     "ProbeOutcome",
     "ProbeResult",
+    "ReplyStream",
     "RunUpdate",
     "SeenKeys",
     "SentMessage",

@@ -17,6 +17,7 @@ from typing import Literal
 from aiohttp import web
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+from channels.streaming import ReplyStream
 
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
@@ -195,6 +196,12 @@ class Channel(abc.ABC):
         Never raises for network or HTTP failures; see :class:`channels.probe.ProbeResult`.
         """
         return ProbeResult("ok", "nothing to check")
+
+    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+        """A message showing the reply to ``message`` as it is written; ``reply_to`` is the
+        recorded inbound message the final reply will carry. None when this channel does
+        not stream (the default): the reply is then posted whole."""
+        return None
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -23,4 +23,17 @@ class ChannelSendError(ChannelError):
 
 
 class ChannelStartError(ChannelError):
-    """A channel could not connect at start-up (bad token, unreachable API)."""
+    """A channel could not connect at start-up.
+
+    ``fault`` says the cause is outside the configuration and may pass (the API
+    unreachable: DNS, a refused connection, a timeout, a 5xx): the channel is retried in
+    the background (:class:`channels.reconnecting.Reconnecting`). Otherwise it is a mistake
+    to fix (credentials refused, a missing token) and the gateway exits 78.
+    """
+
+    def __init__(self, message: str, *, fault: bool = False) -> None:
+        super().__init__(message)
+        self.fault = fault
+
+    def __repr__(self) -> str:
+        return f"ChannelStartError({str(self)!r}, fault={self.fault})"

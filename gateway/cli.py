@@ -5,13 +5,20 @@ sets ``func`` on its parsers: a callable taking the parsed arguments and returni
 status. Config errors exit 78 (EX_CONFIG) with one clear message, never a traceback; a
 reader that closed stdout early (``herald runs list | head``) ends the command quietly with
 status 1.
+
+Ctrl-C ends any command with status 130 and no traceback, during start-up too. The CLI
+installs Python's SIGINT handler itself: a process started as a shell's background job
+inherits SIGINT ignored, and Python then installs none, so ``herald transcripts show
+--follow &`` could never be interrupted (``herald run`` replaces it with its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
@@ -85,15 +92,23 @@ def adopt_running_config(args: argparse.Namespace) -> None:
         args.config = str(running.config)
 
 
+def install_signal_handlers() -> None:
+    """SIGINT raises ``KeyboardInterrupt``, whatever disposition the process inherited.
+    Only the main thread may set handlers (tests call :func:`main` from others)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    install_signal_handlers()
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 2
         adopt_running_config(args)
         status: int = func(args)
         # Flushed here, so that a reader that went away (``herald runs list | head``) is

@@ -71,6 +71,11 @@ KNOWN_CONTEXT_WINDOWS: Final[dict[str, int]] = {
 }
 #: The smallest ``contextWindow`` accepted: below it no system prompt and reply fit at all.
 MIN_CONTEXT_WINDOW: Final = 256
+#: The largest ``contextWindow`` accepted: ten times the largest window any model offers
+#: today (10M tokens); beyond it a figure is a typo, and token arithmetic loses its meaning.
+MAX_CONTEXT_WINDOW: Final = 100_000_000
+#: A replica's name: it appears in logs, claims and PostgreSQL's ``application_name``.
+REPLICA_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: ``agent.tools.maxResultChars``: about 5,000 tokens, so a few big results still leave room.
 DEFAULT_MAX_RESULT_CHARS: Final = 20_000
 #: The smallest cut worth making: the marker alone is ~150 characters.

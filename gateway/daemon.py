@@ -19,6 +19,7 @@ from gateway.app import build_app
 from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE
 from gateway.reload import SettingsHolder
 from gateway.sdnotify import Notifier
+from gateway.state import StateUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +92,14 @@ async def serve(
             await runner.setup()
         except ChannelStartError as exc:
             # A bad token will not fix itself: exit 78 so systemd does not restart in a loop.
+            # (A network fault is retried by the channel itself and never gets here.)
             logger.error("a channel cannot start", extra={"error": str(exc)})
             return EXIT_CONFIG
+        except StateUnavailableError as exc:
+            # PostgreSQL down or unreachable: a fault, not a mistake; systemd may restart.
+            # The message names the database, its password masked.
+            logger.error("the state database is unavailable", extra={"error": str(exc)})
+            return EXIT_UNAVAILABLE
         site: web.BaseSite = (
             web.SockSite(runner, sock)
             if sock is not None

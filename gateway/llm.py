@@ -6,12 +6,17 @@ tools only ever see these.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 
 Role = Literal["user", "assistant", "tool"]
+
+#: Hears a streamed model call's text as it arrives, piece by piece. Synchronous, so a slow
+#: chat never holds the model's stream back: a listener buffers and sends in its own time.
+TextListener = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +136,15 @@ class ProviderProbe(ProbeResult):
 
 class Provider(Protocol):
     """A model provider. ``complete`` raises :class:`gateway.providers.ProviderError`;
-    ``probe`` checks reachability and the key with the cheapest request the provider's API
-    has, and never raises for network or HTTP failures."""
+    with ``on_text`` it streams the call and hands each piece of text to it as it arrives
+    (the reply is the same as without). ``probe`` checks reachability and the key with the
+    cheapest request the provider's API has, and never raises for network or HTTP failures."""
 
     name: str
 
-    async def complete(self, request: ModelRequest) -> ModelReply: ...
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextListener | None = None
+    ) -> ModelReply: ...
 
     async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe: ...
 

@@ -4,7 +4,9 @@ Every record passes through :class:`SecretRedactor`, which replaces the configur
 values wherever they appear, so a token that slips into an exception message or a library's
 debug output still never reaches the log. :class:`RepeatLimiter` keeps a flood of identical
 warnings (one client hammering a bad request, a database that stays locked) to a few lines
-a minute, and says how many it held back.
+a minute, and says how many it held back. :class:`MalformedRequests` turns aiohttp's
+traceback for a request it could not parse (a request line over 8 KiB, a bad header) into
+one warning line: anyone who can reach the port can send one, before any authentication.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import orjson
+from aiohttp.http_exceptions import HttpProcessingError
 
 REDACTED = "********"
 #: Secrets shorter than this are not redacted by substring: masking "a" would wreck every line.
@@ -104,6 +107,25 @@ class RepeatLimiter(logging.Filter):
         return True
 
 
+class MalformedRequests(logging.Filter):
+    """Demotes aiohttp's "Error handling request" for a request that did not parse to one
+    warning without a traceback: the client's mistake, not the gateway's fault. The
+    parser's message quotes the offending bytes; only their start is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "malformed HTTP request from %s: %d %s"
+            record.args = (remote, exc.code, str(exc.message)[:MALFORMED_DETAIL_CHARS])
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+#: Characters of a malformed request's parser message kept in its log line.
+MALFORMED_DETAIL_CHARS = 120
+
 #: Distinct message templates the limiter remembers (templates, not formatted messages).
 MAX_TRACKED_MESSAGES = 4096
 
@@ -154,6 +176,7 @@ def setup_logging(level: str = "info", *, stream: IO[str] | None = None) -> None
     """Route every logger to ``stream`` (stdout) with the redactor and the right format."""
     out = stream if stream is not None else sys.stdout
     handler = logging.StreamHandler(out)
+    handler.addFilter(MalformedRequests())  # first: the limiter then counts it as a warning
     handler.addFilter(RepeatLimiter())
     handler.addFilter(REDACTOR)
     isatty = getattr(out, "isatty", None)

@@ -8,7 +8,9 @@ a directory, a database or a socket exists:
   a ``deny`` list would leave the tool callable);
 - the state directory is a directory, or can be made: not a file, not under a file, not on
   a kernel file system such as ``/proc``, its nearest existing parent writable;
-- every scripted provider's rules file exists and is valid.
+- every scripted provider's rules file exists and is valid;
+- with ``exec`` allowed and its sandbox on, bubblewrap is installed; the sandbox's
+  ``readOnly`` paths exist and hold neither the state directory nor the config file.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from gateway.config import LoadedSettings
 from gateway.errors import ConfigError, ConfigIssue
 from gateway.providers import ScriptError, default_script_path, load_script
 from gateway.settings import HeraldSettings
-from gateway.tools import policy_issues
+from gateway.tools import policy_issues, tools_for_agent
+from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe
 from gateway.wiring import build_tools
 
 #: Kernel file systems: nothing Herald writes belongs there.
@@ -37,6 +40,8 @@ def preflight(loaded: LoadedSettings) -> None:
         *agent_issues(settings),
         *state_dir_issues(settings.gateway.resolved_state_dir()),
         *script_issues(settings, loaded.config_dir),
+        *sandbox_issues(settings, loaded.path),
+        *api_key_issues(settings),
     ]
     if issues:
         located = [
@@ -44,6 +49,34 @@ def preflight(loaded: LoadedSettings) -> None:
             for issue in issues
         ]
         raise ConfigError(located)
+
+
+def used_providers(settings: HeraldSettings) -> set[str]:
+    """The providers an agent's model (or the sub-agents' default model) names."""
+    refs = [settings.agent.model, settings.agent.subagents.model]
+    refs += [agent.model for agent in settings.routing.agents.values()]
+    return {ref.partition("/")[0] for ref in refs if ref}
+
+
+def api_key_issues(settings: HeraldSettings) -> list[ConfigIssue]:
+    """A provider an agent uses that calls its vendor's API without a key: every turn
+    would fail (``herald doctor`` fails it too). An unused one is only a note."""
+    from gateway.providers import missing_api_key
+
+    issues: list[ConfigIssue] = []
+    for name in sorted(used_providers(settings)):
+        provider = settings.models.providers.get(name)
+        env = missing_api_key(provider) if provider is not None else None
+        if env is not None:
+            key = f"models.providers.{name}.apiKey"
+            issues.append(
+                ConfigIssue(
+                    f'empty: the vendor\'s API needs a key (e.g. apiKey: "${{{env}}}", '
+                    f"with {env} exported)",
+                    key=key,
+                )
+            )
+    return issues
 
 
 def agent_issues(settings: HeraldSettings) -> list[ConfigIssue]:
@@ -100,4 +133,54 @@ def script_issues(settings: HeraldSettings, config_dir: Path) -> list[ConfigIssu
         except ScriptError as exc:
             key = f"models.providers.{name}.script"
             issues += [ConfigIssue(str(i), key=key) for i in exc.issues]
+    return issues
+
+
+def exec_allowed(settings: HeraldSettings) -> bool:
+    """Whether any agent may call ``exec`` (its sub-agents get no more than it has)."""
+    registry = build_tools(settings)
+    return any("exec" in tools_for_agent(settings, a, registry) for a in settings.routing.agents)
+
+
+def sandbox_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
+    """``readOnly`` paths that do not exist or would show the state directory or the config
+    file to commands; where ``exec`` is allowed, bubblewrap missing or unable to start."""
+    sandbox = settings.agent.tools.exec.sandbox
+    if not sandbox.enabled:
+        return []
+    issues = _readonly_issues(settings, config_file)
+    if issues or not exec_allowed(settings):
+        return issues
+    key = "agent.tools.exec.sandbox.mode"
+    if find_bwrap() is None:
+        message = (
+            f"exec is allowed and its sandbox is on ({sandbox.mode!r}), but bubblewrap is "
+            f"not installed: install the {BWRAP_PACKAGE} package (apt-get install "
+            f'{BWRAP_PACKAGE}), or set mode "off" to run commands unsandboxed'
+        )
+        return [ConfigIssue(message, key=key)]
+    # Where user namespaces are refused (a hardened unit, a container), every command
+    # would fail: say so now, once, with the fix.
+    if (complaint := probe(sandbox)) is not None:
+        message = f"exec is allowed, but bubblewrap cannot start a sandbox here: {complaint}"
+        return [ConfigIssue(f"{message}; fix: {SANDBOX_FIX}", key=key)]
+    return []
+
+
+def _readonly_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
+    sandbox = settings.agent.tools.exec.sandbox
+    issues: list[ConfigIssue] = []
+    hidden = [("the state directory", settings.gateway.resolved_state_dir())]
+    if config_file is not None:
+        hidden.append(("the config file", config_file.resolve()))
+    key = "agent.tools.exec.sandbox.readOnly"
+    for raw in sandbox.read_only:
+        path = Path(raw)
+        if not path.exists():
+            issues.append(ConfigIssue(f"{raw} does not exist", key=key))
+            continue
+        real = path.resolve()
+        for what, secret in hidden:
+            if real == secret or real in secret.parents:
+                issues.append(ConfigIssue(f"{raw} holds {what} ({secret})", key=key))
     return issues

@@ -12,12 +12,13 @@ from it (``make docs``).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, StrictBool, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from channels.discord.config import DiscordConfig
@@ -30,17 +31,22 @@ from gateway.constants import (
     ID_PATTERN,
     KNOWN_CONTEXT_WINDOWS,
     LOOPBACK_HOSTS,
+    MAX_CONTEXT_WINDOW,
     MAX_SPAWN_DEPTH,
     MIN_CONTEXT_WINDOW,
     MIN_RESULT_CHARS,
+    REPLICA_ID_PATTERN,
 )
 from gateway.mcp.config import McpConfig, policy_problems
 from gateway.schedules.config import KeyPath, SchedulesConfig, job_problems
+
+logger = logging.getLogger(__name__)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+ContextWindow = Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Herald's assistant, chatting with people in their chat app. Answer briefly. "
@@ -116,15 +122,54 @@ class ToolPolicyConfig(ConfigModel):
     """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
 
 
+class SandboxConfig(ConfigModel):
+    """``agent.tools.exec.sandbox``: what an `exec` command may see and use."""
+
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    """`"bwrap"`: every command runs under bubblewrap (Debian's `bubblewrap`), seeing only
+    its workspace, the system's programs and a private `/tmp`; `"auto"`: the same (allowing
+    `exec` without bubblewrap installed is a config error); `"off"`: commands run as
+    Herald's own user, seeing all it sees (the state database, the config, every
+    workspace)."""
+    network: bool = False
+    """Let commands reach the network; false: their own network namespace, loopback only."""
+    memory_mb: PositiveInt = 1024
+    """Address space a command's process may have, in MiB (`RLIMIT_AS`, per process)."""
+    cpu_seconds: PositiveInt = 120
+    """CPU seconds a command's process may use (`RLIMIT_CPU`, per process)."""
+    max_processes: PositiveInt = 256
+    """Processes and threads a command may have at once (a pids cgroup where Herald may make
+    one, else `RLIMIT_NPROC`; `herald doctor` says which)."""
+    max_file_mb: PositiveInt = 1024
+    """Size a command may write a file to, in MiB (`RLIMIT_FSIZE`)."""
+    read_only: list[str] = []
+    """Extra host paths (absolute) commands may read, at the same path."""
+
+    @field_validator("read_only")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not os.path.isabs(path):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return [os.path.normpath(path) for path in paths]
+
+    @property
+    def enabled(self) -> bool:
+        """Whether commands run under bubblewrap (``auto`` and ``bwrap``)."""
+        return self.mode != "off"
+
+
 class ExecConfig(ConfigModel):
     timeout_seconds: PositiveFloat = 30.0
     """Seconds an `exec` command may run before it is killed (a call may ask for less)."""
     max_output_bytes: PositiveInt = 64 * 1024
     """Bytes of a command's output returned to the model; the rest is cut."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """The sandbox commands run in."""
 
 
 class WebFetchAccessConfig(ConfigModel):
-    allow_private_networks: bool = False
+    allow_private_networks: StrictBool = False
     """Let `web_fetch` reach loopback, link-local, private, CGNAT and multicast addresses
     (refused by default, after DNS resolution and on every redirect)."""
 
@@ -175,6 +220,9 @@ class AgentToolsConfig(ToolPolicyConfig):
     """Where `web_fetch` may connect."""
     web_search: WebSearchConfig = WebSearchConfig()
     """The `web_search` tool: off until `provider` is set."""
+    exec: ExecConfig = ExecConfig()
+    """The `exec` tool (off unless a tool policy's `allow` names it): its limits and its
+    sandbox."""
     # The floor leaves room for the cut's marker to make sense.
     max_result_chars: Annotated[int, Field(ge=MIN_RESULT_CHARS)] = DEFAULT_MAX_RESULT_CHARS
     """A tool result longer than this many characters is cut, with a marker, in what the
@@ -220,9 +268,12 @@ class CompactionConfig(ConfigModel):
     """`"summary"`: the oldest turns become one summary the agent's model writes;
     `"truncate"`: they are left out; `"off"`: everything is sent (the provider may
     refuse it)."""
-    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 4000
-    """Tokens kept free for the reply: compaction starts when the prompt would exceed
-    `contextWindow` less this (or less the model's `maxTokens`, if larger)."""
+    reserve_tokens: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """Tokens kept free for the reply: compaction starts when the prompt (system prompt and
+    tool schemas included) would exceed `contextWindow` less this (or less the model's
+    `maxTokens`, if larger). Null: the smaller of 4,000 and a quarter of the model's window,
+    so a 4,096-token local model works on defaults. On a window too small for both the
+    reserve and `maxTokens`, a call asks for at most the reserve."""
     keep_recent_turns: Annotated[int, Field(ge=1, le=1000)] = 4
     """The most recent turns (a person's message and everything answering it) kept whole."""
 
@@ -244,6 +295,9 @@ class AgentDefaults(ConfigModel):
     """Seconds a chat turn may take before it is stopped and answered with an apology."""
     max_concurrent: PositiveInt = 4
     """Chat turns at once: the width of the `main` lane."""
+    streaming: bool = True
+    """Show a chat turn's reply as the model writes it, where the chat can (the web chat
+    always can); `false` posts each reply whole when it is done."""
     tools: AgentToolsConfig = AgentToolsConfig()
     """The tool policy every agent starts from, and settings of the tools themselves."""
     session_tools: SessionToolsConfig = SessionToolsConfig()
@@ -253,10 +307,31 @@ class AgentDefaults(ConfigModel):
     """What happens when a conversation would outgrow the model's context window."""
     subagents: SubagentDefaults = SubagentDefaults()
     """Sub-agent runs started with `sessions_spawn`."""
-    exec: ExecConfig = ExecConfig()
-    """Limits of the `exec` tool (off unless a tool policy's `allow` names it)."""
     web_fetch: WebFetchConfig = WebFetchConfig()
     """Limits of the `web_fetch` tool."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_exec(cls, data: object) -> object:
+        # `agent.exec` moved to `agent.tools.exec`; the old key keeps loading (the new one
+        # wins key by key) with a warning naming where it went.
+        if not isinstance(data, dict) or "exec" not in data:
+            return data
+        data = dict(data)
+        legacy, tools = _as_dict(data.pop("exec")), _as_dict(data.get("tools") or {})
+        current = _as_dict(tools.get("exec") or {}) if tools is not None else None
+        if legacy is None or tools is None or current is None:
+            raise ValueError("agent.exec moved to agent.tools.exec (a section)")
+        data["tools"] = tools | {"exec": legacy | current}
+        logger.warning("agent.exec is deprecated: write agent.tools.exec instead")
+        return data
+
+
+def _as_dict(value: object) -> dict[str, object] | None:
+    """A section as a dict (a model: the fields it was given), or None if it is not one."""
+    if isinstance(value, ConfigModel):
+        return value.model_dump(exclude_unset=True)
+    return dict(value) if isinstance(value, dict) else None
 
 
 class AgentSubagentsConfig(ConfigModel):
@@ -333,7 +408,9 @@ class ModelConfig(ConfigModel):
     """Prices, for the `est $` of stats lines; null: no cost figure."""
     max_tokens: PositiveInt = 4096
     """Tokens a reply may have at most."""
-    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW)] | None = None
+    context_window: Annotated[int, Field(ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)] | None = (
+        None
+    )
     """Tokens the model reads at most (prompt and reply). Null: known for the OpenAI and
     Anthropic models of the example, else unknown (then the newest 200 messages are sent)."""
 
@@ -412,9 +489,10 @@ class ClusterConfig(ConfigModel):
     database_url: SecretUrl | None = None
     """`postgresql://user:password@host:port/database`: the state lives in PostgreSQL,
     shared by every replica (only the password is masked); null: SQLite in `stateDir`."""
-    replica_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`).
-    Default: `<hostname>-<pid>`."""
+    replica_id: Annotated[str, Field(pattern=REPLICA_ID_PATTERN.pattern)] | None = None
+    """This replica's name in logs and in `pg_stat_activity` (`herald:<replicaId>`): up to 64
+    letters, digits, `.`, `_` and `-`, starting with a letter or digit. Checked with or
+    without `databaseUrl`. Default: `<hostname>-<pid>`."""
 
     @field_validator("database_url")
     @classmethod
@@ -537,6 +615,8 @@ class HeraldSettings(BaseSettings):
     def _window_problems(self) -> list[tuple[str, str]]:
         """``agent.compaction.reserveTokens`` must leave every model's window some room."""
         reserve = self.agent.compaction.reserve_tokens
+        if reserve is None:  # the default is a quarter of each window at most
+            return []
         small = [
             f"{name}/{model.id} has {model.context_window}"
             for name, provider in self.models.providers.items()

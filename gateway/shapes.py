@@ -324,7 +324,10 @@ class Transcript(Closed):
     start: Count = Field(description="index of the first record returned")
     total: Count = Field(description="records in the whole transcript")
     torn_bytes: Count = Field(description="size of a torn last line left out (a crash)")
-    bad_lines: list[int] = Field(description="1-based numbers of lines that did not parse")
+    bad_lines: list[int] = Field(
+        description="1-based numbers of the window's lines that did not parse (each is an "
+        "`unknown` record in its place)"
+    )
 
 
 class InvokeResult(Closed):

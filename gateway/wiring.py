@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from channels import Channel, ChatCursor, ChatCursors, Leadership, SeenKeys
+from channels.reconnecting import Reconnecting
 from channels.webchat.relay import Relay
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
@@ -323,7 +324,8 @@ def build_channels(
     cursors: ChatCursors | None = None,
     cluster: ClusterLinks | None = None,
 ) -> dict[str, Channel]:
-    """The enabled channels, not yet started; ``seen`` remembers the events they handled,
+    """The enabled channels, not yet started (Slack and Discord retried in the background
+    when the network fails them at start); ``seen`` remembers the events they handled,
     ``cursors`` the newest message taken per chat (for Discord's catch-up), ``cluster``
     links them to the other replicas."""
     channels: dict[str, Channel] = {}
@@ -331,13 +333,13 @@ def build_channels(
     if config.slack.enabled:
         from channels.slack import SlackChannel
 
-        channels["slack"] = SlackChannel(config.slack, seen=seen)
+        channels["slack"] = Reconnecting(SlackChannel(config.slack, seen=seen))
     if config.discord.enabled:
         from channels.discord import DiscordChannel
 
         leadership = cluster.leadership if cluster is not None else None
-        channels["discord"] = DiscordChannel(
-            config.discord, leadership=leadership, seen=seen, cursors=cursors
+        channels["discord"] = Reconnecting(
+            DiscordChannel(config.discord, leadership=leadership, seen=seen, cursors=cursors)
         )
     if config.webchat.enabled:
         from channels.webchat import WebchatChannel

@@ -153,8 +153,12 @@ def test_a_make_run_line_of_the_readme_passes_the_start_up_checks(
 @pytest.mark.parametrize("snippet", blocks("json5"))
 def test_a_config_snippet_loads(snippet: str, tmp_path: Path) -> None:
     path = tmp_path / "herald.json5"
-    path.write_text("{\n" + snippet + "\n}\n", encoding="utf-8")
+    # A snippet is a fragment of the file's object, or the whole object.
+    whole = snippet.lstrip().startswith("{")
+    path.write_text(snippet if whole else "{\n" + snippet + "\n}\n", encoding="utf-8")
     env = {"HOME": str(tmp_path), "HERALD_GATEWAY__STATE_DIR": str(tmp_path / "state")}
+    # A `${VAR}` a snippet names is the operator's to set: give each one a value.
+    env.update(dict.fromkeys(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", snippet), "set"))
     preflight(load_settings(path, environ=env))
 
 

@@ -54,10 +54,12 @@ from channels.discord.inflow import Inflow
 from channels.discord.leading import hold_gateway
 from channels.discord.lookup import lookup
 from channels.discord.probe import probe_login
+from channels.discord.streams import DiscordStream
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import SeenKeys
+from channels.streaming import ReplyStream
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,8 @@ class DiscordChannel(Channel):
         self._me: int | None = None
         self._event_tasks: set[asyncio.Task[Any]] = set()
         self._partial: OrderedDict[OutboundMessage, list[str]] = OrderedDict()
+        #: Replies being written, by the recorded message they answer (``reply_to``).
+        self._streams: dict[str, DiscordStream] = {}
         self._claimed = False
 
     def __repr__(self) -> str:
@@ -226,7 +230,8 @@ class DiscordChannel(Channel):
         what = "no READY" if self._leadership is None else "no answer to the login"
         raise ChannelStartError(
             f"Discord did not become ready within {self._start_timeout:g} s: "
-            f"{what} from {self._talking_to()}"
+            f"{what} from {self._talking_to()}",
+            fault=True,
         )
 
     async def stop(self) -> None:
@@ -273,6 +278,9 @@ class DiscordChannel(Channel):
             raise ChannelSendError(
                 f"{message.chat_id!r} is not a Discord channel id", retryable=False
             )
+        stream = self._streams.get(message.reply_to) if message.reply_to else None
+        if stream is not None and stream.final.chat_id == message.chat_id:
+            return await stream.finish(message)  # the streamed message becomes the reply
         parts = chunk_message(message.text)
         if not parts:
             log.debug("nothing to send to Discord channel %s: empty text", message.chat_id)
@@ -294,6 +302,35 @@ class DiscordChannel(Channel):
                 raise error from exc
             sent.append(str(posted.id))
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(sent))
+
+    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+        """Post the reply to ``message`` as it is written and edit it as it grows
+        (:mod:`.streams`), unless ``streaming`` is ``off`` or the client is not running."""
+        client = self._client
+        if self._config.streaming == "off" or not message.chat_id.isdigit():
+            return None
+        if client is None or client.is_closed() or self._task is None:
+            return None
+        final = OutboundMessage(
+            channel=self.name,
+            account=message.account,
+            chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            text="",
+            reply_to=reply_to,
+        )
+        stream = DiscordStream(
+            client.get_partial_messageable(int(message.chat_id)),
+            final,
+            allowed_mentions=NO_PINGS,
+            on_close=self._forget_stream,
+        )
+        self._streams[reply_to] = stream
+        return stream
+
+    def _forget_stream(self, stream: DiscordStream) -> None:
+        if self._streams.get(stream.final.reply_to or "") is stream:
+            del self._streams[stream.final.reply_to or ""]
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
         """Look for the announce's parts among the bot's messages in its channel since

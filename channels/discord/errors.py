@@ -110,8 +110,9 @@ def start_error(exc: BaseException, where: str) -> ChannelStartError:
         return ChannelStartError(f"Discord gateway closed with {exc.code}: {meaning}")
     if isinstance(exc, discord.HTTPException):
         return ChannelStartError(
-            f"Discord API answered {exc.status} at start-up: {exc.text or 'no message'}"
+            f"Discord API answered {exc.status} at start-up: {exc.text or 'no message'}",
+            fault=exc.status >= 500 or exc.status == 429,
         )
     if isinstance(exc, aiohttp.ClientError | OSError | asyncio.TimeoutError):
-        return ChannelStartError(f"cannot reach {where}: {type(exc).__name__}: {exc}")
+        return ChannelStartError(f"cannot reach {where}: {type(exc).__name__}: {exc}", fault=True)
     return ChannelStartError(f"Discord client failed: {type(exc).__name__}: {exc}")

@@ -74,6 +74,8 @@ from channels.slack.events import (
 )
 from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
+from channels.slack.streams import SlackStream
+from channels.streaming import ReplyStream
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,10 @@ class SlackChannel(Channel):
         self._seen_failing = False
         self._threads = RecentKeys(ACTIVE_THREADS_CAPACITY)
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Replies being written, by the recorded message they answer (``reply_to``).
+        self._streams: dict[str, SlackStream] = {}
+        #: Slack refused native streaming once: ``auto`` streams by edits from then on.
+        self._refused = False
 
     def __repr__(self) -> str:
         return (
@@ -204,7 +210,9 @@ class SlackChannel(Channel):
         try:
             await asyncio.wait_for(socket.connect_async(), CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
         except TimeoutError as exc:
-            raise ChannelStartError("slack: Socket Mode websocket did not connect") from exc
+            raise ChannelStartError(
+                "slack: Socket Mode websocket did not connect", fault=True
+            ) from exc
 
     def _register(self, app: AsyncApp) -> None:
         # After bolt's own middleware: only requests whose signature checked out are recorded.
@@ -255,7 +263,11 @@ class SlackChannel(Channel):
         poster = self._poster
         if poster is None:
             raise ChannelSendError(f"{self.name}: not started", retryable=True)
-        sent = await poster.post(message)
+        stream = self._streams.get(message.reply_to) if message.reply_to else None
+        if stream is not None and stream.final.chat_id == message.chat_id:
+            sent = await stream.finish(message)  # the streamed message becomes the reply
+        else:
+            sent = await poster.post(message)
         # A thread the bot posts in is one it takes part in: replies there need no mention.
         if message.thread_id is not None:
             self._threads.add(f"{message.chat_id}:{message.thread_id}")
@@ -270,6 +282,47 @@ class SlackChannel(Channel):
         if client is None or poster is None:
             raise ChannelSendError(f"{self.name}: not started", retryable=True)
         return await lookup(client, poster, message, since)
+
+    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+        """Show the reply to ``message`` as it is written (:mod:`.streams`): natively in a
+        thread, by edits elsewhere, as ``streaming`` says; None when ``off`` or not started."""
+        client, poster, setting = self._client, self._poster, self._config.streaming
+        if client is None or poster is None or setting == "off" or message.channel != self.name:
+            return None
+        threaded = message.thread_id is not None
+        native = setting == "native" or (setting == "auto" and threaded and not self._refused)
+        if setting == "native" and not threaded:
+            return None  # Slack streams thread replies only: this reply is posted whole
+        final = OutboundMessage(
+            channel=self.name,
+            account=message.account,
+            chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            text="",
+            reply_to=reply_to,
+        )
+        in_dm = message.chat_type == "dm"
+        stream = SlackStream(
+            client,
+            poster,
+            final,
+            mode="native" if native else "edit",
+            recipient=None if in_dm else (message.sender_id, self._team_id),
+            fallback=setting == "auto",
+            on_refused=self._native_refused,
+            on_close=self._forget_stream,
+        )
+        self._streams[reply_to] = stream
+        return stream
+
+    def _native_refused(self) -> None:
+        if not self._refused:
+            log.warning("slack: native streaming refused; replies stream by edits")
+        self._refused = True
+
+    def _forget_stream(self, stream: SlackStream) -> None:
+        if self._streams.get(stream.final.reply_to or "") is stream:
+            del self._streams[stream.final.reply_to or ""]
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:
@@ -409,8 +462,11 @@ def _required(secret: Any, key: str) -> str:
 
 
 async def _call_or_fail(method: str, call: Awaitable[Any]) -> Any:
-    """Await a start-up API call; any failure becomes :class:`ChannelStartError`."""
+    """Await a start-up API call; any failure becomes :class:`ChannelStartError`, a fault
+    when trying again can help (network, 5xx, rate limit), else a configuration error
+    (``invalid_auth`` and every other refusal)."""
     try:
         return await call
     except Exception as exc:
-        raise ChannelStartError(str(send_error(method, exc))) from exc
+        error = send_error(method, exc)
+        raise ChannelStartError(str(error), fault=error.retryable) from exc

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, StrictBool
 
 from configbase import ConfigModel
 
 
 class SlackConfig(ConfigModel):
-    enabled: bool = False
+    enabled: StrictBool = False
     """Connect to Slack at start."""
     mode: Literal["socket", "http"] = "socket"
     """`"socket"`: Socket Mode (needs `botToken` and `appToken`); `"http"`: events
@@ -26,10 +26,15 @@ class SlackConfig(ConfigModel):
     Slack-compatible servers; null: Slack's."""
     agent: str = "main"
     """The agent that answers on Slack; one of `routing.agents`."""
-    require_mention: bool = True
+    require_mention: StrictBool = True
     """In channels, answer only messages that mention the bot; DMs are always answered."""
-    reply_in_thread: bool = True
+    reply_in_thread: StrictBool = True
     """Answer a top-level mention in a new thread rather than in the channel."""
+    streaming: Literal["auto", "native", "edit", "off"] = "auto"
+    """How a reply shows while it is written (with `agent.streaming`): `native` streams it
+    with Slack's `chat.startStream`/`appendStream`/`stopStream` (thread replies only);
+    `edit` posts it and updates it at most once a second; `auto` is native in threads and
+    edit elsewhere or where Slack refuses native; `off` posts it whole when done."""
 
     def required_secrets(self) -> tuple[str, ...]:
         """The secret keys this configuration needs to start."""

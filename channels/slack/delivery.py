@@ -124,7 +124,7 @@ class Poster:
 
     def __init__(self, client: AsyncWebClient, *, chunk_limit: int = CHUNK_LIMIT) -> None:
         self._client = client
-        self._chunk_limit = chunk_limit
+        self.chunk_limit = chunk_limit
         # message → ts of the chunks already posted, for messages that failed part-way.
         self._partial: OrderedDict[OutboundMessage, list[str]] = OrderedDict()
 
@@ -133,7 +133,7 @@ class Poster:
 
     def chunks(self, message: OutboundMessage) -> list[str]:
         """The chunks ``message`` is posted as."""
-        return split_text(to_mrkdwn(message.text), self._chunk_limit)
+        return split_text(to_mrkdwn(message.text), self.chunk_limit)
 
     async def post(self, message: OutboundMessage) -> SentMessage:
         """Post every chunk of ``message`` in order; raise :class:`ChannelSendError` on failure."""

@@ -53,6 +53,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
+from channels.streaming import ReplyStream
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
@@ -71,6 +72,7 @@ from channels.webchat.protocol import (
     valid_client_id,
 )
 from channels.webchat.relay import Relay
+from channels.webchat.streams import WebchatStream
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class WebchatChannel(Channel):
         self._boot = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._assets = load_assets()
+        #: Replies being written, by turn id (the final reply's message id).
+        self._streams: dict[str, WebchatStream] = {}
 
     def __repr__(self) -> str:
         return (
@@ -180,9 +184,10 @@ class WebchatChannel(Channel):
                 f"invalid web chat client id {message.chat_id!r:.80}", retryable=False
             )
         self._refresh(client)
-        message_id = self._record(
-            client, message.kind, message.text, message.run_id, _traced_message_id(message)
-        )
+        traced = _traced_message_id(message)
+        if traced is not None and (stream := self._streams.get(traced)) is not None:
+            stream.flush()  # its last piece before the final reply that replaces it
+        message_id = self._record(client, message.kind, message.text, message.run_id, traced)
         log.debug(
             "web chat message",
             extra={
@@ -219,6 +224,30 @@ class WebchatChannel(Channel):
         self._refresh(client)
         client.set_run(update.run_id, run_frame(update, time.time()))
         await self._tell_others(client)
+
+    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+        """Delta frames to the client's open pages while the reply to ``message`` is
+        written; the final reply's message id (made from ``reply_to``) is the turn id."""
+        client = self._client_for(message.chat_id) if message.channel == self.name else None
+        if client is None:
+            return None
+        final = OutboundMessage(
+            channel=self.name,
+            account=message.account,
+            chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            text="",
+            reply_to=reply_to,
+        )
+        turn_id = _traced_message_id(final)
+        if turn_id is None:
+            return None
+        stream = self._streams[turn_id] = WebchatStream(client, turn_id, self._forget_stream)
+        return stream
+
+    def _forget_stream(self, stream: WebchatStream) -> None:
+        if self._streams.get(stream.turn_id) is stream:
+            del self._streams[stream.turn_id]
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

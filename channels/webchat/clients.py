@@ -16,7 +16,7 @@ import orjson
 
 from channels.webchat.connection import Connection
 from channels.webchat.history import HistoryFiles
-from channels.webchat.protocol import ready_frame, typing_frame
+from channels.webchat.protocol import delta_frame, ready_frame, typing_frame
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class ClientState:
         self.connections: set[Connection] = set()
         #: Turns in progress for this client (the typing indicator is on while > 0).
         self.typing = 0
+        #: The text so far of each reply being written, by turn id (for pages that join).
+        self.streams: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return (
@@ -110,6 +112,8 @@ class ClientState:
             connection.push(frame)
         if self.typing:
             connection.push(typing_frame(True))
+        for turn_id, text in self.streams.items():
+            connection.push(delta_frame(turn_id, text, reset=True))
 
 
 class ClientRegistry:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from configbase import ConfigModel
 
 
 class WebchatConfig(ConfigModel):
-    enabled: bool = True
+    enabled: StrictBool = True
     """Serve the web chat page at `/`."""
     agent: str = "main"
     """The agent that answers in the web chat; one of `routing.agents`."""

@@ -4,11 +4,12 @@ One file per browser client, ``<dir>/<name>.jsonl``: every message frame and run
 frame the client was sent, one JSON frame per line, as sent. Client ids are checked against
 ``CLIENT_ID_PATTERN`` (letters, digits, ``_`` and ``-``) before they get here; the name is
 the id itself when it is lowercase (as the page makes them), else a lowercase head and a
-hash of the id (:func:`file_name`), so ids that differ only in case never share a file,
-even on a filesystem that ignores case. Loading keeps the last ``history_size`` messages
-and the latest status of each run (a torn last line, from a crash, is skipped). A file is
-rewritten with just that once it has grown to several times the history size, so it stays
-bounded.
+hash of the id (:func:`file_name`), so ids that differ only in case never share a file, even
+on a filesystem that ignores case. A lowercase id shaped like such a name (ending in ``-``
+and 16 hex digits) is hashed too: no client can name another's file as its id. Loading keeps
+the last ``history_size`` messages and the latest status of each run (a torn last line, from
+a crash, is skipped). A file is rewritten with just that once it has grown to several times
+the history size, so it stays bounded.
 
 Appends are one short line each, written in the event loop: the web chat carries a few
 frames per turn, and a local append of that size takes microseconds. Several gateway
@@ -45,6 +46,8 @@ COMPACT_FACTOR: Final = 4
 _PLAIN_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Hex digits of SHA-256 in the name of any other id: 64 bits, no accidental collision.
 _HASH_DIGITS: Final = 16
+#: The tail of a hashed name (or a hashed name with no head): never a plain name.
+_HASHED_SHAPE: Final = re.compile(r"(?:^|-)[0-9a-f]{16}\Z")
 #: The lock file of the directory (no client's file: those never start with a dot).
 LOCK_NAME: Final = ".lock"
 
@@ -53,7 +56,7 @@ def file_name(client_id: str) -> str:
     """The name (without ``.jsonl``) of ``client_id``'s history file."""
     if not CLIENT_ID_PATTERN.fullmatch(client_id):
         raise ValueError(f"not a web chat client id: {client_id!r:.80}")
-    if _PLAIN_NAME.fullmatch(client_id):
+    if _PLAIN_NAME.fullmatch(client_id) and not _HASHED_SHAPE.search(client_id):
         return client_id
     digest = hashlib.sha256(client_id.encode()).hexdigest()[:_HASH_DIGITS]
     head = client_id.lower().lstrip("_-")[: 63 - _HASH_DIGITS]

@@ -19,6 +19,15 @@ Server → client::
                                               the page reads its transcript from
                                               GET /v1/sessions/{sessionKey}/history
     {"type": "typing", "on": <bool>}
+    {"type": "delta", "turnId": "<id>", "text": <str>}
+                                              more of a reply being written: append
+                                              ``text``; with ``"reset": true`` show
+                                              ``text`` in place of the turn's text so far
+                                              (a tool status line, or a page that joined
+                                              mid-turn); with ``"end": true`` the turn is
+                                              over. A ``message`` whose ``id`` equals the
+                                              ``turnId`` is the final reply: it takes the
+                                              growing text's place.
     {"type": "error", "code": "<stable code>", "message": "<for people>"}
 
 An invalid frame is answered with an error frame and the connection stays open.
@@ -161,6 +170,16 @@ def ready_frame(client_id: str) -> str:
 
 def typing_frame(on: bool) -> str:
     return _dump({"type": "typing", "on": on})
+
+
+def delta_frame(turn_id: str, text: str, *, reset: bool = False, end: bool = False) -> str:
+    """More of a reply being written (see the module docstring for ``reset`` and ``end``)."""
+    frame: dict[str, Any] = {"type": "delta", "turnId": turn_id, "text": text}
+    if reset:
+        frame["reset"] = True
+    if end:
+        frame["end"] = True
+    return _dump(frame)
 
 
 def error_frame(code: ErrorCode, message: str) -> str:

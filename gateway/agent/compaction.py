@@ -203,7 +203,7 @@ async def compact_after_refusal(
     target = int(estimate * REFUSED_MARGIN)
     window = error.limit or policy.window
     if window is not None:
-        room = max(1, window - max(policy.reserve_tokens, setup.max_tokens))
+        room = max(1, window - max(policy.reserve(), setup.max_tokens))
         target = min(target, int(room * REFUSED_MARGIN))
     logger.warning(
         "model refused a prompt as too long; compacting",

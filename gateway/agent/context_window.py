@@ -6,7 +6,11 @@ call) and :mod:`gateway.agent.compaction` (which does the cutting):
 - **Size.** A prompt's size is the provider's own figure for the last call (input plus the
   reply, which is now part of the conversation) plus an estimate of what was added since
   (:class:`PromptMeter`). Without a figure (a fresh start, just after a compaction) the whole
-  request is estimated: about four characters per token, as the scripted provider counts.
+  request is estimated: about four characters per token, as the scripted provider counts,
+  the system prompt and every tool's schema as the provider is sent them (12 tools are
+  ~2,000 tokens: half of a small model's window). Estimated messages are counted
+  :data:`ESTIMATE_MARGIN` larger: compacting a turn early costs one summary, a refused
+  prompt a retry and a harsher cut.
 - **Cuts.** A cut keeps a suffix of the conversation. It is made where a *block* starts: any
   message but a tool result, so a tool call always keeps its results. A *turn* starts at a
   user message; the last ``keepRecentTurns`` turns are kept whole unless they alone would
@@ -31,8 +35,16 @@ CompactionMode = Literal["summary", "truncate", "off"]
 CHARS_PER_TOKEN: Final = 4
 #: What a message costs beyond its text (role, separators), as the vendors' guides count it.
 MESSAGE_OVERHEAD_TOKENS: Final = 4
+#: Estimated message tokens are multiplied by this: tokenizers differ from four characters a
+#: token by a tenth or two either way, a message's framing varies by vendor, and only an
+#: underestimate is costly. (The fixed part is counted from its wire JSON, which already
+#: over-counts a real tokenizer's share of it.)
+ESTIMATE_MARGIN: Final = 1.2
 #: Messages a model of unknown context window is sent (the newest; as before compaction).
 UNKNOWN_WINDOW_MESSAGES: Final = 200
+#: ``reserveTokens`` when unset: this, or a quarter of a smaller model's window.
+DEFAULT_RESERVE_TOKENS: Final = 4000
+RESERVE_WINDOW_SHARE: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +54,9 @@ class ContextPolicy:
     #: The model's context window in tokens; None when unknown.
     window: int | None = None
     mode: CompactionMode = "off"
-    reserve_tokens: int = 4000
+    #: Tokens kept free for the reply; None: :data:`DEFAULT_RESERVE_TOKENS` or a quarter
+    #: of the window, whichever is smaller.
+    reserve_tokens: int | None = None
     keep_recent_turns: int = 4
     #: Tool results longer than this are cut in the conversation (never in the transcript).
     max_result_chars: int | None = None
@@ -63,13 +77,30 @@ class ContextPolicy:
             max_result_chars=settings.agent.tools.max_result_chars,
         )
 
+    def reserve(self) -> int:
+        """Tokens kept free for the reply (``reserveTokens``, or its default)."""
+        if self.reserve_tokens is not None:
+            return self.reserve_tokens
+        if self.window is None:
+            return DEFAULT_RESERVE_TOKENS
+        return min(DEFAULT_RESERVE_TOKENS, self.window // RESERVE_WINDOW_SHARE)
+
+    def reply_tokens(self, max_tokens: int) -> int:
+        """The output limit a call asks for: the model's ``maxTokens``, unless that and the
+        reserve together would not fit the window (a 4,096-token local model keeps the
+        default 4,096): then the reserve, so the prompt keeps the rest of the window."""
+        reserve = self.reserve()
+        if self.window is not None and max_tokens + reserve > self.window:
+            return max(1, min(max_tokens, reserve))
+        return max_tokens
+
     def budget(self, max_tokens: int) -> int | None:
         """The most prompt tokens a call may send: the window less room for the reply
-        (``reserveTokens``, or the call's own output limit when that is larger, since both
+        (the reserve, or the call's own output limit when that is larger, since both
         vendors refuse a prompt whose requested reply would overflow). None: unknown."""
         if self.window is None:
             return None
-        return max(1, self.window - max(self.reserve_tokens, max_tokens))
+        return max(1, self.window - max(self.reserve(), max_tokens))
 
 
 def text_tokens(text: str) -> int:
@@ -94,12 +125,18 @@ def fixed_tokens(request: ModelRequest) -> int:
     """Estimated tokens of what every call of a turn sends besides the messages: the system
     prompt and the offered tools."""
     tools = sum(
-        text_tokens(t.name)
-        + text_tokens(t.description)
-        + math.ceil(len(orjson.dumps(t.parameters)) / CHARS_PER_TOKEN)
+        math.ceil(
+            len(orjson.dumps(_tool_wire(t.name, t.description, t.parameters))) / CHARS_PER_TOKEN
+        )
         for t in request.tools
     )
-    return text_tokens(request.system) + tools
+    return MESSAGE_OVERHEAD_TOKENS + text_tokens(request.system) + tools
+
+
+def _tool_wire(name: str, description: str, parameters: object) -> dict[str, object]:
+    # How both vendors' APIs carry a tool (OpenAI's shape; Anthropic's is a little smaller).
+    schema = {"name": name, "description": description, "parameters": parameters}
+    return {"type": "function", "function": schema}
 
 
 class PromptMeter:
@@ -134,8 +171,12 @@ class PromptMeter:
         """Estimated prompt tokens of a call sending ``history`` (``fixed()`` is called only
         when there is no reported figure to start from)."""
         if 0 < self.covered <= len(history):
-            return self.tokens + messages_tokens(history[self.covered :])
-        return fixed() + messages_tokens(history)
+            return self.tokens + _margin(messages_tokens(history[self.covered :]))
+        return fixed() + _margin(messages_tokens(history))
+
+
+def _margin(estimate: int) -> int:
+    return math.ceil(estimate * ESTIMATE_MARGIN)
 
 
 def block_starts(history: Sequence[ChatMessage]) -> list[int]:
@@ -171,7 +212,7 @@ def plan_cut(
     for index in range(len(history) - 1, first - 1, -1):
         suffix[index] = suffix[index + 1] + message_tokens(history[index])
     for cut in candidates:
-        if overhead + suffix[cut] <= budget:
+        if overhead + _margin(suffix[cut]) <= budget:
             return cut
     return candidates[-1]
 

@@ -20,7 +20,7 @@ from gateway.agent.compaction import Compaction, compact
 from gateway.agent.factory import TurnFactory
 from gateway.agent.history import HistoryCache
 from gateway.agent.profile import AgentProfile, resolve_agent
-from gateway.agent.setup import TurnSetup
+from gateway.agent.setup import TurnSetup, TurnStream
 from gateway.agent.sink import StoreSink
 from gateway.agent.turn import EndedBy, run_turn
 from gateway.llm import ChatMessage, Usage
@@ -68,18 +68,28 @@ class Conversations:
         *,
         origin: Origin | None = None,
         meta: dict[str, Any] | None = None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
-        """One turn of session ``key`` answering ``text`` (a message from ``origin``)."""
-        return await self._run(key, ChatMessage(role="user", content=text), origin, meta)
+        """One turn of session ``key`` answering ``text`` (a message from ``origin``);
+        ``stream`` hears it as it is written."""
+        user = ChatMessage(role="user", content=text)
+        return await self._run(key, user, origin, meta, stream)
 
-    async def resume(self, key: str, *, origin: Origin | None = None) -> TurnResult:
+    async def resume(
+        self, key: str, *, origin: Origin | None = None, stream: TurnStream | None = None
+    ) -> TurnResult:
         """Finish the turn the transcript ends with (cut off by a stop): its recorded reply
         if it has one, else the model goes on from there."""
         self.histories.forget(key)
         history = await self.store.chat_messages(key)
         if history and history[-1].role == "assistant" and not history[-1].tool_calls:
             return TurnResult(history[-1].content, Usage(), None, "reply", recorded=True)
-        return await self._run(key, None, origin, None)
+        return await self._run(key, None, origin, None, stream)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether chat turns show their reply as it is written (``agent.streaming``)."""
+        return self._factory.settings.agent.streaming
 
     async def write_in(self, key: str, text: str, meta: dict[str, Any]) -> bool:
         """Write a user-role message into ``key`` between turns (a sub-agent completion);
@@ -171,6 +181,7 @@ class Conversations:
         user: ChatMessage | None,
         origin: Origin | None,
         meta: dict[str, Any] | None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         session = await self.store.require(key)
         profile = resolve_agent(self._factory.settings, session.agent_id)
@@ -189,7 +200,9 @@ class Conversations:
                 await sink.message(user, meta=meta)
             with self._factory.turns.turn(key):
                 async with asyncio.timeout(profile.timeout_seconds):
-                    outcome = await run_turn(setup, self._factory.tools, history, sink, meter=meter)
+                    outcome = await run_turn(
+                        setup, self._factory.tools, history, sink, meter=meter, stream=stream
+                    )
             await sink.sync()
             self.histories.keep(key, history, meter)
             finished = True
@@ -215,6 +228,8 @@ class Conversations:
             return f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
         if isinstance(exc, ProviderError):
             await self._record(session, "error", {"error": str(exc)})
+            if exc.partial.strip():  # a stream broke: keep what was said, then say why
+                return f"{exc.partial.rstrip()}\n\n(Sorry, the model call failed: {exc})"
             return f"Sorry, the model call failed: {exc}"
         if isinstance(exc, SessionError):
             logger.warning("turn refused", extra={"session": key, "error": str(exc)})

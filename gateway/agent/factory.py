@@ -74,17 +74,18 @@ class TurnFactory:
         """The setup and sink of a turn in ``session`` on ``model_ref`` (raises the
         providers' ``UnknownModelError`` when the ref names nothing configured)."""
         provider, model = self._providers.resolve(model_ref)
+        context = ContextPolicy.of(self.settings, model_ref)
         setup = TurnSetup(
             provider=provider,
             model_id=model.id,
-            max_tokens=model.max_tokens,
+            max_tokens=context.reply_tokens(model.max_tokens),
             system=system,
             tools=tools,
             max_iterations=max_iterations,
             tool_context=self._contexts.for_session(
                 session, run_id=run_id, origin=origin, depth=depth
             ),
-            context=ContextPolicy.of(self.settings, model_ref),
+            context=context,
         )
         sink = StoreSink(
             self.store,

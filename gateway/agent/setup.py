@@ -6,6 +6,7 @@ Shared by the turn loop (:mod:`gateway.agent.turn`) and compaction
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +28,16 @@ class TranscriptSink(Protocol):
     ) -> None: ...
 
     async def event(self, name: str, data: dict[str, Any]) -> None: ...
+
+
+class TurnStream(Protocol):
+    """Hears a chat turn as it is written: each model call's text piece by piece, and the
+    tools a call ended in. Never blocks and never raises (see
+    :class:`gateway.delivery.StreamedReply`)."""
+
+    def text(self, piece: str) -> None: ...
+
+    def tools(self, names: Sequence[str]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

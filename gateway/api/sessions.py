@@ -11,7 +11,10 @@ segment; a percent-encoded key (``agent%3Amain%3Amain``) is decoded by the route
 ``GET /v1/sessions/{sessionKey}/transcript`` answers the transcript's records as written
 (header, messages with their tool calls, results and usage, events), a window of at most
 ``limit`` of them ending before ``before``. Archived sessions answer too; the file is the
-one the session's row names, never a path made from the request.
+one the session's row names, never a path made from the request. The window is read from
+where it lies in the file and streamed a batch at a time (:mod:`gateway.sessions.reading`),
+so a request costs what it returns however long the transcript; ``badLines`` (the
+window's lines that did not parse, each an ``unknown`` record in place) comes last.
 
 Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 400
 ``invalid_parameter``, a malformed key 400 ``invalid_session_key``; an unknown key is 404
@@ -21,10 +24,12 @@ Requests arrive validated (:mod:`gateway.api.requests`): a bad query value is 40
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -33,7 +38,7 @@ from gateway.api.keys import SESSION_STORE
 from gateway.api.requests import HistoryParams, SessionsQuery, TranscriptParams
 from gateway.api.routing import reply
 from gateway.sessions import SessionNotFoundError, SessionRefError, session_view
-from gateway.shapes import History, Message, SessionList, Transcript, TranscriptRecord
+from gateway.shapes import History, Message, SessionList, TranscriptRecord
 
 logger = logging.getLogger(__name__)
 
@@ -73,38 +78,51 @@ async def history(request: web.Request, params: HistoryParams) -> web.Response:
     )
 
 
-async def transcript(request: web.Request, params: TranscriptParams) -> web.Response:
+async def transcript(request: web.Request, params: TranscriptParams) -> web.StreamResponse:
     store = request.app[SESSION_STORE]
     key = str(params.session_key)
     record = await store.get(key)
     if record is None:
         return json_error(404, "session_not_found", f"no session {key}", field="sessionKey")
-    contents = await store.read(key)
-    total = len(contents.records)
-    end = total if params.before is None else min(params.before, total)
-    start = max(0, end - params.limit)
-    return reply(
-        Transcript(
-            session=await asyncio.to_thread(session_view, record, store.current_path(record)),
-            records=list(_records(key, contents.records[start:end])),
-            start=start,
-            total=total,
-            torn_bytes=contents.torn_bytes,
-            bad_lines=list(contents.bad_lines),
-        )
-    )
+    await store.flush_quietly()
+    encode = functools.partial(_encode_record, key)
+    async with store.window(
+        record, limit=params.limit, before=params.before, encode=encode
+    ) as window:
+        span = window.span
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        head = {
+            "session": session_view(record, store.current_path(record)).wire(),
+            "start": span.start,
+            "total": span.total,
+            "tornBytes": span.torn_bytes,
+        }
+        # The object is written as it is read: its head, each batch of records, the tail.
+        await response.write(orjson.dumps(head)[:-1] + b',"records":[')
+        separator = b""
+        async for batch in window.batches():
+            if batch:
+                await response.write(separator + b",".join(batch))
+                separator = b","
+        await response.write(b'],"badLines":' + orjson.dumps(span.bad_lines) + b"}")
+    await response.write_eof()
+    return response
 
 
-def _records(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[TranscriptRecord]:
-    # Gateway-written lines always fit; one edited by hand that does not (no "type", a
-    # number for an id) is passed on whole as an "unknown" record, so the window keeps its
-    # indices and the reader sees the line rather than a gap.
-    for line in lines:
-        try:
-            yield TranscriptRecord.model_validate(line)
-        except ValidationError:
-            logger.warning("transcript: a line of an unknown shape", extra={"session_key": key})
-            yield TranscriptRecord(type="unknown", line=line)
+def _encode_record(key: str, line: dict[str, Any] | None, raw: bytes) -> bytes:
+    # Runs in the reader's worker thread. Gateway-written lines always fit and go out as
+    # written; one edited by hand that does not (no "type", a number for an id) is passed
+    # on whole as an "unknown" record, and one that did not parse as an empty "unknown",
+    # so the window keeps its indices and the reader sees the line rather than a gap.
+    if line is None:
+        return b'{"type":"unknown"}'
+    try:
+        TranscriptRecord.model_validate(line)
+    except ValidationError:
+        logger.warning("transcript: a line of an unknown shape", extra={"session_key": key})
+        return TranscriptRecord(type="unknown", line=line).wire_json().encode()
+    return raw
 
 
 def _messages(key: str, lines: Iterable[dict[str, Any]]) -> Iterable[Message]:

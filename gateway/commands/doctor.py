@@ -1,6 +1,7 @@
 """``herald doctor``: find what would stop the gateway from working, and say how to fix it.
 
-Checks, in order: the configuration loads; tool policies name known tools; the state
+Checks, in order: the configuration loads; tool policies name known tools; the exec
+sandbox starts, and what holds each of its limits; the state
 directory exists (or can be created), is ours, private and writable, and its database opens
 read-only with a schema this Herald knows (with ``cluster.databaseUrl``: PostgreSQL answers,
 with such a schema); each model provider is usable (a scripted
@@ -39,6 +40,7 @@ from configbase import secret_value
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
 from gateway.mcp.config import McpServerConfig
+from gateway.preflight import used_providers
 from gateway.settings import HeraldSettings, ProviderConfig
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -110,11 +112,12 @@ async def diagnose(
     source = str(loaded.path) if loaded.path else "no file: defaults and environment"
     findings = [Finding("ok", "config", f"loads ({source})")]
     findings += check_tools(settings)
+    findings += await check_sandbox(settings)
     on_postgresql = settings.cluster.database_url is not None
     findings += check_state_dir(
         settings.gateway.resolved_state_dir(), sqlite_file=not on_postgresql
     )
-    used = _used_providers(settings)
+    used = used_providers(settings)
     remote: list[Awaitable[Finding]] = [
         check_provider(name, provider, loaded.config_dir, name in used, request_seconds)
         for name, provider in settings.models.providers.items()
@@ -189,6 +192,62 @@ def check_tools(settings: HeraldSettings) -> list[Finding]:
         Finding("warn", "tools", str(i), "correct the name, or remove it from the list")
         for i in issues
     ]
+
+
+async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
+    """The exec sandbox: whether commands need it, whether bubblewrap runs one here, and
+    what holds each of its limits."""
+    from gateway.preflight import exec_allowed
+    from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe, process_limit
+
+    config = settings.agent.tools.exec.sandbox
+    allowed = exec_allowed(settings)
+    if not config.enabled:
+        if not allowed:
+            return [Finding("ok", "sandbox", "off (exec is not allowed)")]
+        return [
+            Finding(
+                "warn",
+                "sandbox",
+                "off: exec commands run as this user and can read the state database, the "
+                "config file and every workspace",
+                'set agent.tools.exec.sandbox.mode to "auto"',
+            )
+        ]
+    if find_bwrap() is None:
+        level: Level = "FAIL" if allowed else "warn"
+        fix = f"apt-get install {BWRAP_PACKAGE}"
+        return [Finding(level, "sandbox", "bubblewrap (bwrap) is not installed", fix)]
+    complaint = await asyncio.to_thread(probe, config)
+    if complaint is not None:
+        return [
+            Finding(
+                "FAIL" if allowed else "warn",
+                "sandbox",
+                f"bubblewrap cannot start a sandbox here: {complaint}",
+                SANDBOX_FIX,
+            )
+        ]
+    network = "its own, loopback only" if not config.network else "the host's"
+    processes = process_limit()
+    limits = (
+        f"memory {config.memory_mb} MiB by RLIMIT_AS, CPU {config.cpu_seconds} s by "
+        f"RLIMIT_CPU, files {config.max_file_mb} MiB by RLIMIT_FSIZE, "
+        f"{config.max_processes} processes by {processes}"
+    )
+    usage = "" if allowed else " (exec is not allowed: unused)"
+    findings = [
+        Finding("ok", "sandbox", f"bubblewrap runs commands; network: {network}{usage}"),
+        Finding("ok", "sandbox limits", limits),
+    ]
+    if processes.startswith("nothing"):
+        findings[-1] = Finding(
+            "warn",
+            "sandbox limits",
+            limits,
+            "run Herald as a non-root user, or give it a pids cgroup (Delegate=yes)",
+        )
+    return findings
 
 
 def check_state_dir(path: Path, *, sqlite_file: bool = True) -> list[Finding]:
@@ -315,12 +374,6 @@ async def check_database(settings: HeraldSettings, seconds: float) -> Finding:
             f"migrate`) migrates it to {status.latest}",
         )
     return Finding("ok", subject, f"{where} answers, schema version {status.version}")
-
-
-def _used_providers(settings: HeraldSettings) -> set[str]:
-    refs = [settings.agent.model, settings.agent.subagents.model]
-    refs += [agent.model for agent in settings.routing.agents.values()]
-    return {ref.partition("/")[0] for ref in refs if ref}
 
 
 # -- remote checks: each provider's and channel's own probe ----------------------------------

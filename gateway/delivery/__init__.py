@@ -2,5 +2,15 @@
 
 from gateway.delivery.outbox import MAX_ATTEMPTS, UNCERTAIN, DeliveryListener, Outbox
 from gateway.delivery.replies import Replier, send_reply
+from gateway.delivery.streaming import StreamedReply, status_line
 
-__all__ = ["MAX_ATTEMPTS", "UNCERTAIN", "DeliveryListener", "Outbox", "Replier", "send_reply"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "UNCERTAIN",
+    "DeliveryListener",
+    "Outbox",
+    "Replier",
+    "StreamedReply",
+    "send_reply",
+    "status_line",
+]

@@ -12,10 +12,13 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 
+from configbase import secret_value
 from gateway.llm import Provider
+from gateway.providers import anthropic, openai
 from gateway.providers._retry import RetryPolicy, parse_retry_after
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.errors import (
@@ -47,6 +50,7 @@ __all__ = [
     "build_provider",
     "default_script_path",
     "load_script",
+    "missing_api_key",
     "parse_model_ref",
     "parse_retry_after",
 ]
@@ -65,6 +69,23 @@ def parse_model_ref(ref: str) -> tuple[str, str]:
             provider or "?", model or "?", f"{ref!r} is not of the form '<provider>/<model id>'"
         )
     return provider, model
+
+
+def missing_api_key(config: ProviderConfig) -> str | None:
+    """The variable a key is conventionally read from, when ``config`` points at the
+    vendor's own API (no ``baseUrl``, or the vendor's host) without a key; else None. A
+    local or proxy server may need none. One rule for ``config check``, ``herald run`` and
+    ``herald doctor`` (whose probe refuses the same case before sending anything)."""
+    if config.api == "openai-completions":
+        default, env = openai.DEFAULT_BASE_URL, OpenAIProvider.API_KEY_ENV
+    elif config.api == "anthropic-messages":
+        default, env = anthropic.DEFAULT_BASE_URL, AnthropicProvider.API_KEY_ENV
+    else:
+        return None
+    if secret_value(config.api_key) is not None:
+        return None
+    official = urlsplit(config.base_url or default).hostname == urlsplit(default).hostname
+    return env if official else None
 
 
 def build_provider(

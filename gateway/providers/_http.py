@@ -8,8 +8,10 @@ with ``x-should-retry``, both list their models at ``GET …/models`` behind the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -18,13 +20,14 @@ import orjson
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT
 from configbase import secret_value
-from gateway.llm import ProviderProbe
+from gateway.llm import ModelReply, ProviderProbe
 from gateway.providers._retry import (
     DEFAULT_RETRY_POLICY,
     RetryPolicy,
     parse_retry_after,
     with_retries,
 )
+from gateway.providers._sse import EVENT_STREAM, StreamAssembler, read_events
 from gateway.providers.errors import (
     ContextWindowExceededError,
     ProviderConnectionError,
@@ -34,6 +37,8 @@ from gateway.providers.errors import (
 )
 from gateway.settings import ProviderConfig
 
+#: Seconds to wait for the end of a streamed body after its end mark (see ``_drain``).
+DRAIN_SECONDS = 1.0
 #: 408 request timeout and 409 lock conflict are transient too (both vendors retry them).
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 #: Enough of a non-JSON body to recognise it (an HTML error page, a proxy message).
@@ -174,6 +179,84 @@ async def post_json(
         raise ProviderConnectionError(
             provider, model, f"connection failed: {detail}", retryable=True
         ) from None
+    return _json_object(raw, provider, model, secret)
+
+
+def _cut(error: ProviderError, shown: str) -> ProviderError:
+    """``error`` as it stands once ``shown`` reached the person: kept, not retried."""
+    if shown:
+        error.retryable = False
+        error.partial = shown
+    return error
+
+
+async def post_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    headers: dict[str, str],
+    body: bytes,
+    client_timeout: aiohttp.ClientTimeout,
+    provider: str,
+    model: str,
+    secret: str | None,
+    assembler: StreamAssembler,
+) -> ModelReply:
+    """POST ``body`` (a streaming request) and assemble the SSE answer; raises as
+    :func:`post_json` does, with one difference: once text has gone to the listener, a
+    failure is no longer retryable (a retry would show the person a second, different
+    beginning) and carries that text in ``partial``, so the turn can end the message with
+    what was said. A server that ignores ``stream`` and answers plain JSON still works."""
+    try:
+        async with session.post(
+            url, data=body, headers=headers, timeout=client_timeout
+        ) as response:
+            if response.status >= 300:
+                raw = await response.read()
+                raise http_error(provider, model, response.status, response.headers, raw, secret)
+            if response.content_type != EVENT_STREAM:
+                raw = await response.read()
+                return assembler.whole(_json_object(raw, provider, model, secret))
+            async for event in read_events(response.content):
+                assembler.feed(event)
+                if assembler.complete:
+                    await _drain(response)
+                    break
+            else:
+                assembler.ended()
+    except ProviderError as failed:
+        raise _cut(failed, assembler.shown) from None
+    except TimeoutError:
+        timed_out = ProviderTimeoutError(
+            provider, model, f"no full answer within {client_timeout.total:g}s", retryable=True
+        )
+        raise _cut(timed_out, assembler.shown) from None
+    except aiohttp.InvalidURL as exc:
+        raise ProviderError(provider, model, f"invalid base URL: {exc}") from None
+    except aiohttp.ClientError as exc:
+        detail = scrub(str(exc) or type(exc).__name__, secret)
+        dropped = ProviderConnectionError(
+            provider, model, f"connection failed: {detail}", retryable=True
+        )
+        raise _cut(dropped, assembler.shown) from None
+    if not assembler.complete:
+        error = ProviderConnectionError(
+            provider, model, "the stream ended before the answer was complete", retryable=True
+        )
+        raise _cut(error, assembler.shown)
+    return assembler.reply()
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what follows the stream's end mark (the body's end, as a rule at once), so the
+    connection goes back to the pool instead of being closed; a server that keeps the body
+    open past its end mark is not waited for long."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            await response.read()
+
+
+def _json_object(raw: bytes, provider: str, model: str, secret: str | None) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -262,6 +345,34 @@ class HttpProvider:
                 provider=self.name,
                 model=model,
                 secret=self._api_key,
+            )
+
+        return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
+
+    async def _stream(
+        self,
+        url: str,
+        headers: dict[str, str],
+        payload: dict[str, Any],
+        model: str,
+        assembler: Callable[[], StreamAssembler],
+    ) -> ModelReply:
+        """POST a streaming ``payload``; each attempt reads into a fresh ``assembler()``.
+        Retried as :meth:`_post` is, until the first text was shown."""
+        session = self._open_session(model)
+        body = orjson.dumps(payload)
+
+        def attempt() -> Awaitable[ModelReply]:
+            return post_stream(
+                session,
+                url,
+                headers=headers,
+                body=body,
+                client_timeout=self._timeout,
+                provider=self.name,
+                model=model,
+                secret=self._api_key,
+                assembler=assembler(),
             )
 
         return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from gateway.backoff import backoff
-from gateway.providers.errors import ProviderError
+from gateway.providers.errors import ContextWindowExceededError, ProviderError, status_phrase
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,39 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+def log_failure(error: ProviderError) -> None:
+    """One warning for a model call that failed for good: provider, model, HTTP status (or
+    what went wrong without one), error kind and attempts; never the key or the request.
+    A prompt refused as too long is not logged here: compaction handles it and says so."""
+    if isinstance(error, ContextWindowExceededError):
+        return
+    if error.status is not None:
+        what = f"HTTP {error.status} {status_phrase(error.status)}"
+    else:
+        what = f"{type(error).__name__}: {error.message}"
+    log.warning(
+        "model call failed: %s/%s: %s",
+        error.provider,
+        error.model,
+        what,
+        extra={
+            "provider": error.provider,
+            "model": error.model,
+            "status": error.status,
+            "error_type": error.error_type,
+            "attempts": error.attempts,
+        },
+    )
+
+
 async def with_retries(
     attempt: Callable[[], Awaitable[T]], *, max_retries: int, policy: RetryPolicy
 ) -> T:
     """Run ``attempt`` until it succeeds, at most ``1 + max_retries`` times.
 
     A non-retryable :class:`ProviderError` is raised at once; after the last attempt the
-    last error is raised with ``attempts`` set. Anything else propagates untouched.
+    last error is raised with ``attempts`` set. Either way the failure is logged once (see
+    :func:`log_failure`). Anything else propagates untouched.
     """
     tries = 0
     while True:
@@ -102,10 +128,11 @@ async def with_retries(
             return await attempt()
         except ProviderError as error:
             error.attempts = tries
-            if not error.retryable or tries > max_retries:
-                raise
-            wait = policy.delay(tries, error)
+            wait = None
+            if error.retryable and tries <= max_retries:
+                wait = policy.delay(tries, error)
             if wait is None:
+                log_failure(error)
                 raise
             log.warning(
                 "%s/%s: %s; retry %d/%d in %.2fs",

@@ -13,11 +13,13 @@ import logging
 from typing import Any
 
 import aiohttp
+import orjson
 
-from gateway.llm import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from gateway.llm import ChatMessage, ModelReply, ModelRequest, TextListener, ToolCall, Usage
 from gateway.providers._http import HttpProvider
 from gateway.providers._retry import RetryPolicy
-from gateway.providers.errors import ProviderResponseError
+from gateway.providers._sse import SseEvent, event_json
+from gateway.providers.errors import ProviderError, ProviderResponseError
 from gateway.settings import ProviderConfig
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,117 @@ def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
     )
 
 
+#: Error types of an ``error`` event that a later attempt may not meet (529 overloaded…).
+RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+
+
+class AnthropicStream:
+    """Assembles a streamed Messages answer: ``message_start`` (model, input usage),
+    ``content_block_start``/``_delta``/``_stop`` per block (``text_delta`` pieces of text,
+    ``input_json_delta`` pieces of a tool call's input), ``message_delta`` (stop reason,
+    output usage) and ``message_stop``; ``ping`` is ignored and ``error`` raises."""
+
+    def __init__(self, provider: str, model: str, on_text: TextListener) -> None:
+        self._provider = provider
+        self._model = model
+        self._on_text = on_text
+        self.shown = ""
+        self._blocks: dict[int, Block] = {}
+        self._json: dict[int, list[str]] = {}
+        self._usage: dict[str, Any] = {}
+        self._answered_model: str | None = None
+        self._stop: str | None = None
+        self._done = False
+
+    @property
+    def complete(self) -> bool:
+        return self._done
+
+    def ended(self) -> None:
+        """Anthropic always ends with ``message_stop``: without it the stream was cut."""
+
+    def feed(self, event: SseEvent) -> None:
+        if event.event == "ping":
+            return
+        data = event_json(event, self._provider, self._model)
+        kind = data.get("type", event.event)
+        if kind == "error":
+            error = data.get("error")
+            error = error if isinstance(error, dict) else {}
+            message = str(error.get("message") or "the stream reported an error")
+            retryable = error.get("type") in RETRYABLE_ERROR_TYPES
+            raise ProviderError(
+                self._provider, self._model, message, None, retryable, error_type=error.get("type")
+            )
+        if kind == "message_start" and isinstance(data.get("message"), dict):
+            message = data["message"]
+            if isinstance(message.get("model"), str):
+                self._answered_model = message["model"]
+            if isinstance(message.get("usage"), dict):
+                self._usage.update(message["usage"])
+        elif kind == "content_block_start" and isinstance(data.get("content_block"), dict):
+            self._blocks[_index(data, len(self._blocks))] = dict(data["content_block"])
+        elif kind == "content_block_delta" and isinstance(data.get("delta"), dict):
+            self._take_delta(_index(data, len(self._blocks) - 1), data["delta"])
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                self._stop = str(delta["stop_reason"])
+            if isinstance(data.get("usage"), dict):
+                # Cumulative counts: the last word on each key wins.
+                self._usage.update({k: v for k, v in data["usage"].items() if v is not None})
+        elif kind == "message_stop":
+            self._done = True
+
+    def _take_delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            block["text"] = str(block.get("text", "")) + delta["text"]
+            if block.get("type") == "text" and delta["text"]:
+                self.shown += delta["text"]
+                self._on_text(delta["text"])
+        elif delta.get("type") == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+
+    def _finished_block(self, index: int, block: Block) -> Block:
+        """A tool_use block with its input parsed from the JSON pieces, when it had any."""
+        pieces = self._json.get(index)
+        if block.get("type") != "tool_use" or pieces is None:
+            return block
+        text = "".join(pieces)
+        if not text.strip():
+            return {**block, "input": {}}
+        try:
+            return {**block, "input": orjson.loads(text)}
+        except orjson.JSONDecodeError:
+            return {**block, "input": text}  # _tool_call reports it as not an object
+
+    def reply(self) -> ModelReply:
+        content = [self._finished_block(i, b) for i, b in sorted(self._blocks.items())]
+        return parse_reply(
+            self._provider,
+            self._model,
+            {
+                "content": content,
+                "model": self._answered_model or self._model,
+                "stop_reason": self._stop,
+                "usage": self._usage,
+            },
+        )
+
+    def whole(self, data: dict[str, Any]) -> ModelReply:
+        reply = parse_reply(self._provider, self._model, data)
+        if reply.text:
+            self.shown = reply.text
+            self._on_text(reply.text)
+        return reply
+
+
+def _index(data: dict[str, Any], default: int) -> int:
+    index = data.get("index")
+    return index if isinstance(index, int) else default
+
+
 class AnthropicProvider(HttpProvider):
     """``POST {baseUrl}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the
     probe lists ``GET {baseUrl}/v1/models``.
@@ -176,7 +289,20 @@ class AnthropicProvider(HttpProvider):
             self._auth_headers["x-api-key"] = self._api_key
         self._headers = {"Content-Type": "application/json", **self._auth_headers}
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        """One model call; raises :class:`gateway.providers.ProviderError` on failure."""
-        data = await self._post(self._url, self._headers, build_payload(request), request.model)
-        return parse_reply(self.name, request.model, data)
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextListener | None = None
+    ) -> ModelReply:
+        """One model call, streamed when ``on_text`` listens; raises
+        :class:`gateway.providers.ProviderError` on failure."""
+        payload = build_payload(request)
+        if on_text is None:
+            data = await self._post(self._url, self._headers, payload, request.model)
+            return parse_reply(self.name, request.model, data)
+        payload["stream"] = True
+        return await self._stream(
+            self._url,
+            self._headers,
+            payload,
+            request.model,
+            lambda: AnthropicStream(self.name, request.model, on_text),
+        )

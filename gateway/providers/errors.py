@@ -26,7 +26,8 @@ class ProviderError(HeraldError):
     same request may succeed later (429, 5xx, timeouts, dropped connections);
     ``retry_after`` is the server's own hint in seconds; ``error_type`` is the provider's
     error kind (``rate_limit_error``, ``invalid_api_key``…); ``attempts`` is how many
-    requests were made before giving up.
+    requests were made before giving up; ``partial`` is the text a streamed call had
+    already shown when it broke ("" when none).
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class ProviderError(HeraldError):
         self.retry_after = retry_after
         self.error_type = error_type
         self.attempts = 1
+        self.partial = ""
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.llm import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from gateway.llm import ChatMessage, ModelReply, ModelRequest, TextListener, ToolCall, Usage
 from gateway.providers._http import HttpProvider
 from gateway.providers._retry import RetryPolicy
-from gateway.providers.errors import ProviderResponseError
+from gateway.providers._sse import SseEvent, event_json
+from gateway.providers.errors import ProviderError, ProviderResponseError
 from gateway.settings import ProviderConfig
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,99 @@ def parse_reply(provider: str, model: str, data: dict[str, Any]) -> ModelReply:
     )
 
 
+class OpenAIStream:
+    """Assembles a streamed chat completion (``chat.completion.chunk`` events ending in
+    ``[DONE]``): text from ``delta.content``; tool calls from pieces keyed by ``index``
+    (the first piece brings ``id`` and the name, later ones more of ``arguments``); usage
+    from the last chunk, whose ``choices`` are empty (``stream_options.include_usage``)."""
+
+    def __init__(self, provider: str, model: str, on_text: TextListener) -> None:
+        self._provider = provider
+        self._model = model
+        self._on_text = on_text
+        self.shown = ""
+        self._texts: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._usage: Any = None
+        self._answered_model: str | None = None
+        self._finish: str | None = None
+        self._done = False
+
+    @property
+    def complete(self) -> bool:
+        # Some compatible servers close without [DONE]: a finish reason says it is whole.
+        return self._done
+
+    def feed(self, event: SseEvent) -> None:
+        if event.data.strip() == "[DONE]":
+            self._done = True
+            return
+        chunk = event_json(event, self._provider, self._model)
+        error = chunk.get("error")
+        if error is not None:  # an error after the 200: OpenAI sends it as a data event
+            message = error.get("message") if isinstance(error, dict) else error
+            raise ProviderError(self._provider, self._model, str(message or error), None, True)
+        if isinstance(chunk.get("model"), str):
+            self._answered_model = chunk["model"]
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self._finish = str(choice["finish_reason"])
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return
+        text = _text(delta.get("content"))
+        if text:
+            self._texts.append(text)
+            self.shown += text
+            self._on_text(text)
+        for piece in delta.get("tool_calls") or ():
+            if isinstance(piece, dict):
+                self._take_call_piece(piece)
+
+    def _take_call_piece(self, piece: dict[str, Any]) -> None:
+        index = piece.get("index")
+        index = index if isinstance(index, int) else len(self._calls)
+        call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        if isinstance(piece.get("id"), str):
+            call["id"] = piece["id"]
+        function = piece.get("function")
+        if isinstance(function, dict):
+            if isinstance(function.get("name"), str):
+                call["name"] += function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["arguments"] += function["arguments"]
+
+    def ended(self) -> None:
+        """The body ended: whole if a finish reason came (no ``[DONE]`` from some servers)."""
+        if self._finish is not None:
+            self._done = True
+
+    def reply(self) -> ModelReply:
+        calls = [
+            {"id": call["id"], "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for _, call in sorted(self._calls.items())
+        ]
+        return ModelReply(
+            text="".join(self._texts),
+            tool_calls=tuple(_parse_tool_call(call, i) for i, call in enumerate(calls)),
+            usage=parse_usage(self._usage),
+            model=self._answered_model or self._model,
+            stop_reason=self._finish,
+        )
+
+    def whole(self, data: dict[str, Any]) -> ModelReply:
+        reply = parse_reply(self._provider, self._model, data)
+        if reply.text:
+            self.shown = reply.text
+            self._on_text(reply.text)
+        return reply
+
+
 class OpenAIProvider(HttpProvider):
     """``POST {baseUrl}/chat/completions`` with ``Authorization: Bearer <apiKey>``; the
     probe lists ``GET {baseUrl}/models``."""
@@ -180,11 +274,24 @@ class OpenAIProvider(HttpProvider):
         self._auth_headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self._headers = {"Content-Type": "application/json", **self._auth_headers}
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        """One model call; raises :class:`gateway.providers.ProviderError` on failure."""
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextListener | None = None
+    ) -> ModelReply:
+        """One model call, streamed when ``on_text`` listens; raises
+        :class:`gateway.providers.ProviderError` on failure."""
         payload = build_payload(request, limit_key=self.limit_key)
-        data = await self._post(self._url, self._headers, payload, request.model)
-        return parse_reply(self.name, request.model, data)
+        if on_text is None:
+            data = await self._post(self._url, self._headers, payload, request.model)
+            return parse_reply(self.name, request.model, data)
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+        return await self._stream(
+            self._url,
+            self._headers,
+            payload,
+            request.model,
+            lambda: OpenAIStream(self.name, request.model, on_text),
+        )
 
     def _listed_models(self, listing: Any) -> tuple[str, ...] | None:
         """Every id under ``data``: OpenAI and compatible servers list all they serve."""

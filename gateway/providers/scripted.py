@@ -72,6 +72,7 @@ from gateway.llm import (
     ModelReply,
     ModelRequest,
     ProviderProbe,
+    TextListener,
     ToolCall,
     ToolSpec,
     Usage,
@@ -408,11 +409,18 @@ class ScriptedProvider:
     def __repr__(self) -> str:
         return f"<ScriptedProvider {self.name} {self.script.path}>"
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        """Answer ``request`` from the script, after the rule's delay if it has one."""
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextListener | None = None
+    ) -> ModelReply:
+        """Answer ``request`` from the script, after the rule's delay if it has one; with
+        ``on_text``, the text goes to it word by word first, as a streaming model's would."""
         text, calls, delay = answer(self.script, request)
         if delay:
             await self._sleep(delay)
+        if on_text is not None:
+            for piece in re.findall(r"\S+\s*|\s+", text):
+                on_text(piece)
+                await asyncio.sleep(0)  # let the chat show each piece as a model's would
         return ModelReply(
             text=text,
             tool_calls=calls,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from channels import Channel, InboundMessage, OutboundKind
 from gateway.agent import Conversations
 from gateway.constants import SESSION_LOCK_LOST
-from gateway.delivery import Replier
+from gateway.delivery import Replier, StreamedReply
 from gateway.state import InboundTable, Origin, SessionRecord
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 
@@ -35,6 +35,10 @@ LOCK_LOST_REPLY = (
 
 #: The transcript ``meta`` key of a user message: its row in ``inbound``.
 INBOUND_META = "inbound"
+
+#: A turn's work: given the streamed reply it may feed (None: the reply is posted whole),
+#: the text to answer with.
+Work = Callable[[StreamedReply | None], Awaitable[str | None]]
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -92,9 +96,10 @@ class ChatTurns:
         origin = origin_of(inbound) if inbound is not None else None
         meta = {INBOUND_META: inbound_id} if inbound_id is not None else None
 
-        return self._submit(
-            key, lambda: self.run_turn(key, text, origin, meta), inbound, "reply", inbound_id
-        )
+        def work(stream: StreamedReply | None) -> Awaitable[str | None]:
+            return self.run_turn(key, text, origin, meta, stream)
+
+        return self._submit(key, work, inbound, "reply", inbound_id)
 
     def submit_resume(
         self, session: SessionRecord, inbound: InboundMessage, inbound_id: str
@@ -104,8 +109,8 @@ class ChatTurns:
         :meth:`submit_turn`."""
         key, origin = session.key, origin_of(inbound)
 
-        async def work() -> str | None:
-            result = await self._conversations.resume(key, origin=origin)
+        async def work(stream: StreamedReply | None) -> str | None:
+            result = await self._conversations.resume(key, origin=origin, stream=stream)
             if (
                 result.recorded
                 and result.text is not None
@@ -127,13 +132,13 @@ class ChatTurns:
         """Queue ``/compact`` or ``/new`` for ``session``: on its lane, after the turns
         queued before it, answered like a turn. Raises as :meth:`submit_turn`."""
         key = session.key
-        work = self._conversations.compact if name == "compact" else self._conversations.renew
-        return self._submit(key, lambda: work(key), inbound, "notice")
+        command = self._conversations.compact if name == "compact" else self._conversations.renew
+        return self._submit(key, lambda _: command(key), inbound, "notice")
 
     def _submit(
         self,
         key: str,
-        work: Callable[[], Awaitable[str | None]],
+        work: Work,
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None = None,
@@ -153,7 +158,7 @@ class ChatTurns:
     async def _turn(
         self,
         key: str,
-        work: Callable[[], Awaitable[str | None]],
+        work: Work,
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
@@ -176,7 +181,7 @@ class ChatTurns:
     async def _answer(
         self,
         key: str,
-        work: Callable[[], Awaitable[str | None]],
+        work: Work,
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
@@ -184,23 +189,47 @@ class ChatTurns:
         reply: str | None
         reply_to: str | None = None
         channel = self._channels.get(inbound.channel) if inbound else None
+        stream: StreamedReply | None = None
         try:
             async with self._main_lane.slot():
                 working = channel.working(inbound) if channel and inbound else None
                 async with working or contextlib.nullcontext():
                     try:
-                        reply = await work()
+                        stream = self._open_stream(channel, inbound, kind, inbound_id)
+                        reply = await work(stream)
                         reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
                         lost = SESSION_LOCK_LOST in stop.args
                         text = LOCK_LOST_REPLY if lost else STOPPED_REPLY
                         if (origin := await self._reply_to(key, inbound)) is not None:
                             await asyncio.shield(self._replier.reply(origin, text, "notice"))
+                        if stream is not None:
+                            await asyncio.shield(stream.close())
                         raise
         except (LaneFullError, LaneClosed):
             reply = BUSY_REPLY
-        if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
-            await self._replier.reply(origin, reply, kind, reply_to=reply_to)
+        try:
+            if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
+                await self._replier.reply(origin, reply, kind, reply_to=reply_to)
+        finally:
+            if stream is not None:  # after the final reply: it takes the stream's place
+                await stream.close()
+
+    def _open_stream(
+        self,
+        channel: Channel | None,
+        inbound: InboundMessage | None,
+        kind: OutboundKind,
+        inbound_id: str | None,
+    ) -> StreamedReply | None:
+        """The streamed reply of a chat turn, when its chat streams and ``agent.streaming``
+        is on; None for commands, turns with no recorded message and chats that do not."""
+        if channel is None or inbound is None or inbound_id is None or kind != "reply":
+            return None
+        if not self._conversations.streaming:
+            return None
+        stream = channel.open_stream(inbound, inbound_id)
+        return StreamedReply(stream) if stream is not None else None
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
         """Where a turn's answer goes: the chat and thread of the message it answers (the
@@ -216,10 +245,12 @@ class ChatTurns:
         text: str,
         origin: Origin | None = None,
         meta: dict[str, Any] | None = None,
+        stream: StreamedReply | None = None,
     ) -> str | None:
         """One turn of session ``key``; the reply text to post (errors become a clear text),
         or None when the turn yielded without a message."""
-        return (await self._conversations.turn(key, text, origin=origin, meta=meta)).text
+        result = await self._conversations.turn(key, text, origin=origin, meta=meta, stream=stream)
+        return result.text
 
     def stop(self, key: str) -> int:
         """Cancel the session's queued and running turns; returns how many."""

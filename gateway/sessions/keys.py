@@ -21,15 +21,17 @@ becomes a readable head plus ``-`` and 16 hex digits of the SHA-256 of the raw t
 distinct raw ids stay distinct (apart from ASCII case and ``.``/``_``, which no chat
 provider uses to tell ids apart). Web chat client ids are chosen by the client, where ``Ab``
 and ``aB`` are two browsers: they are normalised *exactly*, any id not already normalised
-taking the hash, so that only equal ids share a session. Valid ids are fixed points:
-``normalize_id(normalize_id(x)) == normalize_id(x)``. The exact raw thread ts is kept in the
-session's origin, not in the key, because replies need it verbatim.
-"""
+taking the hash, so that only equal ids share a session. So that a client cannot choose
+another's hashed id as its own (``victim-426173ddfcafbdd5``), exact normalising hashes a raw
+id of that shape too: raw ids kept as they are and hashed ids are disjoint sets. Other valid
+ids are fixed points: ``normalize_id(normalize_id(x)) == normalize_id(x)``. The exact raw
+thread ts is kept in the session's origin, not in the key, because replies need it verbatim."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -48,6 +50,8 @@ MAX_KEY_LENGTH: Final = 320
 _HASH_DIGITS: Final = 16
 _MAX_ID: Final = 64
 _ALLOWED: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+#: The shape of a hashed id's tail (or of a hashed id with no readable head).
+_HASHED_SHAPE: Final = re.compile(r"(?:^|-)[0-9a-f]{16}\Z")
 #: Segments that name a key form and so cannot be a channel name.
 _RESERVED_CHANNELS: Final = frozenset({"main", "subagent", "webchat"})
 
@@ -62,11 +66,12 @@ def normalize_id(raw: str, *, exact: bool = False) -> str:
 
     Raises :class:`InvalidIdError` for an empty string. The result always matches
     ``^[a-z0-9][a-z0-9_-]{0,63}$`` and so is safe in a key and in a path segment. With
-    ``exact``, ids that differ only in case or in ``.``/``_`` stay distinct too.
+    ``exact``, ids that differ only in case or in ``.``/``_`` stay distinct too, and a raw
+    id shaped like a hashed one is hashed, so no raw id can equal another's hashed id.
     """
     if not isinstance(raw, str) or not raw:
         raise InvalidIdError("an id cannot be empty")
-    if is_valid_id(raw):
+    if is_valid_id(raw) and not (exact and _HASHED_SHAPE.search(raw)):
         return raw
     mapped: list[str] = []
     lossy = False
@@ -83,7 +88,7 @@ def normalize_id(raw: str, *, exact: bool = False) -> str:
             mapped.append("_")
             lossy = True
     text = "".join(mapped)
-    if not lossy and is_valid_id(text):
+    if not lossy and is_valid_id(text) and not (exact and _HASHED_SHAPE.search(text)):
         return text
     digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_DIGITS]
     head = text.lstrip("_-")[: _MAX_ID - _HASH_DIGITS - 1]

@@ -14,19 +14,9 @@ its module for the guarantees); readers here (:meth:`history`, :meth:`read`) fir
 for lines already queued, so they see their own writes. The database's ``updated_at``
 moves with :meth:`add_usage`, :meth:`set_origin` and :meth:`touch`, not with every line.
 
-Kept as one module (a little over 400 lines) because creating, reading and archiving a
-session must each keep the row and the file in step; split, each half would need the
-other's invariants.
-
-Archiving renames the transcript in its folder to
-``<sessionId>.jsonl.deleted.<UTC timestamp>`` and records the time and path; the session
-leaves listings and its row, usage and transcript stay readable. The archive is claimed in
-the database first (under ``replica_id``), so of several replicas archiving one session
-exactly one renames it; :meth:`SessionStore.heal_archive_claims` finishes archives whose
-claimant died between its claim and its record. Archiving twice is a
-no-op; a transcript already gone is recorded (path None, or the archived file found
-beside it after a crash between rename and commit), not raised. Appending to an archived
-session raises :class:`SessionArchivedError`.
+Archiving and renewing live in :mod:`gateway.sessions.archiving`, windows and last
+messages in :mod:`gateway.sessions.reading`; this class is their one door, so callers hold
+one object and the row, the file and the refused appends stay in step.
 """
 
 from __future__ import annotations
@@ -34,20 +24,22 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
 from gateway.llm import ChatMessage, Usage
+from gateway.sessions.archiving import Archiver, RetiredSessions
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
 from gateway.sessions.locate import Location, locate, location_of
-from gateway.sessions.paths import rename_to_archived, transcript_path
+from gateway.sessions.paths import transcript_path
+from gateway.sessions.reading import Record, TranscriptReader, WindowStream
 from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
@@ -55,7 +47,6 @@ from gateway.sessions.transcript import (
     encode_line,
     event_record,
     header_record,
-    is_compaction_record,
     message_record,
 )
 from gateway.sessions.views import current_transcript_path, describe_session
@@ -63,12 +54,10 @@ from gateway.sessions.writer import TranscriptWriter
 from gateway.state import Origin, SessionRecord, StateDB
 
 log = logging.getLogger(__name__)
+E = TypeVar("E")
 
 #: Transcript paths remembered by session id: the active sessions' (each stat-free to rebuild).
 _PATH_CACHE_SIZE: Final = 1024
-_ARCHIVED_KEYS_KEPT: Final = 4096
-#: The claimant's name of a process alone on its database (SQLite).
-LOCAL_REPLICA: Final = "local"
 #: Sessions remembered as begun (or adopted), each: more than are active at once; one that
 #: falls out costs a stat at its next first line.
 _BEGUN_KEPT: Final = 4096
@@ -102,11 +91,7 @@ class SessionStore:
         self._owns_writer = writer is None
         self._clock = clock
         self._creating: dict[str, asyncio.Task[SessionRecord]] = {}
-        # Session ids archived by this process (by an archive or a renewal), so a caller
-        # holding a record from before the rename cannot append (and recreate the file
-        # headless). Sessions are archived after their last turn, so recent ones are all that
-        # can be raced: the set is bounded.
-        self._archived: OrderedDict[str, None] = OrderedDict()
+        self._retired = RetiredSessions()
         self._paths: dict[str, Path] = {}
         # Session ids whose transcript has its header (this process wrote it or saw it), and
         # ids taken in by adopt() whose file is yet to be begun. Bounded: a session that
@@ -114,6 +99,17 @@ class SessionStore:
         self._begun: OrderedDict[str, None] = OrderedDict()
         self._unwritten: OrderedDict[str, None] = OrderedDict()
         self._beginning: dict[str, asyncio.Task[None]] = {}
+        self.reader = TranscriptReader()
+        self._archiver = Archiver(
+            self.state_dir,
+            db,
+            self.writer,
+            live_path=self.transcript_path,
+            begun=lambda session_id: self._mark(self._begun, session_id),
+            retired=self._retired,
+            replica_id=replica_id,
+            clock=clock,
+        )
 
     def __repr__(self) -> str:
         return f"<SessionStore {self.state_dir} creating={len(self._creating)}>"
@@ -254,7 +250,7 @@ class SessionStore:
         archived session."""
         if record.session_id in self._begun:
             return
-        if record.archived or record.session_id in self._archived:
+        if record.archived or record.session_id in self._retired:
             raise SessionArchivedError(record.key)  # no file may appear under its old name
         task = self._beginning.get(record.session_id)
         if task is None:
@@ -398,7 +394,7 @@ class SessionStore:
         return str(record["id"])
 
     async def _append(self, session: SessionRecord, record: dict[str, Any], wait: bool) -> None:
-        if session.archived or session.session_id in self._archived:
+        if session.archived or session.session_id in self._retired:
             raise SessionArchivedError(session.key)
         if session.session_id not in self._begun:
             await self.ensure_transcript(session)
@@ -436,26 +432,38 @@ class SessionStore:
         """
         if not 1 <= limit <= MAX_HISTORY_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_HISTORY_LIMIT}")
-        contents = await self.read(key)
-        out: builtins.list[dict[str, Any]] = []
-        for line in contents.messages:
-            body = line.get("message")
-            if not isinstance(body, dict) or is_compaction_record(line):
-                continue
-            item = {"id": line.get("id"), "timestamp": line.get("timestamp"), **body}
-            if not include_tools:
-                if item.get("role") == "tool":
-                    continue
-                if item.pop("toolCalls", None) and not item.get("content"):
-                    continue
-            out.append(item)
-        return out[-limit:]
+        record = await self.require(key)
+        path = self.current_path(record)
+        await self.writer.flush(report=False)
+        if path is None:
+            return []
+        return await self.reader.last_messages(path, limit=limit, include_tools=include_tools)
+
+    def window(
+        self,
+        record: SessionRecord,
+        *,
+        limit: int,
+        before: int | None = None,
+        encode: Callable[[Record | None, bytes], E],
+    ) -> AbstractAsyncContextManager[WindowStream[E]]:
+        """Records of ``record``'s transcript (archived or live), read from where they are:
+        the last ``limit`` before record ``before`` (default: the end), each passed through
+        ``encode`` (with its bytes) in a worker thread, in batches (see
+        :mod:`gateway.sessions.reading`). Call :meth:`flush_quietly` first to see lines
+        still queued."""
+        path = self.current_path(record) or self.transcript_path(record)
+        return self.reader.open_window(path, limit=limit, before=before, encode=encode)
+
+    async def flush_quietly(self) -> None:
+        """Wait for every queued line, failed ones not raised (a reader's wait)."""
+        await self.writer.flush(report=False)
 
     async def chat_messages(self, key: str) -> builtins.list[ChatMessage]:
         """The session's conversation for the model (dangling tool calls closed)."""
         return chat_messages_from_records((await self.read(key)).records)
 
-    # -- archive ----------------------------------------------------------------------------
+    # -- archive (see gateway.sessions.archiving) -----------------------------------------
 
     async def archive(self, key: str) -> Path | None:
         """Archive one session; return the archived path (None if the file was gone).
@@ -463,14 +471,7 @@ class SessionStore:
         Safe to call twice. Raises :class:`SessionNotFoundError` for an unknown key and the
         ``OSError`` of a rename that failed for another reason than a missing file.
         """
-        record = await self.require(key)
-        if record.archived:
-            return Path(record.archived_path) if record.archived_path else None
-        results, errors = await self._archive_records([record])
-        if key in errors:
-            raise errors[key]
-        # Not among the results: another replica holds the claim and reports the rename.
-        return results.get(key)
+        return await self._archiver.archive(await self.require(key))
 
     async def archive_many(self, keys: Iterable[str]) -> dict[str, Path | None]:
         """Archive many sessions in one pass (one rename sweep, one transaction).
@@ -478,25 +479,12 @@ class SessionStore:
         Returns the archived path (or None) of every key now archived; unknown keys and
         failed renames are logged and left out.
         """
-        wanted = builtins.list(dict.fromkeys(keys))
-        found = await self.db.sessions.get_many(wanted)
-        for key in wanted:
-            if key not in found:
-                log.warning("archive: no session %s", key)
-        done = {
-            r.key: (Path(r.archived_path) if r.archived_path else None)
-            for r in found.values()
-            if r.archived
-        }
-        results, _ = await self._archive_records([r for r in found.values() if not r.archived])
-        return done | results
+        return await self._archiver.archive_many(keys)
 
     async def archive_due(self, now: float | None = None) -> dict[str, Path | None]:
         """Archive every session whose archive time has come (one pass, as
         :meth:`archive_many`); returns the archived path (or None) by key."""
-        due = await self.db.sessions.due_for_archive(self._clock() if now is None else now)
-        results, _ = await self._archive_records(due)
-        return results
+        return await self._archiver.archive_due(now)
 
     async def heal_archive_claims(
         self, *, own: bool = True, cutoff: float | None = None
@@ -506,66 +494,7 @@ class SessionStore:
         replicas dead at it; alone on the database (no ``replica_id``), every claim. A
         rename that did happen is found beside the live name and recorded. Returns what it
         archived."""
-        if self.replica_id is None:
-            keys = await self.db.sessions.take_stale_archive_claims()
-        elif own or cutoff is not None:
-            keys = await self.db.sessions.take_stale_archive_claims(
-                replica_id=self.replica_id if own else None, cutoff=cutoff
-            )
-        else:
-            return {}
-        if not keys:
-            return {}
-        log.warning("archive: finishing %d archive(s) cut off before they were recorded", len(keys))
-        return await self.archive_many(keys)
-
-    async def _archive_records(
-        self, candidates: Sequence[SessionRecord]
-    ) -> tuple[dict[str, Path | None], dict[str, OSError]]:
-        if not candidates:
-            return {}, {}
-        claimant = self.replica_id or LOCAL_REPLICA
-        keys = [r.key for r in candidates]
-        records = await self.db.sessions.claim_archive(keys, claimant, now=self._clock())
-        results: dict[str, Path | None] = {}
-        errors: dict[str, OSError] = {}
-        claimed = {r.key for r in records}
-        if len(claimed) < len(keys):
-            # Archived meanwhile, or being archived by another replica (whose it is to report).
-            others = await self.db.sessions.get_many([k for k in keys if k not in claimed])
-            for other in others.values():
-                self._retire(other)
-                if other.archived:
-                    results[other.key] = Path(other.archived_path) if other.archived_path else None
-        if not records:
-            return results, errors
-        # From here on appends to these sessions fail, so no line can follow the rename.
-        for record in records:
-            self._retire(record)
-        lives = [self.transcript_path(r) for r in records]
-        await self.writer.release(lives)
-        at = self._clock()
-        outcomes = await asyncio.to_thread(rename_to_archived, lives, at)
-        entries: builtins.list[tuple[str, float, str | None]] = []
-        for record, outcome in zip(records, outcomes, strict=True):
-            if isinstance(outcome, OSError):
-                log.error("archive %s: %s", record.key, outcome)
-                self._archived.pop(record.session_id, None)
-                errors[record.key] = outcome
-                continue
-            results[record.key] = outcome
-            entries.append((record.key, at, os.fspath(outcome) if outcome else None))
-        await self.db.sessions.release_archive_claims(builtins.list(errors), claimant)
-        await self.db.sessions.mark_archived(entries)
-        log.info("archived %d session(s)", len(entries))
-        return results, errors
-
-    def _retire(self, record: SessionRecord) -> None:
-        """Refuse appends to ``record``'s transcript from now on (it is being renamed)."""
-        self._archived[record.session_id] = None
-        self._archived.move_to_end(record.session_id)
-        while len(self._archived) > _ARCHIVED_KEYS_KEPT:
-            self._archived.popitem(last=False)
+        return await self._archiver.heal_archive_claims(own=own, cutoff=cutoff)
 
     async def renew(self, key: str) -> Path | None:
         """A fresh session for ``key`` (``/new``): a new session id and transcript, the old
@@ -579,32 +508,7 @@ class SessionStore:
         the chat's key, origin and usage totals. Raises :class:`SessionNotFoundError` and
         :class:`SessionArchivedError`.
         """
-        record = await self.require(key)
-        if record.archived:
-            raise SessionArchivedError(key)
-        session_id = new_session_id()
-        now = self._clock()
-        header = header_record(
-            session_id=session_id,
-            key=record.key,
-            agent_id=record.agent_id,
-            parent_key=record.parent_key,
-            at=now,
-        )
-        await self.writer.append(
-            transcript_path(self.state_dir, record.agent_id, session_id), header, wait=True
-        )
-        self._mark(self._begun, session_id)
-        await self.db.sessions.renew(key, session_id, at=now)
-        self._retire(record)
-        live = self.transcript_path(record)
-        await self.writer.release([live])
-        (outcome,) = await asyncio.to_thread(rename_to_archived, [live], now)
-        if isinstance(outcome, OSError):
-            log.error("new session for %s: old transcript not archived: %s", key, outcome)
-            return None
-        log.info("session %s renewed (%s → %s)", key, record.session_id, session_id)
-        return outcome
+        return await self._archiver.renew(await self.require(key))
 
     # -- views ------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ def default_registry(settings: HeraldSettings) -> ToolRegistry:
             settings.agent.web_fetch,
             guard=NetworkGuard(allow_private=settings.agent.tools.web_fetch.allow_private_networks),
         ),
-        ExecTool(settings.agent.exec),
+        ExecTool(settings.agent.tools.exec),
         SubmitResultTool(),
         SubmitErrorTool(),
     ):

@@ -1,9 +1,11 @@
 """``exec``: run a shell command in the agent's workspace (off unless a policy allows it).
 
-The command runs as ``/bin/sh -c <command>`` in its own process group, with stdin closed,
-stdout and stderr merged, and an environment scrubbed of Herald's and other secrets. When
-the timeout passes, or when the shell exits, the whole group is killed: background
-processes do not outlive the call. Output beyond the cap keeps its head and its tail (the
+The command runs as ``/bin/sh -c <command>``, under bubblewrap unless the sandbox is off
+(:mod:`gateway.tools.sandbox` says what it sees and its limits), in its own process group,
+with stdin closed, stdout and stderr merged, and an environment scrubbed of Herald's and
+other secrets. When the timeout passes, or when the shell exits, the whole group is killed
+(in the sandbox, its PID namespace goes with it): background processes do not outlive the
+call. Output beyond the cap keeps its head and its tail (the
 tail is where errors usually are) with a note of what was left out.
 """
 
@@ -15,6 +17,7 @@ import logging
 import os
 import signal
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from pydantic import Field
@@ -23,6 +26,14 @@ from gateway.settings import ExecConfig
 from gateway.tools._paths import ensure_workspace
 from gateway.tools.base import Tool, ToolContext, ToolOutput, ToolParams
 from gateway.tools.errors import ToolError
+from gateway.tools.sandbox import (
+    BWRAP_PACKAGE,
+    Limits,
+    bwrap_argv,
+    find_bwrap,
+    limit_note,
+    sandbox_environment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -112,25 +123,45 @@ class ExecTool(Tool[ExecParams]):
         )
         env = scrubbed_environment(os.environ, ctx.settings.secret_values())
         env["PWD"] = str(cwd)
+        argv = [SHELL, "-c", params.command]
+        limits: Limits | None = None
+        if self.config.sandbox.enabled:
+            bwrap = find_bwrap()
+            if bwrap is None:
+                raise ToolError(
+                    f"the exec sandbox needs bubblewrap, which is not installed "
+                    f"(Debian package {BWRAP_PACKAGE})"
+                )
+            argv = bwrap_argv(argv, workdir=cwd, config=self.config.sandbox, bwrap=bwrap)
+            env = sandbox_environment(env, cwd)
+            limits = Limits.open(self.config.sandbox)  # a mkdir on cgroupfs: never blocks long
+        try:
+            return await self._run(argv, cwd, env, limits, timeout)
+        finally:
+            if limits is not None:
+                await limits.close()
+
+    async def _run(
+        self, argv: list[str], cwd: Path, env: dict[str, str], limits: Limits | None, seconds: float
+    ) -> ToolOutput:
         try:
             proc = await asyncio.create_subprocess_exec(
-                SHELL,
-                "-c",
-                params.command,
+                *argv,
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=None if limits is None else limits.preexec(),
             )
         except OSError as exc:
-            raise ToolError(f"cannot start {SHELL}: {exc.strerror}") from None
+            raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
         capture = _Capture(self.config.max_output_bytes)
         reader = asyncio.create_task(_drain(proc, capture))
         timed_out = False
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(proc.wait(), seconds)
         except TimeoutError:
             timed_out = True
         finally:
@@ -142,7 +173,9 @@ class ExecTool(Tool[ExecParams]):
                 await asyncio.wait_for(reader, DRAIN_GRACE_SECONDS)
             except TimeoutError:
                 logger.warning("exec: a detached process kept the output open; stopped reading")
-        return _output(proc.returncode, capture, timed_out, timeout)
+        sandbox = self.config.sandbox
+        note = limit_note(proc.returncode, sandbox) if sandbox.enabled else None
+        return _output(proc.returncode, capture, timed_out, seconds, note)
 
 
 async def _drain(proc: asyncio.subprocess.Process, capture: _Capture) -> None:
@@ -158,7 +191,9 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _output(code: int | None, capture: _Capture, timed_out: bool, timeout: float) -> ToolOutput:
+def _output(
+    code: int | None, capture: _Capture, timed_out: bool, timeout: float, note: str | None
+) -> ToolOutput:
     text = capture.text()
     if timed_out:
         status = f"[timed out after {timeout:g}s; the command was killed]"
@@ -166,7 +201,7 @@ def _output(code: int | None, capture: _Capture, timed_out: bool, timeout: float
         status = f"[killed by signal {-code}]"
     else:
         status = f"[exit code {code}]"
-    notes = [status]
+    notes = [status] if note is None else [status, note]
     if capture.omitted:
         notes.append(
             f"[output was {capture.total} bytes; the middle {capture.omitted} were omitted]"

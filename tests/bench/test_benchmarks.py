@@ -10,7 +10,20 @@ from typing import Any
 import pytest
 
 from bench import __main__ as collector
-from bench import batches, cluster, fanin, mcp, queued, schedules, sessions, spawn, turns
+from bench import (
+    batches,
+    cluster,
+    fanin,
+    mcp,
+    queued,
+    sandbox,
+    schedules,
+    sessions,
+    spawn,
+    streaming,
+    transcript_reads,
+    turns,
+)
 from bench._common import COLUMNS
 
 KEYS = set(COLUMNS)
@@ -45,6 +58,15 @@ def test_turns_rows() -> None:
     assert "6 runs, 4 model calls, 3× ls" in rows[2]["figure"]
 
 
+def test_streaming_rows() -> None:
+    rows = streaming.run(turns=4, rounds=1)
+    check_rows(rows, 5)
+    figures = " ".join(row["figure"] for row in rows)
+    for part in ("first delta frame ms p50", "p99", "streamed vs whole", "delta frames per"):
+        assert part in figures
+    assert rows[4]["herald"] >= 1  # every streamed reply had its text shown before it
+
+
 def test_spawn_rows() -> None:
     rows = spawn.run(calls=30, clients=4, queued=40, subagents=6, width=2)
     check_rows(rows, 6, memory=("RSS",))
@@ -57,6 +79,13 @@ def test_schedules_rows() -> None:
     rows = schedules.run(jobs=60, minutes=0.05)
     check_rows(rows, 5, memory=("RSS", "CPU"))
     assert rows[0]["figure"] == "due to run recorded, p50 (60 jobs/min, ms)"
+
+
+def test_sandbox_rows() -> None:
+    rows = sandbox.run(**sandbox.QUICK)
+    check_rows(rows, 2)
+    assert "exec true: ms per call, bwrap vs off" in rows[0]["figure"]
+    assert rows[1]["goal"] == "<= 20 ms added"
 
 
 def test_queued_rows() -> None:
@@ -107,9 +136,16 @@ def test_batches_rows() -> None:
 
 def test_sessions_rows() -> None:
     rows = sessions.run(**sessions.QUICK)
-    check_rows(rows, 2)
+    check_rows(rows, 5, memory=("turns whole", "refused"))  # counts that should be 0
     assert "CPU ms per turn at 50 turns vs 10" in rows[0]["figure"]
     assert "mode off" in rows[1]["figure"]
+    assert "model calls per turn vs one (40 turns, 4,096-token window" in rows[2]["figure"]
+
+
+def test_transcript_reads_rows() -> None:
+    rows = transcript_reads.run(**transcript_reads.QUICK)
+    check_rows(rows, 4)
+    assert "peak RSS MiB during limit=1 reads vs idle (24 MiB transcript" in rows[0]["figure"]
 
 
 def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,8 +164,7 @@ def test_collector_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -
 
 def test_collector_finds_every_module() -> None:
     names = collector.bench_names()
-    assert {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued", "cluster"} <= set(
-        names
-    )
+    expected = {"lanes", "turns", "spawn", "fanin", "batches", "sessions", "queued", "cluster"}
+    assert expected | {"transcript_reads"} <= set(names)
     assert not [n for n in names if n.startswith("_")]
     assert "soak" not in names

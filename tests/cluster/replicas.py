@@ -96,6 +96,8 @@ class Cluster:
                     "botToken": BOT_TOKEN,
                     "signingSecret": SIGNING_SECRET,
                     "apiBaseUrl": slack.api_base_url,
+                    # Replies are counted as whole posts; streaming has its own tests.
+                    "streaming": "off",
                 },
             },
             "cluster": {"databaseUrl": database_url},

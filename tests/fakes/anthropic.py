@@ -14,6 +14,7 @@ delays and hangs) and records every request::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.provider_server import ProviderFake, Responder, Step, prompt_tokens
+from tests.fakes.provider_server import ProviderFake, Responder, Step, pieces, prompt_tokens, sse
 
 #: (id, name, input): a dict is the tool_use input; anything else is sent as given.
 FakeToolUse = tuple[str, str, Any]
@@ -186,6 +187,57 @@ class FakeAnthropic(ProviderFake):
     def hang(self, seconds: float = 30.0) -> None:
         """Say nothing for ``seconds`` (then a text reply, if anyone is still listening)."""
         self.reply_json(self.message(text="too late"), delay=seconds)
+
+    def to_events(self, answer: dict[str, Any]) -> tuple[bytes, ...]:
+        """A message as the API streams it: ``message_start`` (input usage, no content),
+        each block's start, deltas (``text_delta`` pieces, ``input_json_delta`` pieces) and
+        stop, a ``ping``, ``message_delta`` (stop reason, output tokens), ``message_stop``."""
+        usage = answer["usage"]
+        start_usage = {**usage, "output_tokens": 1}
+        started = {**answer, "content": [], "stop_reason": None, "usage": start_usage}
+        events = [sse({"type": "message_start", "message": started}, "message_start")]
+        events.append(sse({"type": "ping"}, "ping"))
+        for index, block in enumerate(answer["content"]):
+            if block["type"] == "text":
+                opened: dict[str, Any] = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+            else:
+                opened = {**block, "input": {}}
+                raw = orjson.dumps(block["input"]).decode()
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": raw[i : i + 7]}
+                    for i in range(0, len(raw), 7)
+                ]
+            start = {"type": "content_block_start", "index": index, "content_block": opened}
+            events.append(sse(start, "content_block_start"))
+            for delta in deltas:
+                body = {"type": "content_block_delta", "index": index, "delta": delta}
+                events.append(sse(body, "content_block_delta"))
+            events.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        ending: dict[str, Any] = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
+        last = {
+            "type": "message_delta",
+            "delta": ending,
+            "usage": {"output_tokens": usage["output_tokens"]},
+        }
+        events.append(sse(last, "message_delta"))
+        events.append(sse({"type": "message_stop"}, "message_stop"))
+        return tuple(events)
+
+    def reply_stream(
+        self,
+        text: str | None,
+        *,
+        tool_uses: Sequence[FakeToolUse] = (),
+        hold: asyncio.Event | None = None,
+        hold_at: int | None = None,
+        cut_at: int | None = None,
+        **usage: Any,
+    ) -> None:
+        """Answer a streaming request with ``text`` (and tool uses) in pieces, paused at
+        event ``hold_at`` until ``hold`` is set, or cut off after ``cut_at`` events."""
+        answer = self.message(text=text, tool_uses=tool_uses, **usage)
+        self.enqueue(self.stream_step(answer, hold=hold, hold_at=hold_at, cut_at=cut_at))
 
     def models_step(self) -> Step:
         """``GET /v1/models`` as the real API answers it: one page holding :attr:`models`."""

@@ -3,6 +3,8 @@
 REST, under ``/api/v10``: ``GET /users/@me`` and ``GET /oauth2/applications/@me`` (what
 discord.py's login asks), ``POST /channels/{id}/messages``, ``GET /channels/{id}/messages``
 (``limit`` 1–100, default 50, with ``before``/``after``; newest first, as Discord answers),
+``PATCH`` and ``DELETE /channels/{id}/messages/{message id}`` (edit and delete the bot's
+own messages; :attr:`FakeDiscord.edits` keeps every edit's time and content),
 ``POST /channels/{id}/typing`` and ``GET /channels/{id}``; a message sent while the bot was
 offline (:meth:`FakeDiscord.store_message`) is only listed, as Discord replays nothing to
 a fresh session. A message create with a
@@ -211,6 +213,10 @@ class FakeDiscord:
         self._cuts: list[_Cut] = []
         self._closing = asyncio.Event()
         self.typing: list[str] = []
+        #: Each edit of a message: (monotonic time, channel id, message id, new content).
+        self.edits: list[tuple[float, str, str, str]] = []
+        #: Message ids deleted, by channel id.
+        self.deleted_messages: dict[str, list[str]] = {}
         self.deleted_channels: set[str] = set()
         self.channels: dict[str, Json] = {}
         self.guilds: list[Json] = []
@@ -520,6 +526,19 @@ class FakeDiscord:
                 return self._create_message(channel_id, body)
             case "GET", ["channels", channel_id, "messages"]:
                 return self._list_messages(channel_id, request.query)
+            case "PATCH", ["channels", channel_id, "messages", message_id]:
+                edited = self._edit_message(channel_id, message_id, body)
+                await self._note()
+                return edited
+            case "DELETE", ["channels", channel_id, "messages", message_id]:
+                held = self.messages.get(channel_id, [])
+                found = [m for m in held if m["id"] == message_id]
+                if not found:
+                    return _json({"message": "Unknown Message", "code": 10008}, status=404)
+                held.remove(found[0])
+                self.deleted_messages.setdefault(channel_id, []).append(message_id)
+                await self._note()
+                return web.Response(status=204)
             case "POST", ["channels", channel_id, "typing"]:
                 if channel_id in self.deleted_channels:
                     return _unknown_channel()
@@ -563,6 +582,25 @@ class FakeDiscord:
         if nonce is not None:
             self._nonces[str(nonce)] = (now, message)
             return _json({**message, "nonce": nonce})
+        return _json(message)
+
+    def _edit_message(self, channel_id: str, message_id: str, body: Any) -> web.StreamResponse:
+        """Discord's edit: only the bot's own message, content within the same limits."""
+        if channel_id in self.deleted_channels:
+            return _unknown_channel()
+        found = [m for m in self.messages.get(channel_id, []) if m["id"] == message_id]
+        if not found:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str) or not content or len(content) > 2000:
+            errors = {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}
+            return _json(
+                {"message": "Invalid Form Body", "code": 50035, "errors": errors}, status=400
+            )
+        message = found[0]
+        message["content"] = content.strip()
+        message["edited_timestamp"] = TIMESTAMP
+        self.edits.append((time.monotonic(), channel_id, message_id, message["content"]))
         return _json(message)
 
     def _list_messages(self, channel_id: str, query: Mapping[str, str]) -> web.StreamResponse:

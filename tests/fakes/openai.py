@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.provider_server import ProviderFake, Responder, Step, prompt_tokens
+from tests.fakes.provider_server import ProviderFake, Responder, Step, pieces, prompt_tokens, sse
 
 __all__ = [
     "FakeOpenAI",
@@ -210,6 +210,57 @@ class FakeOpenAI(ProviderFake):
             for model in self.models
         ]
         return Step(body=orjson.dumps({"object": "list", "data": data}))
+
+    def to_events(self, answer: dict[str, Any]) -> tuple[bytes, ...]:
+        """A chat.completion as the API streams it: a role chunk, the text in pieces, each
+        tool call as a first piece (index, id, name) and its arguments in pieces, a chunk
+        with the finish reason, the usage chunk (empty choices) and ``[DONE]``."""
+        base = {k: answer[k] for k in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+        choice = answer["choices"][0]
+        message = choice["message"]
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            return sse({**base, "choices": choices, "usage": None})
+
+        events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        if message.get("content"):
+            events += [chunk({"content": piece}) for piece in pieces(message["content"])]
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            first = {"index": index, "id": call["id"], "type": "function"}
+            function = call["function"]
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {**first, "function": {"name": function["name"], "arguments": ""}}
+                        ]
+                    }
+                )
+            )
+            arguments = function["arguments"]
+            for start in range(0, len(arguments), 7):
+                piece = {"index": index, "function": {"arguments": arguments[start : start + 7]}}
+                events.append(chunk({"tool_calls": [piece]}))
+        events.append(chunk({}, choice["finish_reason"]))
+        events.append(sse({**base, "choices": [], "usage": answer["usage"]}))
+        events.append(sse("[DONE]"))
+        return tuple(events)
+
+    def reply_stream(
+        self,
+        text: str | None,
+        *,
+        hold: asyncio.Event | None = None,
+        hold_at: int | None = None,
+        cut_at: int | None = None,
+        **usage: Any,
+    ) -> None:
+        """Answer a streaming request with ``text`` in pieces, paused at event ``hold_at``
+        until ``hold`` is set, or cut off after ``cut_at`` events."""
+        answer = self.completion(content=text, **usage)
+        self.enqueue(self.stream_step(answer, hold=hold, hold_at=hold_at, cut_at=cut_at))
 
     # -- steps for a responder ------------------------------------------------------------
 

@@ -5,6 +5,13 @@ A vendor fake subclasses :class:`ProviderFake` and supplies the parts that diffe
 request is authorised, what a well-formed request is (``_check``, answering the vendor's
 own error shapes), what to answer when the queue is empty, and its URL prefix.
 
+A request that asks for a stream (``"stream": true``) gets its answer as server-sent
+events: a step with ``events`` plays those (held at ``hold_at`` until ``hold`` is set, or
+cut off at ``cut_at`` by dropping the connection); any other 200 step's JSON body is turned
+into the vendor's events by :meth:`ProviderFake.to_events` (text in word pieces, tool-call
+arguments in pieces). :attr:`ProviderFake.ignore_stream` makes the fake answer plain JSON
+anyway, as some compatible servers do.
+
 With :attr:`ProviderFake.context_window` set, a fake refuses a prompt that does not fit, as
 its vendor does (each fake answers its vendor's real error body). Its "tokenizer" is
 :func:`prompt_tokens`: a quarter of the characters of the request's JSON (system, messages
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -51,6 +59,13 @@ class Step:
     delay: float = 0.0
     #: A gate the test opens: the model "thinks" until then, for exactly as long as needed.
     hold: asyncio.Event | None = None
+    #: A streamed answer: its SSE events, each ``event:``/``data:`` lines and a blank line.
+    events: tuple[bytes, ...] | None = None
+    #: With ``events`` and ``hold``: the events before this index are sent, then the stream
+    #: waits for ``hold`` (so a test sees text arrive before the model has finished).
+    hold_at: int | None = None
+    #: With ``events``: the connection is dropped after this many events (a provider drop).
+    cut_at: int | None = None
 
 
 #: Answers a request by its content (the decoded JSON body) when no scripted step is queued.
@@ -63,6 +78,19 @@ def prompt_tokens(body: Any) -> int:
         return 0
     parts = {key: body.get(key) for key in ("system", "messages", "tools")}
     return math.ceil(len(orjson.dumps(parts)) / 4)
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event carrying ``data`` (JSON-encoded unless it is a str)."""
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def pieces(text: str, size: int = 2) -> list[str]:
+    """``text`` cut every ``size`` words (whitespace kept), as a model's deltas come."""
+    words = re.findall(r"\S+\s*|\s+", text)
+    return ["".join(words[i : i + size]) for i in range(0, len(words), size)] or [text]
 
 
 def masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -94,6 +122,8 @@ class ProviderFake:
         self.base_url = ""
         #: Tokens a prompt and its requested reply may take; None: no limit.
         self.context_window: int | None = None
+        #: Answer plain JSON even to a request that asks for a stream.
+        self.ignore_stream = False
 
     @property
     def pending(self) -> int:
@@ -119,6 +149,22 @@ class ProviderFake:
         """The answer to a request that passed ``_check``."""
         raise NotImplementedError
 
+    def to_events(self, answer: dict[str, Any]) -> tuple[bytes, ...]:
+        """The vendor's SSE events for a plain JSON ``answer``."""
+        raise NotImplementedError
+
+    def stream_step(
+        self,
+        answer: dict[str, Any],
+        *,
+        hold: asyncio.Event | None = None,
+        hold_at: int | None = None,
+        cut_at: int | None = None,
+    ) -> Step:
+        """``answer`` streamed, paused at event ``hold_at`` until ``hold`` is set, or cut
+        off after ``cut_at`` events."""
+        return Step(events=self.to_events(answer), hold=hold, hold_at=hold_at, cut_at=cut_at)
+
     # -- serving --------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -137,6 +183,12 @@ class ProviderFake:
         if step.delay:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), step.delay)
+        wants_stream = isinstance(body, dict) and body.get("stream") is True
+        if wants_stream and not self.ignore_stream and step.status == 200:
+            if step.events is None and step.body:
+                step = Step(events=self.to_events(orjson.loads(step.body)), hold=step.hold)
+            if step.events is not None:
+                return await self._stream(request, step)
         if step.hold is not None:
             await self._until_closing(step.hold)
         headers = {
@@ -145,6 +197,28 @@ class ProviderFake:
         }
         headers.update(step.headers)
         return web.Response(status=step.status, body=step.body, headers=headers)
+
+    async def _stream(self, request: web.Request, step: Step) -> web.StreamResponse:
+        assert step.events is not None
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                self.REQUEST_ID_HEADER: f"req_{len(self.requests)}",
+            }
+        )
+        await response.prepare(request)
+        hold_at = 0 if step.hold_at is None else step.hold_at
+        for index, event in enumerate(step.events):
+            if step.hold is not None and index == hold_at:
+                await self._until_closing(step.hold)
+            if step.cut_at is not None and index == step.cut_at:
+                assert request.transport is not None
+                request.transport.abort()  # a provider drop: no end of the chunked body
+                return response
+            await response.write(event)
+        await response.write_eof()
+        return response
 
     async def _until_closing(self, gate: asyncio.Event) -> None:
         """Wait for ``gate``, or for the fake to close."""

@@ -6,6 +6,13 @@ Web API: ``POST /api/<method>`` with the bot token (the app token for
 method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``), or decided per call by
 :attr:`FakeSlack.fault` (failures at a set rate).
 
+Native streaming: ``chat.startStream`` (a thread reply; outside a DM it needs
+``recipient_user_id`` and ``recipient_team_id``), ``chat.appendStream`` and
+``chat.stopStream`` build one message, as Slack does; with :attr:`FakeSlack.refuse_streaming`
+set, ``chat.startStream`` answers that error (an older workspace). ``chat.update`` changes a
+stored message's text (``chat.delete`` removes it); :attr:`FakeSlack.updates` keeps each
+update's time.
+
 Conversations keep their messages, as Slack does: the bot's posts (with their message
 ``metadata``) and the ``message`` events a test pushes. ``conversations.history`` (top-level
 messages, newest first) and ``conversations.replies`` (a thread's parent, then its replies,
@@ -117,6 +124,12 @@ class FakeSlack:
         self._last_ts = 0.0
         #: Each conversation's messages (message objects as Slack stores them), by channel.
         self.history: dict[str, list[dict[str, Any]]] = {}
+        #: Set to an error code (``unknown_method``, ``missing_scope``…) to refuse streams.
+        self.refuse_streaming: str | None = None
+        #: Streams not yet stopped: ts → channel.
+        self.open_streams: dict[str, str] = {}
+        #: Each chat.update and chat.appendStream: (monotonic time, method, ts, text).
+        self.updates: list[tuple[float, str, str, str]] = []
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -565,9 +578,84 @@ class FakeSlack:
         channel = str(args.get("channel") or "")
         if channel not in self.channels:
             return _error("channel_not_found")
+        ts = str(args.get("ts") or "")
+        message = self.stored(channel, ts)
+        if message is None:
+            return _error("message_not_found")
+        message["text"] = str(args.get("text") or "")
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        if metadata is not None:
+            if not _valid_metadata(metadata):
+                return _error("invalid_metadata_format")
+            message["metadata"] = metadata
+        self.updates.append((time.monotonic(), "chat.update", ts, message["text"]))
         return web.json_response(
             {"ok": True, "channel": channel, "ts": args.get("ts"), "text": args.get("text")}
         )
+
+    def _m_chat_delete(self, args: dict[str, Any]) -> web.Response:
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        message = self.stored(channel, ts)
+        if message is None:
+            return _error("message_not_found")
+        self.history[channel].remove(message)
+        return web.json_response({"ok": True, "channel": channel, "ts": ts})
+
+    def stored(self, channel: str, ts: str) -> dict[str, Any] | None:
+        """The stored message ``ts`` of ``channel``, if there is one."""
+        return next((m for m in self.history.get(channel, []) if m.get("ts") == ts), None)
+
+    def _m_chat_startStream(self, args: dict[str, Any]) -> web.Response:  # noqa: N802
+        channel = str(args.get("channel") or "")
+        if self.refuse_streaming is not None:
+            return _error(self.refuse_streaming)
+        if channel not in self.channels:
+            return _error("channel_not_found")
+        thread_ts = args.get("thread_ts")
+        if not thread_ts:
+            return _error("invalid_arguments")
+        in_dm = channel.startswith("D")
+        if not in_dm and not (args.get("recipient_user_id") and args.get("recipient_team_id")):
+            return _error("missing_recipient_user_id")
+        ts = self.next_ts()
+        text = _stream_text(args)
+        message: dict[str, Any] = {
+            "type": "message",
+            "text": text,
+            "user": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "app_id": APP_ID,
+            "ts": ts,
+            "thread_ts": str(thread_ts),
+        }
+        self._store(channel, message)
+        self.open_streams[ts] = channel
+        return web.json_response({"ok": True, "channel": channel, "ts": ts})
+
+    def _m_chat_appendStream(self, args: dict[str, Any]) -> web.Response:  # noqa: N802
+        ts, channel = str(args.get("ts") or ""), str(args.get("channel") or "")
+        if self.open_streams.get(ts) != channel:
+            return _error("message_not_in_streaming_state")
+        text = _stream_text(args)
+        if not text:
+            return _error("invalid_arguments")
+        message = self.stored(channel, ts)
+        assert message is not None
+        message["text"] = str(message["text"]) + text
+        self.updates.append((time.monotonic(), "chat.appendStream", ts, message["text"]))
+        return web.json_response({"ok": True, "channel": channel, "ts": ts})
+
+    def _m_chat_stopStream(self, args: dict[str, Any]) -> web.Response:  # noqa: N802
+        ts, channel = str(args.get("ts") or ""), str(args.get("channel") or "")
+        if self.open_streams.get(ts) != channel:
+            return _error("message_not_in_streaming_state")
+        del self.open_streams[ts]
+        message = self.stored(channel, ts)
+        assert message is not None
+        message["text"] = str(message["text"]) + _stream_text(args)
+        return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
 
     def _m_reactions_add(self, args: dict[str, Any]) -> web.Response:
         key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
@@ -619,6 +707,19 @@ class FakeSlack:
             if waiter is not None and not waiter.done():
                 waiter.set_result(ack)
             self._changed.notify_all()
+
+
+def _stream_text(args: Mapping[str, Any]) -> str:
+    """The text a streaming call adds: ``markdown_text``, then its ``markdown_text`` chunks
+    (slack_sdk's helper sends chunks: ``{"type": "markdown_text", "text": …}``)."""
+    chunks = args.get("chunks")
+    if isinstance(chunks, str):
+        chunks = json.loads(chunks)
+    parts = [str(args.get("markdown_text") or "")]
+    for chunk in chunks if isinstance(chunks, list) else []:
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            parts.append(str(chunk.get("text") or ""))
+    return "".join(parts)
 
 
 def _error(code: str) -> web.Response:

@@ -108,6 +108,7 @@ def write_config(
                 "botToken": BOT_TOKEN,
                 "appToken": APP_TOKEN,
                 "apiBaseUrl": fake.api_base_url,
+                "streaming": "off",  # posts are read whole; streaming has its own tests
             },
         },
     }

@@ -51,7 +51,9 @@ def gateway_config(tmp_path: Path, port: int, discord: FakeDiscord) -> Path:
 
 
 def answers(discord: FakeDiscord) -> Counter[str]:
-    return Counter(str(body.get("content")) for body in discord.posted.get(GENERAL, []))
+    """The bot's messages as they stand (a streamed reply is posted, then edited whole)."""
+    held = discord.messages.get(GENERAL, [])
+    return Counter(str(m["content"]) for m in held if m["author"]["id"] == discord.bot["id"])
 
 
 async def answered(discord: FakeDiscord, text: str) -> None:

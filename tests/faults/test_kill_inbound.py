@@ -68,6 +68,7 @@ def gateway_config(tmp_path: Path, port: int, slack: FakeSlack) -> Path:
                 "botToken": BOT_TOKEN,
                 "signingSecret": SIGNING_SECRET,
                 "apiBaseUrl": slack.api_base_url,
+                "streaming": "off",  # posts are read whole; streaming has its own tests
             },
         },
     }

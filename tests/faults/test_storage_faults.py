@@ -346,8 +346,11 @@ async def test_runs_reach_a_final_status_once_a_database_lock_is_released(
         run_ids = await spawn_then_lock(gw, state, 8, refusals)
         # No restart: a run the lock stranded (its job failed, its row left "running")
         # shows here as unfinished.
-        runs = await finished_runs(gw, run_ids)
+        await finished_runs(gw, run_ids)
         deliveries = [await gw.delivery(run_id) for run_id in run_ids]
+        # Read once every announce has settled: a run's announce state is written with its
+        # delivery, after the run became final.
+        runs = [run for run in [await gw.db.runs.get(r) for r in run_ids] if run is not None]
         announces = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
     # The lock made writes wait, never fail a run: every run is done, and announced once.
     assert [run.status for run in runs] == ["done"] * len(run_ids), runs

@@ -502,7 +502,7 @@ def test_compaction_and_context_window_settings_load(write: WriteFile) -> None:
     assert settings.agent.tools.max_result_chars == 5000
     assert settings.models.providers["demo"].models[0].context_window == 8000
     defaults = HeraldSettings().agent
-    assert (defaults.compaction.mode, defaults.compaction.reserve_tokens) == ("summary", 4000)
+    assert (defaults.compaction.mode, defaults.compaction.reserve_tokens) == ("summary", None)
     assert (defaults.compaction.keep_recent_turns, defaults.tools.max_result_chars) == (4, 20_000)
 
 
@@ -527,6 +527,17 @@ def test_bad_compaction_values_name_their_key(
     issue = one_issue(write("herald.json5", text))
     assert issue.key == key
     assert message.strip(">= ") in issue.message
+
+
+def test_a_4096_token_model_loads_on_defaults(write: WriteFile) -> None:
+    # reserveTokens null is a quarter of a small window: no window is too small for it.
+    for window in (4096, 4000, 256):
+        model = {"id": "scripted", "contextWindow": window}
+        text = json.dumps(
+            {"models": {"providers": {"demo": {"api": "scripted", "models": [model]}}}}
+        )
+        settings = load_settings(write("herald.json", text), environ={}).settings
+        assert settings.models.providers["demo"].models[0].context_window == window
 
 
 def test_a_context_window_must_leave_room_beyond_the_reserve(write: WriteFile) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from gateway.logs import (
     MIN_SECRET_LENGTH,
@@ -153,3 +156,29 @@ def test_setup_logging_writes_json_off_a_terminal_and_text_on_one(
     assert "dropped" not in tty.getvalue()
     assert not tty.getvalue().startswith("{")
     assert pipe.getvalue().count("\n") == 1  # the first handler was replaced, not added to
+
+
+async def test_a_request_line_over_8_kib_logs_one_warning_line_without_a_traceback(
+    root_restored: logging.Logger,
+) -> None:
+    out = io.StringIO()
+    setup_logging("info", stream=out)
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    async with TestServer(app) as server:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        status = await reader.readline()
+        writer.close()
+        await writer.wait_closed()
+    assert status.split()[1] == b"400"
+    [line] = [r for r in lines(out) if r["logger"] == "aiohttp.server"]
+    assert line["level"] == "warning"
+    assert str(line["msg"]).startswith("malformed HTTP request from 127.0.0.1: 400 ")
+    assert "Traceback" not in out.getvalue()
+    assert len(str(line["msg"])) < 300

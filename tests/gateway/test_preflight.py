@@ -3,13 +3,14 @@ each problem exits 78 naming the file and the key, and leaves no state behind.""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.constants import EXIT_CONFIG
+from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE
 from tests.gateway.daemon_process import HERALD, clean_env, free_port, write_config
 
 
@@ -122,3 +123,113 @@ def test_bad_compaction_settings_exit_78_naming_the_key(tmp_path: Path) -> None:
         "agent.tools.maxResultChars: Input should be greater than or equal to 500 (got 0)",
     )
     assert not state.exists()
+
+
+EXEC_ALLOWED = {"tools": {"allow": ["*", "exec"]}}
+
+
+def test_exec_without_bubblewrap_exits_78_naming_the_package(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    path = config(tmp_path, state, agent=EXEC_ALLOWED)
+    no_bwrap = tmp_path / "bin"  # a PATH on which there is no bwrap
+    no_bwrap.mkdir()
+    for command in (("config", "check", "--config", str(path)), ("run", "--config", str(path))):
+        done = subprocess.run(
+            [*HERALD, *command],
+            env=clean_env(PATH=str(no_bwrap)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == EXIT_CONFIG, output
+        assert "agent.tools.exec.sandbox.mode" in output
+        assert "apt-get install bubblewrap" in output
+    assert not state.exists()
+    # The control: with bwrap on PATH, the same config passes; "off" needs no bwrap.
+    assert herald("config", "check", "--config", str(path)).returncode == 0
+    off = {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"mode": "off"}}}}
+    path = config(tmp_path, state, agent=off)
+    done = subprocess.run(
+        [*HERALD, "config", "check", "--config", str(path)],
+        env=clean_env(PATH=str(no_bwrap)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_read_only_paths_must_exist_and_hide_herald(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    sandbox = {"readOnly": [str(tmp_path / "missing"), str(tmp_path)]}
+    path = config(tmp_path, state, agent={"tools": {"exec": {"sandbox": sandbox}}})
+    refused_by_both(
+        path,
+        "agent.tools.exec.sandbox.readOnly",
+        f"{tmp_path / 'missing'} does not exist",
+        f"{tmp_path} holds the state directory",
+        f"{tmp_path} holds the config file",
+    )
+    assert not state.exists()
+
+
+def test_a_relative_read_only_path_is_a_schema_error(tmp_path: Path) -> None:
+    path = config(
+        tmp_path, tmp_path / "state", agent={"tools": {"exec": {"sandbox": {"readOnly": ["data"]}}}}
+    )
+    refused_by_both(path, "agent.tools.exec.sandbox.readOnly", "'data' is not an absolute path")
+
+
+def test_an_empty_api_key_for_the_vendors_api_is_a_config_error_as_doctor_says(
+    tmp_path: Path,
+) -> None:
+    # (An unset ${VARIABLE} was one already; an empty value was OK to check, FAIL to doctor.)
+    state = tmp_path / "state"
+    openai = {"api": "openai-completions", "apiKey": "", "models": [{"id": "gpt-4o-mini"}]}
+    path = config(
+        tmp_path,
+        state,
+        agent={"model": "openai/gpt-4o-mini"},
+        models={"providers": {"openai": openai}},
+    )
+    refused_by_both(path, "models.providers.openai.apiKey: empty", "OPENAI_API_KEY")
+    assert not state.exists()
+    doctor = herald("doctor", "--config", str(path))
+    assert doctor.returncode == 1
+    assert "FAIL  provider openai: no API key" in doctor.stdout
+
+
+def test_a_local_server_needs_no_key_and_an_unused_provider_is_no_error(tmp_path: Path) -> None:
+    local = {
+        "api": "openai-completions",
+        "baseUrl": "http://127.0.0.1:9/v1",
+        "models": [{"id": "llama"}],
+    }
+    unused = {"api": "anthropic-messages", "models": [{"id": "claude-haiku-4-5"}]}
+    path = config(
+        tmp_path,
+        tmp_path / "state",
+        agent={"model": "local/llama"},
+        models={"providers": {"local": local, "anthropic": unused}},
+    )
+    done = herald("config", "check", "--config", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_postgresql_unreachable_at_start_is_one_line_and_exit_69(tmp_path: Path) -> None:
+    # A fault, not a mistake: EX_UNAVAILABLE (systemd restarts), not 78, and no traceback.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # closed again: nothing listens there
+    url = f"postgresql://herald:pw-secret-42@127.0.0.1:{port}/heraldstate"
+    path = config(tmp_path, tmp_path / "state", cluster={"databaseUrl": url})
+    done = herald("run", "--config", str(path))
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_UNAVAILABLE, output
+    assert "Traceback" not in output
+    assert "pw-secret-42" not in output
+    [line] = [line for line in output.splitlines() if '"level":"error"' in line]
+    assert f"postgresql://herald:********@127.0.0.1:{port}/heraldstate" in line

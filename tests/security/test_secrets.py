@@ -390,24 +390,27 @@ async def test_exec_gets_no_configured_secret_in_its_environment(tmp_path: Path)
     assert find_secrets({"exec env": output}, [OPENAI_KEY]) == []
 
 
-async def exec_daemon_outputs(tmp_path: Path, *commands: str) -> list[str]:
+async def exec_daemon_outputs(tmp_path: Path, *commands: str, sandbox: str = "auto") -> list[str]:
     """The outputs of ``commands`` run by ``exec`` in a daemon started with secrets in its
-    environment (the way systemd's EnvironmentFile hands them over)."""
+    environment (the way systemd's EnvironmentFile hands them over); ``{pid}`` in a command
+    is the daemon's process id."""
     port = free_port()
+    tmp_path.mkdir(exist_ok=True)
     data = {
         "gateway": {
             "port": port,
             "stateDir": str(tmp_path / "state"),
             "auth": {"token": "${HERALD_TOKEN}"},
         },
-        "agent": {"tools": {"allow": ["*", "exec"]}},
+        "agent": {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"mode": sandbox}}}},
         "channels": {"webchat": {"enabled": False}},
     }
     config = write_config(tmp_path / "herald.json", data)
     env = clean_env(HERALD_TOKEN=GATEWAY_TOKEN, OPENAI_API_KEY=OPENAI_KEY)
     async with herald("run", "--config", str(config), port=port, env=env) as daemon:
         await daemon.wait_healthy()
-        return [await run_exec(daemon, command) for command in commands]
+        pid = daemon.process.pid
+        return [await run_exec(daemon, command.format(pid=pid)) for command in commands]
 
 
 async def test_exec_gets_no_secret_of_the_daemons_environment(tmp_path: Path) -> None:
@@ -416,16 +419,19 @@ async def test_exec_gets_no_secret_of_the_daemons_environment(tmp_path: Path) ->
     assert find_secrets({"exec env": scrubbed}, [GATEWAY_TOKEN, OPENAI_KEY]) == []
 
 
-@pytest.mark.xfail(
-    os.geteuid() == 0,
-    strict=True,
-    reason="run as root, the daemon's exec children are root too, and root reads every "
-    "/proc entry: the defence (PR_SET_DUMPABLE=0 makes /proc/<pid>/environ root's) holds for "
-    "the unprivileged user the unit runs Herald as; closing it for root needs an exec sandbox",
-)
+#: The daemon's environment and command line, as a command would read them from /proc.
+READ_PROC = "tr '\\0' '\\n' < /proc/{pid}/environ; echo; tr '\\0' ' ' < /proc/{pid}/cmdline"
+
+
 async def test_exec_cannot_read_the_gateways_environment(tmp_path: Path) -> None:
-    (parent,) = await exec_daemon_outputs(
-        tmp_path, "tr '\\0' '\\n' < /proc/$PPID/environ; echo; cat /proc/$PPID/cmdline"
-    )
-    assert "gateway" in parent, parent  # it ran, as a child of the daemon (its cmdline)
-    assert find_secrets({"/proc/$PPID/environ": parent}, [GATEWAY_TOKEN, OPENAI_KEY]) == []
+    # The control, without the sandbox: the command reaches the daemon's /proc entry (its
+    # command line), and as root, which reads every /proc entry, its secrets too.
+    (unsandboxed,) = await exec_daemon_outputs(tmp_path / "off", READ_PROC, sandbox="off")
+    assert "gateway run" in unsandboxed, unsandboxed
+    leaked = find_secrets({"/proc/<pid>/environ": unsandboxed}, [GATEWAY_TOKEN, OPENAI_KEY])
+    # Unprivileged, PR_SET_DUMPABLE=0 makes the daemon's environ root's to read.
+    assert bool(leaked) == (os.geteuid() == 0), leaked
+
+    (sandboxed,) = await exec_daemon_outputs(tmp_path / "on", READ_PROC)
+    assert "gateway run" not in sandboxed, sandboxed  # its /proc has no such process
+    assert find_secrets({"/proc/<pid>/environ": sandboxed}, [GATEWAY_TOKEN, OPENAI_KEY]) == []

@@ -26,6 +26,7 @@ import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
+from channels.reconnecting import Reconnecting
 from channels.slack import SlackChannel
 from gateway.api.keys import SESSION_STORE
 from gateway.app import build_app
@@ -120,7 +121,9 @@ async def slack_http_gateway(tmp_path: Path) -> AsyncIterator[SlackGateway]:
     server = TestServer(app)
     try:
         await server.start_server()
-        channel = app[CHANNELS]["slack"]
+        wrapper = app[CHANNELS]["slack"]
+        assert isinstance(wrapper, Reconnecting)
+        channel = wrapper.inner
         assert isinstance(channel, SlackChannel)
         async with ClientSession() as http:
             yield SlackGateway(server, fake, app, channel, http)

@@ -220,6 +220,8 @@
   function renderMessage(frame) {
     const kind = WHO[frame.kind] ? frame.kind : "notice";
     const stick = pinned;
+    // The final reply of a turn written before the person's eyes takes its place.
+    const growing = streams.get(frame.id);
     const msg = document.createElement("article");
     msg.className = `msg ${kind}`;
     msg.dataset.id = String(frame.id);
@@ -247,11 +249,73 @@
       renderText(text, body);
     }
     msg.append(head, body);
-    els.messages.append(msg);
+    if (growing) {
+      streams.delete(frame.id);
+      growing.el.replaceWith(msg);
+    } else {
+      els.messages.append(msg);
+    }
     // The suggestions are for an empty conversation only.
     els.intro.hidden = true;
     if (kind === "announce" && typeof frame.runId === "string") runsPanel.markAnnounced(frame.runId);
     if (stick || kind === "user") toBottom();
+    else els.toNewest.hidden = false;
+  }
+
+  // -- replies shown as they are written ---------------------------------------------------
+  //
+  // Delta frames grow one reply per turn (its turnId is the id its final message will
+  // have). The text is drawn at most once per animation frame however fast pieces come, and
+  // the final message replaces it in place, so nothing jumps or flashes.
+
+  const streams = new Map(); // turnId → { el, body, text, drawn }
+
+  function growReply(frame) {
+    const turnId = String(frame.turnId);
+    let entry = streams.get(turnId);
+    if (frame.end === true) {
+      if (entry) {
+        entry.el.remove(); // the turn ended without a reply of its own (stopped, or silent)
+        streams.delete(turnId);
+      }
+      return;
+    }
+    if (seen.has(turnId)) return; // its final message is shown already
+    const text = typeof frame.text === "string" ? frame.text : "";
+    if (!entry) {
+      const el = document.createElement("article");
+      el.className = "msg reply streaming";
+      el.dataset.kind = "reply";
+      el.dataset.turnId = turnId;
+      el.setAttribute("aria-busy", "true");
+      const head = document.createElement("header");
+      head.className = "msg-head";
+      const who = document.createElement("span");
+      who.className = "who";
+      who.textContent = WHO.reply;
+      head.append(who, timeOf());
+      const body = document.createElement("div");
+      body.className = "msg-body";
+      el.append(head, body);
+      els.messages.append(el);
+      els.intro.hidden = true;
+      entry = { el, body, text: "", drawn: true };
+      streams.set(turnId, entry);
+    }
+    entry.text = frame.reset === true ? text : entry.text + text;
+    if (entry.drawn) {
+      entry.drawn = false;
+      requestAnimationFrame(() => drawGrowing(entry));
+    }
+  }
+
+  function drawGrowing(entry) {
+    entry.drawn = true;
+    if (!entry.el.isConnected) return;
+    const stick = pinned;
+    entry.body.replaceChildren();
+    renderText(entry.text, entry.body);
+    if (stick) toBottom();
     else els.toNewest.hidden = false;
   }
 
@@ -449,6 +513,9 @@
     if (!frame || typeof frame !== "object") return;
     switch (frame.type) {
       case "ready":
+        // Replies still being written come again (whole) after the replay; others ended.
+        for (const entry of streams.values()) entry.el.remove();
+        streams.clear();
         backoff = BACKOFF_FIRST;
         els.auth.hidden = true;
         setReady(true);
@@ -467,6 +534,9 @@
         break;
       case "typing":
         setTyping(frame.on === true);
+        break;
+      case "delta":
+        growReply(frame);
         break;
       case "error":
         showError(String(frame.message || "Something went wrong."));

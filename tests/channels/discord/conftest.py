@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pytest
 from pydantic import SecretStr
@@ -104,8 +105,10 @@ async def make_channel(fake_discord: FakeDiscord) -> AsyncIterator[MakeChannel]:
         start_timeout: float = WAIT_GUARD,
         seen: SeenKeys | None = None,
         cursors: ChatCursors | None = None,
+        streaming: Literal["edit", "off"] = "edit",
     ) -> Running:
         config = DiscordConfig(
+            streaming=streaming,
             enabled=True,
             token=SecretStr(token if token is not None else fake_discord.token),
             require_mention=require_mention,

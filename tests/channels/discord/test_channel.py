@@ -87,6 +87,7 @@ async def test_a_wrong_token_is_a_clear_start_error_without_retries(
         await running.channel.start(running.inbound.put)
 
     assert "not-the-token" not in str(caught.value)
+    assert not caught.value.fault  # a mistake: the gateway exits 78
     assert not running.channel.connected
     assert len(fake_discord.requests_to("GET", "/users/@me")) == 1
     assert fake_discord.connections == 0
@@ -106,6 +107,7 @@ async def test_a_fatal_gateway_close_code_is_a_clear_start_error(
         await running.channel.start(running.inbound.put)
 
     assert fake_discord.token not in str(caught.value)
+    assert not caught.value.fault
     assert len(fake_discord.identifies) == 1  # no reconnect loop
     assert not running.channel.connected
 
@@ -115,8 +117,9 @@ async def test_an_unreachable_api_is_a_start_error(make_channel: MakeChannel) ->
 
     with pytest.raises(
         ChannelStartError, match=r"cannot reach the Discord API at http://127\.0\.0\.1:9/api/v10"
-    ):
+    ) as caught:
         await running.channel.start(running.inbound.put)
+    assert caught.value.fault  # a network fault: retried in the background, not exit 78
 
 
 async def test_an_unreachable_gateway_is_a_start_error_naming_it(
@@ -126,8 +129,11 @@ async def test_an_unreachable_gateway_is_a_start_error_naming_it(
 
     # discord.py either gives up after its first backoff or keeps retrying until the start
     # timeout; both errors name the gateway.
-    with pytest.raises(ChannelStartError, match=r"the Discord gateway at ws://127\.0\.0\.1:9/"):
+    with pytest.raises(
+        ChannelStartError, match=r"the Discord gateway at ws://127\.0\.0\.1:9/"
+    ) as caught:
         await running.channel.start(running.inbound.put)
+    assert caught.value.fault
     assert not running.channel.connected
 
 
@@ -137,8 +143,9 @@ async def test_a_silent_gateway_is_a_start_error_after_the_timeout(
     fake_discord.silent = True
     running = await make_channel(start=False, start_timeout=0.3)
 
-    with pytest.raises(ChannelStartError, match=r"did not become ready within 0\.3 s"):
+    with pytest.raises(ChannelStartError, match=r"did not become ready within 0\.3 s") as caught:
         await running.channel.start(running.inbound.put)
+    assert caught.value.fault
     assert fake_discord.connections == 1
     assert not running.channel.connected
 

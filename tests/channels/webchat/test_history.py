@@ -138,6 +138,13 @@ def test_lowercase_ids_are_their_own_names_and_ids_differing_in_case_never_share
     assert len({name.casefold() for name in names}) == len(clients)
 
 
+def test_a_client_id_equal_to_another_clients_file_name_gets_a_file_of_its_own() -> None:
+    hashed = file_name("VictimBrowserId42")
+    assert hashed != "VictimBrowserId42"
+    assert file_name(hashed) != hashed
+    assert file_name("a" * 40 + "-0123456789abcdef") != "a" * 40 + "-0123456789abcdef"
+
+
 def test_clients_differing_in_case_keep_separate_histories(tmp_path: Path) -> None:
     files = HistoryFiles(tmp_path, history_size=10, runs_kept=10)
     for client in ("Ab", "aB"):

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import orjson
+
 from gateway.agent.context_window import (
+    ESTIMATE_MARGIN,
     ContextPolicy,
     PromptMeter,
     block_starts,
     cap_messages,
+    fixed_tokens,
     message_tokens,
     messages_tokens,
     plan_cut,
     recent_turns_start,
     text_tokens,
 )
-from gateway.llm import ChatMessage, ToolCall, Usage
+from gateway.llm import ChatMessage, ModelRequest, ToolCall, ToolSpec, Usage
 from gateway.settings import HeraldSettings
 
 
@@ -66,6 +73,35 @@ def test_the_budget_leaves_room_for_the_larger_of_the_reserve_and_the_reply_limi
     assert ContextPolicy().budget(max_tokens=512) is None
 
 
+def test_the_default_reserve_is_a_quarter_of_a_small_window_and_the_reply_fits_beside() -> None:
+    # reserveTokens null: the smaller of 4,000 and a quarter of the window.
+    assert ContextPolicy(window=200_000).reserve() == 4000
+    assert ContextPolicy(window=4096).reserve() == 1024
+    assert ContextPolicy().reserve() == 4000
+    assert ContextPolicy(window=4096, reserve_tokens=300).reserve() == 300
+    # The model's maxTokens (4,096 by default) and the reserve do not both fit a 4,096
+    # window: a call asks for the reserve, and the prompt keeps three quarters.
+    small = ContextPolicy(window=4096)
+    assert small.reply_tokens(4096) == 1024
+    assert small.budget(small.reply_tokens(4096)) == 3072
+    assert small.reply_tokens(512) == 512
+    # Where both fit, the model's limit stands (as before).
+    large = ContextPolicy(window=128_000)
+    assert large.reply_tokens(4096) == 4096
+    assert large.budget(4096) == 128_000 - 4096
+    assert ContextPolicy().reply_tokens(4096) == 4096
+
+
+def test_the_fixed_part_counts_the_system_prompt_and_each_tool_as_sent() -> None:
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tools = tuple(ToolSpec(f"tool_{n}", "Does a thing. " * 20, schema) for n in range(12))
+    request = ModelRequest(model="m", system="s" * 400, messages=(), tools=tools)
+    wire = sum(
+        len(orjson.dumps({"type": "function", "function": dataclasses.asdict(t)})) for t in tools
+    )
+    assert fixed_tokens(request) >= 100 + wire // 4
+
+
 def test_estimates_count_text_and_tool_calls() -> None:
     assert text_tokens("") == 0
     assert text_tokens("abcde") == 2
@@ -81,18 +117,23 @@ def test_estimates_count_text_and_tool_calls() -> None:
 def test_the_meter_adds_estimates_of_new_messages_to_the_reported_prompt() -> None:
     history = [user("x" * 400)]
     meter = PromptMeter()
-    assert meter.estimate(history, lambda: 50) == 50 + message_tokens(history[0])
+    # Estimated messages (not the server's figure, nor the fixed part) count the margin more.
+    assert meter.estimate(history, lambda: 50) == 50 + margin(message_tokens(history[0]))
     history.append(assistant("ok"))
     meter.observe(Usage(input=900, output=30), len(history))
     assert meter.estimate(history, lambda: 50) == 930
     history.append(user("y" * 40))
-    assert meter.estimate(history, lambda: 50) == 930 + message_tokens(history[-1])
+    assert meter.estimate(history, lambda: 50) == 930 + margin(message_tokens(history[-1]))
     # No figure from the server, or a cut conversation: back to estimating the whole.
     meter.observe(Usage(), len(history))
-    assert meter.estimate(history, lambda: 50) == 50 + messages_tokens(history)
+    assert meter.estimate(history, lambda: 50) == 50 + margin(messages_tokens(history))
     meter.observe(Usage(input=900, output=30), len(history))
     del history[:2]
-    assert meter.estimate(history, lambda: 50) == 50 + messages_tokens(history)
+    assert meter.estimate(history, lambda: 50) == 50 + margin(messages_tokens(history))
+
+
+def margin(tokens: int) -> int:
+    return math.ceil(tokens * ESTIMATE_MARGIN)
 
 
 HISTORY = [
@@ -121,7 +162,7 @@ def test_a_cut_keeps_the_recent_turns_unless_they_alone_do_not_fit() -> None:
     assert kept == 5
     assert plan_cut(HISTORY, keep_recent_turns=2, budget=10_000, overhead=0) == 5
     # Too little room for both recent turns: the cut moves on, block by block.
-    tail = messages_tokens(HISTORY[6:])
+    tail = margin(messages_tokens(HISTORY[6:]))
     assert plan_cut(HISTORY, keep_recent_turns=2, budget=tail, overhead=0) == 6
     # Nothing fits: the last block is kept all the same.
     assert plan_cut(HISTORY, keep_recent_turns=2, budget=1, overhead=0) == 9

@@ -176,3 +176,55 @@ async def test_a_sub_agent_run_is_compacted_the_same_way(tmp_path: Path) -> None
     assert len(results) == reads
     assert all(len(content) == len("line of text\n" * 400) for content in results)
     assert all(prompt_tokens(r.body) <= 3500 for r in fake.requests[-2:])
+
+
+def _turn_numbers(body: Any) -> list[int]:
+    return [
+        int(m["content"].split()[1])
+        for m in body["messages"]
+        if m["role"] == "user" and str(m["content"]).startswith("turn ")
+    ]
+
+
+async def test_a_4096_token_model_on_defaults_keeps_its_recent_turns_and_is_never_refused(
+    tmp_path: Path,
+) -> None:
+    # No reserveTokens, no maxTokens (4,096 by default, as large as the window): the prompt
+    # counted against the window holds the system prompt and every tool's schema.
+    window, turns, keep = 4096, 60, 4
+    async with openai_server() as fake:
+        fake.context_window = window
+        answering(fake)
+        config = {
+            "agent": {"model": "fake/local"},
+            "models": {
+                "providers": {
+                    "fake": {
+                        "api": "openai-completions",
+                        "baseUrl": fake.base_url,
+                        "apiKey": fake.api_key,
+                        "maxRetries": 0,
+                        "models": [{"id": "local", "contextWindow": window}],
+                    }
+                }
+            },
+        }
+        async with running_gateway(tmp_path, config=config) as gw:
+            await gw.store.ensure(KEY)
+            for n in range(turns):
+                result = await gw.conversations.turn(KEY, f"turn {n} " + "words " * 20)
+                assert (result.text or "").startswith(f"echo: turn {n} "), (
+                    f"turn {n}: {result.text}"
+                )
+            records = (await gw.store.read(KEY)).records
+        bodies = [r.body for r in fake.requests]
+    assert compactions(records), "the window was never outgrown: the test proves nothing"
+    chats = [b for b in bodies if b.get("tools")]
+    assert len(chats) == turns
+    assert len(bodies) <= 1.25 * turns
+    for body in chats:
+        numbers = _turn_numbers(body)
+        current = numbers[-1]
+        assert body["max_tokens"] + prompt_tokens(body) <= window
+        # The last keepRecentTurns turns (the current one among them) are sent whole.
+        assert numbers[-keep:] == list(range(max(0, current - keep + 1), current + 1))

@@ -227,9 +227,11 @@ async def test_transcript_of_an_archived_session_and_of_a_torn_file(
     body = await _json(client, f"/v1/sessions/{key}/transcript")
     assert body["session"]["archived"] is True
     assert body["session"]["transcriptPath"] == str(path)
-    assert body["total"] == 7
-    # A hand-edited line that does not fit is passed on whole, not dropped.
-    assert body["records"][-1] == {"type": "unknown", "line": {"type": "message", "id": 7}}
+    assert body["total"] == 8
+    # A hand-edited line that does not fit is passed on whole, not dropped; one that does
+    # not parse keeps its place (and the indices of the records after it) as "unknown".
+    assert body["records"][-2] == {"type": "unknown", "line": {"type": "message", "id": 7}}
+    assert body["records"][-1] == {"type": "unknown"}
     assert body["badLines"] == [8]
     assert body["tornBytes"] == len(b'{"type":"mess')
 

@@ -4,7 +4,7 @@ announced in that thread, and DMs get their own session."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,23 @@ async def posts(fake: FakeDiscord, channel_id: str, count: int) -> list[dict[str
     return fake.posted[channel_id]
 
 
+def mine(fake: FakeDiscord, channel_id: str) -> list[dict[str, Any]]:
+    """The bot's messages in the chat, as they stand now."""
+    return [m for m in fake.messages.get(channel_id, []) if m["author"]["id"] == BOT_ID]
+
+
+async def shown(fake: FakeDiscord, channel_id: str, index: int, done: Callable[[str], bool]) -> str:
+    """The content of the chat's ``index``-th message once ``done`` accepts it (a streamed
+    reply is posted at its first words and edited to the whole reply)."""
+
+    def ready() -> bool:
+        held = mine(fake, channel_id)
+        return len(held) > index and done(str(held[index]["content"]))
+
+    await fake.wait_until(ready)
+    return str(mine(fake, channel_id)[index]["content"])
+
+
 def mention() -> list[dict[str, Any]]:
     return [user_payload(BOT_ID, "herald", bot=True)]
 
@@ -64,8 +81,8 @@ async def test_a_spawn_in_a_thread_is_announced_in_that_thread(tmp_path: Path) -
             content=f"{BOT_MENTION} bg task: threads",
             mentions=mention(),
         )
-        (accepted,) = await posts(fake, THREAD, 1)
-        run_id = accepted["content"].split()[-1]
+        accepted = await shown(fake, THREAD, 0, lambda text: text.startswith("accepted "))
+        run_id = accepted.split()[-1]
         # The conversation moves to the parent channel meanwhile.
         await fake.post_message(
             channel_id=GENERAL,
@@ -74,8 +91,8 @@ async def test_a_spawn_in_a_thread_is_announced_in_that_thread(tmp_path: Path) -
             content=f"{BOT_MENTION} hello",
             mentions=mention(),
         )
-        (hello,) = await posts(fake, GENERAL, 1)
-        assert hello["content"] == "hi there"
+        assert await shown(fake, GENERAL, 0, lambda text: text == "hi there")
+        (hello,) = await posts(fake, GENERAL, 1)  # one message: posted, then edited
         assert hello["allowed_mentions"]["parse"] == []
         gate.set()
         await blocker

@@ -28,6 +28,8 @@ async def slack_gateway(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeSlac
                     "botToken": BOT_TOKEN,
                     "appToken": APP_TOKEN,
                     "apiBaseUrl": fake.api_base_url,
+                    # Posts are read whole here; streamed replies have their own tests.
+                    "streaming": "off",
                 }
             )
             channel = SlackChannel(config)

@@ -40,6 +40,7 @@ async def gateway(tmp_path: Path, fake: FakeSlack) -> AsyncIterator[Client]:
         "botToken": BOT_TOKEN,
         "signingSecret": SIGNING_SECRET,
         "apiBaseUrl": fake.api_base_url,
+        "streaming": "off",  # posts are read whole; streaming has its own tests
     }
     data = merge(base_config(tmp_path / "state", script), {"channels": {"slack": slack}})
     app = build_app(SettingsHolder(HeraldSettings.model_validate(data)), config_dir=tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import gateway.sessions.store as store_module
+import gateway.sessions.archiving as archiving_module
 from gateway.sessions.paths import rename_to_archived
 from gateway.state import StateDB
 from tests.gateway.cluster._replicas import eventually, replica, two_replicas
@@ -33,7 +33,7 @@ def renames(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         asked.update(live.name for live in lives)
         return rename_to_archived(lives, at)
 
-    monkeypatch.setattr(store_module, "rename_to_archived", spy)
+    monkeypatch.setattr(archiving_module, "rename_to_archived", spy)
     return asked
 
 
@@ -104,7 +104,7 @@ async def test_a_replica_finishes_its_own_unfinished_archive_when_it_starts(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     url = str(request.getfixturevalue("pg_url")) if backend == "postgres" else None
-    name = "r1" if url is not None else store_module.LOCAL_REPLICA
+    name = "r1" if url is not None else archiving_module.LOCAL_REPLICA
     config = {**ARCHIVING, "cluster": {"replicaId": "r1"}}
     state = tmp_path / "state"
     async with running_gateway(tmp_path, config=config, state_dir=state, database_url=url) as gw:

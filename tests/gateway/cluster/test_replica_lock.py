@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gateway import instance
 from gateway.commands.run import replica_lock_name
@@ -61,10 +62,13 @@ def _settings(replica_id: str, url: str | None = "postgresql://h/db") -> HeraldS
 
 def test_replica_lock_names_are_safe_file_names_and_keep_ids_apart() -> None:
     assert replica_lock_name(_settings("web-1")) == "web-1"
-    odd = replica_lock_name(_settings("../Web.1"))
+    odd = replica_lock_name(_settings("Web.1"))
     assert odd is not None
+    assert odd != "Web.1"
     assert "/" not in odd
-    assert not odd.startswith(".")
+    # A name that is no name is refused with the configuration, database or not.
+    with pytest.raises(ValidationError, match=r"cluster\.replicaId"):
+        _settings("../Web.1")
     # Ids that differ only in case are two replicas: two lock files.
     assert replica_lock_name(_settings("Web1")) != replica_lock_name(_settings("web1"))
     # Alone on its state directory a gateway keeps the directory's own lock.

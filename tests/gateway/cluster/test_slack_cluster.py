@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import pytest
 
+from channels.reconnecting import Reconnecting
 from channels.slack import SlackChannel
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, SIGNING_SECRET, FakeSlack
 from tests.gateway.cluster.replicas import Replica, replica, until
@@ -38,6 +39,7 @@ async def two_replicas(
         "appToken": APP_TOKEN,
         "signingSecret": SIGNING_SECRET,
         "apiBaseUrl": fake.api_base_url,
+        "streaming": "off",  # replies are counted as whole posts; streaming has its own tests
     }
     try:
         async with AsyncExitStack() as stack:
@@ -68,7 +70,9 @@ async def settled(fake: FakeSlack, replicas: tuple[Replica, ...], posts: int) ->
     person's messages in the channel's conversations."""
     await fake.wait_posts(posts)
     for gateway in replicas:
-        slack = gateway.channel("slack")
+        wrapper = gateway.channel("slack")
+        assert isinstance(wrapper, Reconnecting)
+        slack = wrapper.inner
         assert isinstance(slack, SlackChannel)
         await until(lambda slack=slack: slack.pending == 0 or None)  # type: ignore[misc]
         await gateway.lanes.session.join()

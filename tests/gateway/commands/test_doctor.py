@@ -481,3 +481,27 @@ async def test_an_unreachable_postgresql_database_fails_without_its_password(
     assert finding.level == "FAIL"
     assert "cannot be reached" in finding.message
     assert "pw-doctor-secret" not in printed(findings)
+
+
+async def test_doctor_reports_the_sandbox_and_what_holds_each_limit() -> None:
+    from gateway.commands.doctor import check_sandbox
+    from gateway.settings import HeraldSettings
+
+    allowed = HeraldSettings.model_validate({"agent": {"tools": {"allow": ["*", "exec"]}}})
+    sandbox, limits = await check_sandbox(allowed)
+    assert (sandbox.level, sandbox.subject) == ("ok", "sandbox")
+    assert "bubblewrap runs commands; network: its own, loopback only" in sandbox.message
+    assert "memory 1024 MiB by RLIMIT_AS" in limits.message
+    assert "CPU 120 s by RLIMIT_CPU" in limits.message
+    assert "files 1024 MiB by RLIMIT_FSIZE" in limits.message
+    # Which one holds the process limit depends on the machine; it is named either way.
+    mechanisms = ("pids cgroup", "RLIMIT_NPROC", "nothing: root ignores RLIMIT_NPROC")
+    assert any(f"256 processes by {m}" in limits.message for m in mechanisms), limits
+    assert (limits.level == "warn") == ("by nothing" in limits.message)
+
+    off = HeraldSettings.model_validate(
+        {"agent": {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"mode": "off"}}}}}
+    )
+    (warning,) = await check_sandbox(off)
+    assert warning.level == "warn"
+    assert "can read the state database, the config file and every workspace" in warning.message

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway import cli
 from gateway.cli import main
 from gateway.commands.follow import GrowingLines
 from gateway.llm import ChatMessage, Role, Usage
@@ -49,9 +50,18 @@ class Follower:
         return self.process.returncode or 0, out.decode(), err.decode()
 
 
+#: Runs a command with SIGINT ignored, as a shell starts a background job (``cmd &``).
+SIGINT_IGNORED = ("/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"')
+
+
 @asynccontextmanager
-async def following(*argv: str) -> AsyncIterator[Follower]:
+async def following(*argv: str, sigint_ignored: bool = False) -> AsyncIterator[Follower]:
+    """``herald transcripts show ARGV --follow``, with SIGINT ignored if asked (as in a
+    background job); otherwise with whatever this process has. The CLI sets its own
+    handler, so either way Ctrl-C ends it, however the tests were started."""
+    prefix = SIGINT_IGNORED if sigint_ignored else ()
     process = await asyncio.create_subprocess_exec(
+        *prefix,
         *HERALD,
         "transcripts",
         "show",
@@ -113,13 +123,18 @@ async def test_follow_prints_new_lines_until_the_session_is_archived(tmp_path: P
     assert sum("second" in line for line in shown) == 1
 
 
-async def test_follow_json_by_path_prints_raw_lines_and_ends_on_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-job"])
+async def test_follow_json_by_path_prints_raw_lines_and_ends_on_ctrl_c(
+    tmp_path: Path, sigint_ignored: bool
+) -> None:
     async with opened_store(tmp_path / "state") as store:
         record = await store.ensure(KEY)
         await say(store, "user", "first")
         path = store.transcript_path(record)
         config = write_config(tmp_path)  # a path is found within the configured state dir
-        async with following(str(path), "--json", "--config", str(config)) as follower:
+        async with following(
+            str(path), "--json", "--config", str(config), sigint_ignored=sigint_ignored
+        ) as follower:
             header = json.loads(await follower.wait_line('"type":"session"'))
             assert header["key"] == KEY
             await say(store, "assistant", "second")
@@ -164,3 +179,19 @@ def test_a_line_is_shown_once_its_newline_arrives_and_bad_lines_are_named() -> N
     lines.feed(b'{"type":"eve')
     lines.finish()
     assert warned[-1] == "warning: torn last line (12 bytes) not shown"
+
+
+def test_ctrl_c_while_the_cli_starts_ends_it_with_130_and_no_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    # The commands are imported while the parser is built: the longest part of a start.
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    try:
+        status = main(["transcripts", "show", "x"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C during start-up escaped main(): a traceback for the person")
+    assert status == 130
+    assert capsys.readouterr().err == ""

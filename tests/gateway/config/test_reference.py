@@ -87,11 +87,11 @@ def test_each_key_shows_its_type_default_variable_and_description() -> None:
     assert "- Type: integer (1–65,535)\n- Default: `8787`\n" in port
     mode = block(text, "agent.compaction.mode")
     assert '- Type: `"summary"`, `"truncate"` or `"off"`\n- Default: `"summary"`' in mode
-    assert "- Default: `4000`" in block(text, "agent.compaction.reserveTokens")
+    assert "- Default: `null`" in block(text, "agent.compaction.reserveTokens")
     assert "- Default: `4`" in block(text, "agent.compaction.keepRecentTurns")
     assert "- Default: `20000`" in block(text, "agent.tools.maxResultChars")
     window = block(text, "models.providers.<provider>.models[].contextWindow")
-    assert "- Type: integer (≥ 256) or null\n- Default: `null`" in window
+    assert "- Type: integer (256–100,000,000) or null\n- Default: `null`" in window
     assert "part of `HERALD_MODELS__PROVIDERS__<PROVIDER>__MODELS`" in window
     replica = block(text, "cluster.replicaId")
     assert "`<hostname>-<pid>`" in replica

@@ -146,9 +146,21 @@ def test_normalize_keeps_lossy_ids_distinct() -> None:
 def test_exact_normalising_keeps_normalised_ids_and_the_hashes_of_the_rest(raw: str) -> None:
     exact = normalize_id(raw, exact=True)
     assert ID_PATTERN.fullmatch(exact)
-    assert normalize_id(exact, exact=True) == exact
     if normalize_id(raw) == raw:
         assert exact == raw
+        assert normalize_id(exact, exact=True) == exact
+
+
+@pytest.mark.parametrize("raw", ["VictimBrowserId42", "a.b", "x" * 200, "Ab-0123456789abcdef"])
+def test_no_raw_client_id_equals_another_ids_exact_normalisation(raw: str) -> None:
+    # Raw ids kept as they are and hashed ids are disjoint: the hashed id, sent as a raw
+    # id, is hashed again rather than naming the first client's session.
+    hashed = normalize_id(raw, exact=True)
+    assert hashed != raw
+    again = normalize_id(hashed, exact=True)
+    assert again != hashed
+    assert ID_PATTERN.fullmatch(again)
+    assert SessionKey.webchat("main", hashed) != SessionKey.webchat("main", raw)
 
 
 def test_web_chat_client_ids_differing_only_in_case_or_dot_are_different_sessions() -> None:

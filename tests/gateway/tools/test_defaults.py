@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from gateway.settings import AgentDefaults, ExecConfig, HeraldSettings, WebFetchConfig
+import logging
+from pathlib import Path
+
+import pytest
+
+from gateway.config import load_settings
+from gateway.settings import (
+    AgentDefaults,
+    AgentToolsConfig,
+    ExecConfig,
+    HeraldSettings,
+    WebFetchConfig,
+)
 from gateway.tools import DEFAULT_GROUPS, default_registry
 from gateway.tools.exec import ExecTool
 from gateway.tools.web import WebFetchTool
@@ -23,7 +35,7 @@ def test_builtins_and_their_groups() -> None:
 def test_limits_come_from_settings() -> None:
     settings = HeraldSettings(
         agent=AgentDefaults(
-            exec=ExecConfig(timeout_seconds=3, max_output_bytes=10),
+            tools=AgentToolsConfig(exec=ExecConfig(timeout_seconds=3, max_output_bytes=10)),
             web_fetch=WebFetchConfig(timeout_seconds=4, max_bytes=20),
         )
     )
@@ -34,3 +46,19 @@ def test_limits_come_from_settings() -> None:
     assert isinstance(web_tool, WebFetchTool)
     assert exec_tool.config.max_output_bytes == 10
     assert web_tool.config.max_bytes == 20
+
+
+def test_the_old_exec_key_still_loads_under_the_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "herald.json5"
+    config.write_text(
+        "{ agent: { exec: { timeoutSeconds: 3, maxOutputBytes: 10 },"
+        " tools: { exec: { timeoutSeconds: 5 } } } }"
+    )
+    with caplog.at_level(logging.WARNING):
+        loaded = load_settings(config, environ={})
+    exec_config = loaded.settings.agent.tools.exec
+    assert exec_config.timeout_seconds == 5  # the new key wins
+    assert exec_config.max_output_bytes == 10
+    assert "agent.exec is deprecated: write agent.tools.exec instead" in caplog.messages

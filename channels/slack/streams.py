@@ -1,0 +1,237 @@
+"""A Slack reply shown as it is written: native streaming, or a posted message updated.
+
+``native`` uses Slack's streaming methods through slack_sdk's helper
+(``AsyncWebClient.chat_stream``: ``chat.startStream``, ``chat.appendStream``,
+``chat.stopStream``), in the thread the reply goes to; a native stream only grows, so a
+tool-call status line is appended as its own paragraph, and when the final reply differs
+from what was streamed the stopped message is updated to it (``chat.update``). ``edit``
+posts the text (``chat.postMessage``) and updates it (``chat.update``); text past one
+message's limit waits for the final reply, which posts the rest. Either way the chat is
+asked at most once every :data:`UPDATE_INTERVAL` seconds (Slack's ``chat.update`` is a
+tier-3 method: about 50 a minute per workspace), the final update included.
+
+``auto`` is native in threads and edit elsewhere (Slack streams only thread replies outside
+DMs' own threads); when Slack refuses native streaming (an older workspace, a missing scope)
+the stream falls back to edit and the channel stops asking for native.
+
+The final reply (the channel's send of the message whose ``reply_to`` is this stream's)
+goes through :meth:`SlackStream.finish`: one reply per turn. Showing text as it grows is a
+courtesy: a failed update is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_chat_stream import AsyncChatStream
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channels.base import OutboundMessage, SentMessage
+from channels.slack.delivery import Poster, announce_metadata, send_error
+from channels.slack.format import split_text, to_mrkdwn
+from channels.streaming import ReplyStream
+
+log = logging.getLogger(__name__)
+
+#: Seconds between updates of a streamed message (see the module docstring).
+UPDATE_INTERVAL = 1.0
+#: Shown at the end of text cut at one message's limit while it is still being written.
+MORE = " …"
+
+Mode = Literal["native", "edit"]
+
+
+class SlackStream(ReplyStream):
+    """One turn's reply in one Slack conversation; see the module docstring."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        poster: Poster,
+        final: OutboundMessage,
+        *,
+        mode: Mode,
+        recipient: tuple[str, str | None] | None,
+        fallback: bool,
+        on_refused: Callable[[], None],
+        on_close: Callable[[SlackStream], None],
+        interval: float = UPDATE_INTERVAL,
+    ) -> None:
+        """``recipient`` (user id, team id) is who reads a native stream in a channel;
+        ``fallback``: when Slack refuses native, go on by edits (``auto``)."""
+        self._client = client
+        self._poster = poster
+        self.final = final
+        self.mode: Mode = mode
+        self._recipient = recipient
+        self._fallback = fallback
+        self._on_refused = on_refused
+        self._on_close = on_close
+        self._interval = interval
+        self._text = ""
+        #: Native: the helper, and the text whose growth was appended so far.
+        self._native: AsyncChatStream | None = None
+        self._basis = ""
+        #: The message showing the reply (its ts) and what it shows.
+        self.ts: str | None = None
+        self._shown = ""
+        self.calls = 0
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._finished = False
+        self._last_call = -interval
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<SlackStream {self.mode} {self.final.reply_to} ts={self.ts}{state}>"
+
+    def append(self, text: str) -> None:
+        self._text += text
+        self._kick()
+
+    def replace(self, text: str) -> None:
+        self._text = text
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._closed:
+            return
+        self._dirty.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._write_loop(), name="slack-stream")
+
+    async def _write_loop(self) -> None:
+        while not self._closed:
+            await self._dirty.wait()
+            self._dirty.clear()
+            async with self._lock:
+                if self._closed:
+                    return
+                try:
+                    await self._show(self._text)
+                except Exception as exc:
+                    log.info("streamed Slack text not shown: %s", send_error("stream", exc))
+            await asyncio.sleep(self._interval)
+
+    async def _show(self, text: str) -> None:
+        if not text.strip():
+            return
+        if self.mode == "native":
+            try:
+                await self._show_native(text)
+                return
+            except SlackApiError as exc:
+                if self._native is not None and self._native.ts is not None:
+                    raise  # started, then failed: not a refusal
+                self._native = None
+                self._on_refused()
+                if not self._fallback:
+                    raise
+                log.info("slack: native streaming refused (%s); editing instead", exc)
+                self.mode = "edit"
+        await self._show_edit(text)
+
+    async def _show_native(self, text: str) -> None:
+        if self._native is None:
+            user, team = self._recipient or (None, None)
+            self._native = await self._client.chat_stream(
+                channel=self.final.chat_id,
+                thread_ts=self.final.thread_id or "",
+                recipient_user_id=user,
+                recipient_team_id=team,
+                buffer_size=1,  # this class decides when to send: at most once an interval
+            )
+        piece = text[len(self._basis) :] if text.startswith(self._basis) else f"\n\n{text}"
+        self._basis = text
+        if piece:
+            await self._native.append(markdown_text=piece)
+            self._counted()
+            self.ts = self._native.ts
+
+    async def _show_edit(self, text: str) -> None:
+        chunks = split_text(to_mrkdwn(text), self._poster.chunk_limit)
+        shown = chunks[0] + (MORE if len(chunks) > 1 else "")
+        if shown == self._shown:
+            return
+        if self.ts is None:
+            response = await self._client.chat_postMessage(
+                channel=self.final.chat_id, text=shown, thread_ts=self.final.thread_id
+            )
+            self.ts = str(response.get("ts") or "")
+        else:
+            await self._client.chat_update(channel=self.final.chat_id, ts=self.ts, text=shown)
+        self._counted()
+        self._shown = shown
+
+    def _counted(self) -> None:
+        self.calls += 1
+        self._last_call = asyncio.get_running_loop().time()
+
+    async def finish(self, message: OutboundMessage) -> SentMessage:
+        """Make the streamed message the final reply ``message``; raises
+        ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual."""
+        await self._stop_writing()
+        self._finished = True
+        if self.ts is None:
+            return await self._poster.post(message)
+        wait = self._last_call + self._interval - asyncio.get_running_loop().time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        chunks = self._poster.chunks(message)
+        try:
+            if self._native is not None:
+                await self._native.stop()
+                self._native = None
+            ids = [self.ts]
+            # Always updated once: the reply's metadata (what finds it after a crash, as for
+            # a reply posted whole) goes on with the final text.
+            await self._client.chat_update(
+                channel=message.chat_id,
+                ts=self.ts,
+                text=chunks[0] if chunks else self._shown,
+                metadata=announce_metadata(message, 0, len(chunks)),
+            )
+            for part, chunk in enumerate(chunks[1:], start=1):
+                response = await self._client.chat_postMessage(
+                    channel=message.chat_id,
+                    text=chunk,
+                    thread_ts=message.thread_id,
+                    metadata=announce_metadata(message, part, len(chunks)),
+                )
+                ids.append(str(response.get("ts") or ""))
+        except Exception as exc:
+            raise send_error("chat.update", exc) from exc
+        return SentMessage(chat_id=message.chat_id, message_ids=tuple(ids))
+
+    async def _stop_writing(self) -> None:
+        """Stop the writer between rounds, so that what the chat shows is known."""
+        self._closed = True
+        self._dirty.set()
+        task, self._task = self._task, None
+        if task is not None:
+            async with self._lock:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
+        takes back what it showed, so no half-written message or status line stays."""
+        await self._stop_writing()
+        self._on_close(self)
+        native, self._native = self._native, None
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            if native is not None and native.ts is not None:
+                await native.stop()
+            if self.ts is not None:
+                await self._client.chat_delete(channel=self.final.chat_id, ts=self.ts)
+        except Exception as exc:
+            log.info("slack: streamed message not taken back: %s", send_error("chat.delete", exc))

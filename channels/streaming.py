@@ -1,0 +1,30 @@
+"""A reply the chat shows while it is being written: the channel side of streaming.
+
+The gateway opens one :class:`ReplyStream` per chat turn (:meth:`Channel.open_stream`), feeds
+it the reply's text as the model writes it, then sends the final message as usual (its
+``reply_to`` is the stream's, so the channel knows which streamed message it completes) and
+closes the stream. ``append`` and ``replace`` never block and never raise: the model's
+stream must not wait for a chat, so a channel buffers and shows the text in its own time,
+within its chat's rate limits; a failure to show a piece is the channel's to log.
+"""
+
+from __future__ import annotations
+
+import abc
+
+
+class ReplyStream(abc.ABC):
+    """One streamed reply message; see the module docstring."""
+
+    @abc.abstractmethod
+    def append(self, text: str) -> None:
+        """Add ``text`` to the end of the message shown."""
+
+    @abc.abstractmethod
+    def replace(self, text: str) -> None:
+        """Show ``text`` in place of everything shown so far (a tool-call status line)."""
+
+    async def close(self) -> None:
+        """The turn is over and its final message was sent (or there is none): stop showing
+        the growing text. Idempotent. Default: nothing to release."""
+        return None

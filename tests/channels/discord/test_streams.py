@@ -1,0 +1,103 @@
+"""Discord replies shown as they are written, against the fake's real REST routes: one
+message posted, edited at most once a second as it grows, continued past 2,000 characters,
+and made the final reply by the reply's own send (no second message)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from channels.discord.streams import EDIT_INTERVAL, DiscordStream
+from tests.channels.discord.conftest import GENERAL, MakeChannel
+from tests.channels.discord.test_channel import inbound_in, reply
+from tests.fakes.discord import FakeDiscord
+
+RECORDED = "inbound-row-42"
+
+
+def contents(fake: FakeDiscord) -> list[str]:
+    return [str(m["content"]) for m in fake.messages.get(GENERAL, [])]
+
+
+async def test_one_message_grows_by_edits_then_becomes_the_final_reply(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    running = await make_channel()
+    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    assert isinstance(stream, DiscordStream)
+
+    stream.append("Tea came")
+    await fake_discord.wait_until(lambda: contents(fake_discord) == ["Tea came"])
+    for word in (" to", " Europe", " in", " the", " 1600s."):
+        stream.append(word)
+    await fake_discord.wait_until(
+        lambda: contents(fake_discord) == ["Tea came to Europe in the 1600s."]
+    )
+    stream.replace("Using web_fetch…")
+    await fake_discord.wait_until(lambda: contents(fake_discord) == ["Using web_fetch…"])
+
+    final = dataclasses.replace(reply("Tea came to Europe in the 1600s."), reply_to=RECORDED)
+    sent = await running.channel.send(final)
+    await stream.close()
+
+    assert contents(fake_discord) == ["Tea came to Europe in the 1600s."]
+    assert len(fake_discord.posted[GENERAL]) == 1  # one reply: posted once, then edited
+    assert sent.message_ids == (fake_discord.messages[GENERAL][0]["id"],)
+    times = [at for at, *_ in fake_discord.edits]
+    assert len(times) >= 2
+    # Never more than one update a second: each edit came an interval after the last.
+    assert all(later - earlier >= EDIT_INTERVAL for earlier, later in itertools.pairwise(times))
+
+
+async def test_text_past_2000_characters_continues_in_a_new_message(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    running = await make_channel()
+    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    assert stream is not None
+    line = "x" * 99 + "\n"
+    stream.append(line * 25)  # 2,500 characters: two messages
+    await fake_discord.wait_until(lambda: len(contents(fake_discord)) == 2)
+
+    # The final reply is short: it fits the first message, the second one goes.
+    sent = await running.channel.send(
+        dataclasses.replace(reply("Short after all."), reply_to=RECORDED)
+    )
+    await stream.close()
+
+    assert contents(fake_discord) == ["Short after all."]
+    assert len(fake_discord.deleted_messages[GENERAL]) == 1
+    assert len(sent.message_ids) == 1
+
+
+async def test_a_reply_not_streamed_is_posted_as_before(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    running = await make_channel()
+    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    assert stream is not None
+    await stream.close()  # the turn showed nothing (and is over)
+
+    await running.channel.send(dataclasses.replace(reply("Whole."), reply_to=RECORDED))
+
+    assert contents(fake_discord) == ["Whole."]
+    assert fake_discord.edits == []
+
+
+async def test_streaming_off_opens_no_stream(make_channel: MakeChannel) -> None:
+    running = await make_channel(streaming="off")
+    assert running.channel.open_stream(inbound_in(GENERAL), RECORDED) is None
+
+
+async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    running = await make_channel()
+    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    assert stream is not None
+    stream.replace("Using sessions_spawn, sessions_yield…")
+    await fake_discord.wait_until(lambda: len(contents(fake_discord)) == 1)
+    await stream.close()  # the turn yielded with nothing to say
+
+    assert contents(fake_discord) == []
+    assert len(fake_discord.deleted_messages[GENERAL]) == 1

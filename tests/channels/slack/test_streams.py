@@ -1,0 +1,147 @@
+"""Slack replies shown as they are written, against the fake's real Web API methods:
+native streaming in threads (``chat.startStream``/``appendStream``/``stopStream``), edits
+where Slack refuses it (``auto``) and outside threads, at most one update a second, and the
+final reply made from the streamed message (no second one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from channels.base import InboundMessage, OutboundMessage
+from channels.slack.streams import UPDATE_INTERVAL, SlackStream
+from tests.channels.slack.conftest import MakeChannel
+from tests.fakes.slack import FakeSlack
+
+RECORDED = "inbound-row-7"
+THREAD = "1700000000.000100"
+
+
+def asked(channel: str = "C1", thread: str | None = THREAD) -> InboundMessage:
+    return InboundMessage(
+        channel="slack",
+        account="T0FAKE",
+        chat_id=channel,
+        thread_id=thread,
+        sender_id="U0ALICE",
+        text="tell me",
+        message_id=THREAD,
+    )
+
+
+def final(text: str, channel: str = "C1", thread: str | None = THREAD) -> OutboundMessage:
+    return OutboundMessage(
+        channel="slack",
+        account="T0FAKE",
+        chat_id=channel,
+        thread_id=thread,
+        text=text,
+        reply_to=RECORDED,
+    )
+
+
+def bot_texts(fake: FakeSlack, channel: str = "C1") -> list[str]:
+    return [str(m["text"]) for m in fake.history.get(channel, []) if m.get("bot_id")]
+
+
+def spaced(fake: FakeSlack) -> bool:
+    times = [at for at, *_ in fake.updates]
+    return all(b - a >= UPDATE_INTERVAL for a, b in itertools.pairwise(times))
+
+
+async def test_native_stream_in_a_thread_then_the_final_reply(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    channel, _ = await make_channel()
+    stream = channel.open_stream(asked(), RECORDED)
+    assert isinstance(stream, SlackStream)
+    assert stream.mode == "native"
+
+    stream.append("Tea came")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Tea came"])
+    stream.append(" to Europe.")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Tea came to Europe."])
+    sent = await channel.send(final("Tea came to Europe."))
+    await stream.close()
+
+    starts = [c for c in fake_slack.calls if c.method == "chat.startStream"]
+    assert len(starts) == 1
+    assert starts[0].args["thread_ts"] == THREAD
+    assert (starts[0].args["recipient_user_id"], starts[0].args["recipient_team_id"]) == (
+        "U0ALICE",
+        "T0FAKE",
+    )
+    assert fake_slack.open_streams == {}  # stopped
+    assert bot_texts(fake_slack) == ["Tea came to Europe."]
+    assert sent.message_ids == (stream.ts,)
+    assert not any(c.method == "chat.postMessage" for c in fake_slack.calls)
+    assert spaced(fake_slack)
+
+
+async def test_auto_falls_back_to_edits_when_slack_refuses_native(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    fake_slack.refuse_streaming = "unknown_method"
+    channel, _ = await make_channel()
+    stream = channel.open_stream(asked(), RECORDED)
+    assert isinstance(stream, SlackStream)
+
+    stream.append("Using web_fetch…")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Using web_fetch…"])
+    assert stream.mode == "edit"
+    stream.replace("The answer, longer")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["The answer, longer"])
+    await channel.send(final("The answer."))
+    await stream.close()
+
+    assert bot_texts(fake_slack) == ["The answer."]
+    assert len([c for c in fake_slack.calls if c.method == "chat.postMessage"]) == 1
+    assert spaced(fake_slack)
+    # Refused once: the next reply goes straight to edits.
+    again = channel.open_stream(asked(), "inbound-row-8")
+    assert isinstance(again, SlackStream)
+    assert again.mode == "edit"
+    await again.close()
+
+
+async def test_native_setting_outside_a_thread_posts_whole(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    channel, _ = await make_channel(streaming="native")
+    assert channel.open_stream(asked(thread=None), RECORDED) is None
+    edit, _ = await make_channel(streaming="edit")
+    stream = edit.open_stream(asked(thread=None), RECORDED)
+    assert isinstance(stream, SlackStream)
+    assert stream.mode == "edit"
+    await stream.close()
+
+
+async def test_a_turn_that_showed_nothing_posts_its_reply_as_usual(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    channel, _ = await make_channel()
+    stream = channel.open_stream(asked(), RECORDED)
+    assert stream is not None
+    sent = await channel.send(dataclasses.replace(final("Whole.")))
+    await stream.close()
+    assert bot_texts(fake_slack) == ["Whole."]
+    assert len(sent.message_ids) == 1
+
+
+async def test_streaming_off(make_channel: MakeChannel) -> None:
+    channel, _ = await make_channel(streaming="off")
+    assert channel.open_stream(asked(), RECORDED) is None
+
+
+async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    channel, _ = await make_channel(streaming="edit")
+    stream = channel.open_stream(asked(), RECORDED)
+    assert stream is not None
+    stream.replace("Using sessions_spawn…")
+    await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Using sessions_spawn…"])
+    await stream.close()
+
+    assert bot_texts(fake_slack) == []
+    assert any(c.method == "chat.delete" for c in fake_slack.calls)
