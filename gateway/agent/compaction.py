@@ -35,6 +35,7 @@ import orjson
 from gateway.agent.context_window import (
     PromptMeter,
     cap_messages,
+    estimated,
     fixed_tokens,
     message_tokens,
     messages_tokens,
@@ -246,10 +247,12 @@ async def compact(
         return None
     replacement = summary_message("") if mode == "summary" else truncation_message()
     overhead = fixed() + message_tokens(replacement)
-    if mode == "summary":
-        overhead += summary_tokens(budget)
+    # The recent turns come first: the summary is planned at its least, then given what
+    # the kept turns leave (up to its usual length). On a small window a long summary
+    # would otherwise crowd out the turns kept whole.
+    least = MIN_SUMMARY_TOKENS if mode == "summary" else 0
     cut = plan_cut(
-        body, keep_recent_turns=policy.keep_recent_turns, budget=budget, overhead=overhead
+        body, keep_recent_turns=policy.keep_recent_turns, budget=budget, overhead=overhead + least
     )
     if cut == 0:
         return None
@@ -258,7 +261,11 @@ async def compact(
     model: str | None = None
     usage: Usage | None = None
     if mode == "summary":
-        summary, usage, model = await summarise(setup, replaced, budget=budget)
+        longest = summary_tokens(budget)
+        if budget is not None:
+            left = budget - overhead - estimated(history[cut:])
+            longest = max(MIN_SUMMARY_TOKENS, min(longest, left))
+        summary, usage, model = await summarise(setup, replaced, budget=budget, longest=longest)
         message = summary_message(summary)
     else:
         message = truncation_message()
@@ -298,14 +305,19 @@ def render(message: ChatMessage) -> str:
 
 
 async def summarise(
-    setup: TurnSetup, messages: list[ChatMessage], *, budget: int | None
+    setup: TurnSetup,
+    messages: list[ChatMessage],
+    *,
+    budget: int | None,
+    longest: int | None = None,
 ) -> tuple[str, Usage, str]:
     """(summary, usage, model) of ``messages``, written by the turn's model in as many calls
     as parts of them fit its window; each call is given the summary so far. A refused part
     is split in half and tried again."""
     prompt = _template("compaction.md")
     room = budget if budget is not None else UNKNOWN_WINDOW_CHUNK_TOKENS
-    longest = summary_tokens(budget)
+    if longest is None:
+        longest = summary_tokens(budget)
     # Each call carries the summary so far and asks for a new one: room for both.
     chunk = room - 2 * longest - text_tokens(prompt) - text_tokens(setup.system)
     chunk = max(MIN_CHUNK_TOKENS, chunk)

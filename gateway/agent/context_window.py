@@ -179,6 +179,11 @@ def _margin(estimate: int) -> int:
     return math.ceil(estimate * ESTIMATE_MARGIN)
 
 
+def estimated(messages: Sequence[ChatMessage]) -> int:
+    """Estimated tokens of ``messages`` in a request, with the estimate's margin."""
+    return _margin(messages_tokens(messages))
+
+
 def block_starts(history: Sequence[ChatMessage]) -> list[int]:
     """Where a cut may be made: before any message that is not a tool result."""
     return [i for i, message in enumerate(history) if message.role != "tool"]

@@ -23,21 +23,17 @@ SCHEDULE_JOBS: ServiceKey[Schedules] = ServiceKey("schedules")
 
 
 class ScheduleParams(ToolParams):
-    action: Literal["create", "list", "cancel"] = Field(
-        description="create a job, list this chat's jobs, or cancel one"
-    )
-    cron: str | None = Field(default=None, description='create: crontab, e.g. "0 9 * * 1-5"')
-    every: str | None = Field(default=None, description='create: a period, e.g. "15m", "1d"')
-    at: str | None = Field(
-        default=None, description="create: one time, ISO-8601 with an offset (runs once)"
-    )
-    task: str | None = Field(default=None, description="create: what each run should do")
-    label: str | None = Field(default=None, description="create: a short name for the runs")
-    timezone: str | None = Field(default=None, description="create: the time zone of cron")
-    to: str | None = Field(
-        default=None, description="create: chat target (default: this chat and thread)"
-    )
-    job_id: str | None = Field(default=None, description="cancel: the job's id")
+    # Terse descriptions: every tool's schema is sent with every request (a 4k-token
+    # model's window has room for little else).
+    action: Literal["create", "list", "cancel"]
+    cron: str | None = Field(default=None, description='crontab, "0 9 * * 1-5"')
+    every: str | None = Field(default=None, description='"15m", "1d"')
+    at: str | None = Field(default=None, description="once, ISO-8601 with offset")
+    task: str | None = None
+    label: str | None = None
+    timezone: str | None = Field(default=None, description="of cron")
+    to: str | None = Field(default=None, description="chat target; default: this chat")
+    job_id: str | None = None
 
 
 def chat_target(origin: Origin | None) -> str | None:
@@ -57,9 +53,8 @@ class ScheduleTool(Tool[ScheduleParams]):
     group = "schedule"
     params = ScheduleParams
     description = (
-        "Schedule background work that runs on its own and posts its result in this chat: "
-        "action 'create' with exactly one of cron, every or at, and the task; 'list' this "
-        "chat's jobs; 'cancel' one by jobId."
+        "Recurring or later work posted to this chat: create (one of cron, every, at; and "
+        "task), list, cancel (jobId)."
     )
 
     async def run(self, params: ScheduleParams, ctx: ToolContext) -> ToolOutput:
