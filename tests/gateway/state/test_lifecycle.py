@@ -137,7 +137,8 @@ def test_the_readme_describes_the_delivery_states_as_the_table_has_them() -> Non
     assert described == dict(TRANSITIONS)
 
 
-async def _setup(db: StateDB, runs: int, *, origin: bool = True) -> list[str]:
+async def _setup(db: StateDB, runs: int) -> list[str]:
+    """The requester's session and ``runs`` live runs it spawned, with a chat."""
     await db.sessions.create(
         SessionRecord(
             key=REQUESTER,
@@ -148,7 +149,16 @@ async def _setup(db: StateDB, runs: int, *, origin: bool = True) -> list[str]:
             updated_at=1.0,
         )
     )
+    return await _live_runs(db, runs)
+
+
+async def _live_runs(
+    db: StateDB, runs: int, *, prefix: str = "run", origin: bool = True
+) -> list[str]:
+    """``runs`` more live runs of the requester (after :func:`_setup`), spawned after the
+    ones before; ``origin``: with the chat they were spawned from."""
     ids = []
+    spawned = len(await db.runs.list(limit=1000))
     for n in range(runs):
         child, _ = await db.sessions.create(
             SessionRecord(
@@ -162,13 +172,13 @@ async def _setup(db: StateDB, runs: int, *, origin: bool = True) -> list[str]:
             )
         )
         run = RunRecord(
-            run_id=f"run-{n}",
+            run_id=f"{prefix}-{n}",
             child_session_key=child.key,
             child_session_id=child.session_id,
             requester_agent_id="main",
             agent_id="main",
             task="t",
-            created_at=float(n),
+            created_at=float(spawned + n),
             status="running",
             parent_session_key=REQUESTER,
             origin_channel="memory" if origin else None,
@@ -241,44 +251,13 @@ async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -
     await db.ends.finish_run(e, done, now=1.0)
     await db.batches.finish("b1", "reply", 2.0, None)
     await step(d, Delivery.BATCHED, Delivery.CONSUMED)
-    f, _live = await _setup_more(db, 2)
+    f, _live = await _live_runs(db, 2, prefix="more", origin=False)
     assert await db.batches.form(_batch("b2")) is not None
     await db.ends.finish_run(f, done, now=1.0)
     assert [r.run_id for r in await db.batches.dissolve("b2", 3.0)] == [f]
     await step(f, Delivery.BATCHED, Delivery.PENDING)
     legal = {(old, new) for old, news in TRANSITIONS.items() for new in news}
     assert seen == legal
-
-
-async def _setup_more(db: StateDB, runs: int) -> list[str]:
-    """Two more live runs of the requester (after :func:`_setup`)."""
-    ids = []
-    for n in range(runs):
-        child, _ = await db.sessions.create(
-            SessionRecord(
-                key=f"agent:main:subagent:{uuid.uuid4()}",
-                session_id=str(uuid.uuid4()),
-                agent_id="main",
-                kind="subagent",
-                created_at=1.0,
-                updated_at=1.0,
-                parent_key=REQUESTER,
-            )
-        )
-        run = RunRecord(
-            run_id=f"more-{n}",
-            child_session_key=child.key,
-            child_session_id=child.session_id,
-            requester_agent_id="main",
-            agent_id="main",
-            task="t",
-            created_at=10.0 + n,
-            status="running",
-            parent_session_key=REQUESTER,
-        )
-        await db.runs.insert(run)
-        ids.append(run.run_id)
-    return ids
 
 
 async def test_an_illegal_move_raises_and_writes_nothing(db: StateDB) -> None:
@@ -302,7 +281,7 @@ async def test_the_final_write_queues_the_announce_only_where_the_chat_gets_it(
     db: StateDB,
 ) -> None:
     chat, waited = await _setup(db, 2)
-    (silent,) = await _setup_more(db, 1)  # no origin: nowhere to post
+    (silent,) = await _live_runs(db, 1, prefix="more", origin=False)  # nowhere to post
     await db.ends.hold([waited])
     for run_id in (chat, waited, silent):
         await db.ends.finish_run(run_id, {"status": "done", "announce_text": "hi"}, now=1.0)

@@ -201,3 +201,34 @@ async def test_stop_after_a_yield_runs_no_follow_up_and_the_agent_learns_of_it(
             m["role"] == "user" and str(m["content"]).count("status: cancelled") == CHILDREN
             for m in last
         )
+
+
+async def test_a_batch_stopped_run_by_run_posts_one_line_itself_and_runs_no_turn(
+    tmp_path: Path,
+) -> None:
+    """Runs of a yielded batch stopped one by one (the API's abort, not ``/stop``): no answer
+    told the chat, so the batch posts Herald's one line itself — and still no model call."""
+    gw_ref: list[Harness] = []
+    async with (
+        openai_server() as fake,
+        running_gateway(tmp_path, config=fake_model_config(fake, WIDE)) as gw,
+    ):
+        gw_ref.append(gw)
+        model = Model(fake, gw_ref, hold_children=True)
+        fake.responder = model
+        await gw.say("fan c1")
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            await model.children_asked.wait()
+            await model.yielded.wait()
+            await gw.lanes.session.join()
+        (batch,) = await gw.db.batches.open_batches()
+        asked = len(fake.requests)
+        for run_id in batch.run_ids:
+            await gw.runs.abort(run_id)
+        (line,) = await gw.wait_sent(lambda m: m.text.startswith("Stopped "))
+        assert line.text == f"Stopped {CHILDREN} sub-agents."
+        await gw.runs_idle()
+        assert len(fake.requests) == asked  # no follow-up turn, no announce turn
+        done = await gw.db.batches.get(batch.batch_id)
+        assert done is not None
+        assert (done.state, done.stopped_at) == ("done", None)
