@@ -162,6 +162,9 @@ class Outbox:
     async def _loop(self) -> None:
         full = 0  # consecutive rounds the disk refused
         while not self._closed and not self._stopping:
+            # Cleared before the round reads, never after: a kick while the round runs
+            # (an item queued after the claim read) must wake the next wait at once.
+            self._wake.clear()
             try:
                 due = await self._db.outbox.claim_due(
                     self._clock(), self._claimant, limit=CLAIM_BATCH
@@ -187,7 +190,6 @@ class Outbox:
                 timeout = self._poll if timeout is None else min(timeout, self._poll)
             if self._stopping:
                 return
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 

@@ -151,6 +151,9 @@ class Scheduler:
 
     async def _loop(self) -> None:
         while not self._closing:
+            # Cleared before the pass reads, never after: a job created while the pass
+            # runs must wake the next wait at once.
+            self._wake.clear()
             try:
                 await self.run_pass()
             except StateError as exc:  # the database is away: try again next pass
@@ -159,7 +162,6 @@ class Scheduler:
                 logger.exception("scheduler pass crashed")
             soonest = await self._soonest()
             delay = POLL_SECONDS if soonest is None else soonest - self._clock()
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(delay, POLL_SECONDS)))
 

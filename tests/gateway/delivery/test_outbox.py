@@ -215,6 +215,33 @@ async def test_items_are_delivered_in_order_and_every_listener_hears_despite_a_b
     assert [i.state for i in settled.items] == ["delivered"] * 3
 
 
+async def test_an_item_queued_while_a_round_ends_is_sent_without_waiting_for_a_poll(
+    db: StateDB, make_outbox: MakeOutbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The announce step queues and kicks at any moment: one that comes after the round
+    read what was due, before the loop waits again, must not be lost (alone, the loop
+    has no poll to find the item later)."""
+    channel = MemoryChannel()
+    outbox = make_outbox({"memory": channel})
+    settled = Settled()
+    outbox.subscribe(settled)
+    read_due = db.outbox.next_due_at
+    queued: list[OutboxRecord] = []
+
+    async def queue_after_the_read(replica_id: str | None = None) -> float | None:
+        due = await read_due(replica_id)
+        if not queued:
+            queued.append((await queued_announce(db, text="late"))[0])
+            outbox.kick()
+        return due
+
+    monkeypatch.setattr(db.outbox, "next_due_at", queue_after_the_read)
+    await outbox.start()
+    (item,) = await settled.wait()
+    assert (item.id, item.state) == (queued[0].id, "delivered")
+    assert [m.text for m in channel.sent] == ["late"]
+
+
 async def test_an_item_for_a_channel_this_gateway_lacks_fails_without_an_attempt(
     db: StateDB, make_outbox: MakeOutbox
 ) -> None:
