@@ -1,4 +1,5 @@
-"""One JSON POST to a model API, with every failure turned into a typed ProviderError; and
+"""One POST to a model API (a JSON answer or an SSE stream), with every failure turned into a
+typed ProviderError in one place (``_failures``); and
 the probe, one GET of the model list read as a :class:`ProviderProbe`.
 
 Shared by the OpenAI and Anthropic providers: both put a human message at
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -160,7 +161,7 @@ async def post_json(
     :class:`ProviderError` with the status for non-2xx answers, and
     :class:`ProviderResponseError` for a 2xx answer that is not a JSON object.
     """
-    try:
+    with _failures(provider, model, secret, f"no answer within {client_timeout.total:g}s"):
         async with session.post(
             url, data=body, headers=headers, timeout=client_timeout
         ) as response:
@@ -168,18 +169,36 @@ async def post_json(
             status = response.status
             if status >= 300:
                 raise http_error(provider, model, status, response.headers, raw, secret)
+    return _json_object(raw, provider, model, secret)
+
+
+@contextlib.contextmanager
+def _failures(
+    provider: str,
+    model: str,
+    secret: str | None,
+    timed_out: str,
+    *,
+    shown: Callable[[], str] = lambda: "",
+) -> Iterator[None]:
+    """Turn a request's transport failures into typed provider errors (timeouts and
+    connection failures retryable), each cut at what ``shown()`` says already reached the
+    person (:func:`_cut`); ``timed_out`` is the timeout's message."""
+    try:
+        yield
+    except ProviderError as failed:
+        raise _cut(failed, shown()) from None
     except TimeoutError:
-        raise ProviderTimeoutError(
-            provider, model, f"no answer within {client_timeout.total:g}s", retryable=True
-        ) from None
+        error = ProviderTimeoutError(provider, model, timed_out, retryable=True)
+        raise _cut(error, shown()) from None
     except aiohttp.InvalidURL as exc:
         raise ProviderError(provider, model, f"invalid base URL: {exc}") from None
     except aiohttp.ClientError as exc:
         detail = scrub(str(exc) or type(exc).__name__, secret)
-        raise ProviderConnectionError(
+        dropped = ProviderConnectionError(
             provider, model, f"connection failed: {detail}", retryable=True
-        ) from None
-    return _json_object(raw, provider, model, secret)
+        )
+        raise _cut(dropped, shown()) from None
 
 
 def _cut(error: ProviderError, shown: str) -> ProviderError:
@@ -207,7 +226,8 @@ async def post_stream(
     failure is no longer retryable (a retry would show the person a second, different
     beginning) and carries that text in ``partial``, so the turn can end the message with
     what was said. A server that ignores ``stream`` and answers plain JSON still works."""
-    try:
+    waited = f"no full answer within {client_timeout.total:g}s"
+    with _failures(provider, model, secret, waited, shown=lambda: assembler.shown):
         async with session.post(
             url, data=body, headers=headers, timeout=client_timeout
         ) as response:
@@ -224,21 +244,6 @@ async def post_stream(
                     break
             else:
                 assembler.ended()
-    except ProviderError as failed:
-        raise _cut(failed, assembler.shown) from None
-    except TimeoutError:
-        timed_out = ProviderTimeoutError(
-            provider, model, f"no full answer within {client_timeout.total:g}s", retryable=True
-        )
-        raise _cut(timed_out, assembler.shown) from None
-    except aiohttp.InvalidURL as exc:
-        raise ProviderError(provider, model, f"invalid base URL: {exc}") from None
-    except aiohttp.ClientError as exc:
-        detail = scrub(str(exc) or type(exc).__name__, secret)
-        dropped = ProviderConnectionError(
-            provider, model, f"connection failed: {detail}", retryable=True
-        )
-        raise _cut(dropped, assembler.shown) from None
     if not assembler.complete:
         error = ProviderConnectionError(
             provider, model, "the stream ended before the answer was complete", retryable=True
