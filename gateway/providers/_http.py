@@ -1,6 +1,6 @@
 """One POST to a model API (a JSON answer or an SSE stream), with every failure turned into a
-typed ProviderError in one place (``_failures``); and
-the probe, one GET of the model list read as a :class:`ProviderProbe`.
+typed ProviderError in one place (``_failures``); and the probe, one GET of the model list
+read as a :class:`ProviderProbe`.
 
 Shared by the OpenAI and Anthropic providers: both put a human message at
 ``error.message`` of their error bodies, both send Retry-After, both mark retryable answers
