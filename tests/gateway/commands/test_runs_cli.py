@@ -3,90 +3,20 @@ list|show`` and ``herald config show``, as real processes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from gateway.state import FINISHED_STATUSES, BatchRecord, Origin, SessionRecord, StateDB
-from tests.gateway.daemon_process import (
-    HANG_GUARD_SECONDS,
-    HERALD,
-    clean_env,
-    free_port,
-    herald,
-    write_config,
-)
-from tests.gateway.harness import TEST_SCRIPT
+from tests.gateway.commands._cli import TOKEN, cli, gateway_config, run_when
+from tests.gateway.daemon_process import free_port, herald
 from tests.gateway.nested import record_nested_run, record_run
 from tests.gateway.sessions.support import opened_store
 
-TOKEN = "cli-test-token-0123456789"
-
 
 def config(tmp_path: Path, port: int) -> Path:
-    script = tmp_path / "script.json"
-    script.write_bytes(orjson.dumps(TEST_SCRIPT))
-    return write_config(
-        tmp_path / "herald.json",
-        {
-            "gateway": {
-                "port": port,
-                "stateDir": str(tmp_path / "state"),
-                "auth": {"token": TOKEN},
-            },
-            "agent": {"model": "t/m"},
-            "models": {
-                "providers": {
-                    "t": {
-                        "api": "scripted",
-                        "script": str(script),
-                        "models": [{"id": "m", "cost": {"input": 1, "output": 2}}],
-                    }
-                }
-            },
-            "channels": {"webchat": {"enabled": False}},
-        },
-    )
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *HERALD,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_env(),
-    )
-    async with asyncio.timeout(60):
-        out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-async def cli_json(*args: str) -> Any:
-    code, out, err = await cli(*args)
-    assert code == 0, err
-    return json.loads(out)
-
-
-async def run_when(
-    path: Path, run_id: str, ready: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """``runs show --json`` of the run, once ``ready`` says it is in the state awaited."""
-    async with asyncio.timeout(HANG_GUARD_SECONDS):
-        while True:
-            shown: dict[str, Any] = await cli_json(
-                "runs", "show", run_id, "--json", "-c", str(path)
-            )
-            if ready(shown):
-                return shown
-            await asyncio.sleep(0.1)
+    return gateway_config(tmp_path, port, channels={"webchat": {"enabled": False}})
 
 
 async def test_spawn_says_where_the_result_goes_and_wait_prints_it(tmp_path: Path) -> None:

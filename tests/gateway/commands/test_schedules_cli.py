@@ -5,44 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
+from tests.gateway.commands._cli import cli, gateway_config, run_when
+from tests.gateway.daemon_process import free_port, herald
 
-from tests.gateway.commands.test_runs_cli import cli, run_when
-from tests.gateway.daemon_process import free_port, herald, write_config
-from tests.gateway.harness import TEST_SCRIPT
-
-TOKEN = "cli-test-token-0123456789"
+#: A job declared in the file: listed, run now, paused and resumed, never removed.
+DECLARED = {
+    "id": "weekday-brief",
+    "cron": "0 9 * * 1-5",
+    "task": "task: brief",
+    "to": "webchat:cli-client",
+}
 
 
 def config(tmp_path: Path, port: int) -> Path:
-    script = tmp_path / "script.json"
-    script.write_bytes(orjson.dumps(TEST_SCRIPT))
-    return write_config(
-        tmp_path / "herald.json",
-        {
-            "gateway": {
-                "port": port,
-                "stateDir": str(tmp_path / "state"),
-                "auth": {"token": TOKEN},
-            },
-            "agent": {"model": "t/m"},
-            "models": {
-                "providers": {
-                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
-                }
-            },
-            "schedules": {
-                "jobs": [
-                    {
-                        "id": "weekday-brief",
-                        "cron": "0 9 * * 1-5",
-                        "task": "task: brief",
-                        "to": "webchat:cli-client",
-                    }
-                ]
-            },
-        },
-    )
+    return gateway_config(tmp_path, port, schedules={"jobs": [DECLARED]})
 
 
 async def test_schedules_through_the_gateway(tmp_path: Path) -> None:

@@ -1,0 +1,75 @@
+"""What the CLI's process tests share: a scripted gateway's config file, ``herald …`` run as
+a real process, and a wait on a run's state as ``herald runs show`` reports it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.gateway.daemon_process import HANG_GUARD_SECONDS, HERALD, clean_env, write_config
+from tests.gateway.harness import TEST_SCRIPT
+
+TOKEN = "cli-test-token-0123456789"
+
+
+def gateway_config(tmp_path: Path, port: int, **sections: Any) -> Path:
+    """A config file for a gateway on ``port`` behind :data:`TOKEN`, its model the test
+    script (priced, so costs show); ``sections`` are further top-level keys."""
+    script = tmp_path / "script.json"
+    script.write_bytes(orjson.dumps(TEST_SCRIPT))
+    model = {"id": "m", "cost": {"input": 1, "output": 2}}
+    return write_config(
+        tmp_path / "herald.json",
+        {
+            "gateway": {
+                "port": port,
+                "stateDir": str(tmp_path / "state"),
+                "auth": {"token": TOKEN},
+            },
+            "agent": {"model": "t/m"},
+            "models": {
+                "providers": {"t": {"api": "scripted", "script": str(script), "models": [model]}}
+            },
+            **sections,
+        },
+    )
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    """``herald *args`` as a process of its own: exit code, stdout, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *HERALD,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_env(),
+    )
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def cli_json(*args: str) -> Any:
+    code, out, err = await cli(*args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+async def run_when(
+    path: Path, run_id: str, ready: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """``runs show --json`` of the run, once ``ready`` says it is in the state awaited."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            shown: dict[str, Any] = await cli_json(
+                "runs", "show", run_id, "--json", "-c", str(path)
+            )
+            if ready(shown):
+                return shown
+            await asyncio.sleep(0.1)
