@@ -129,13 +129,14 @@ async def test_a_replica_starting_reopens_its_own_cut_off_sends_only(
     tmp_path: Path, pg_url: str
 ) -> None:
     async with replica(tmp_path, pg_url, "alive") as alive:
-        mine, _ = await queued_announce(alive.db, text="mine")
-        theirs, _ = await queued_announce(alive.db, text="theirs")
+        # Both queued "sending" (never pending, which alive's loop would take): "r2" by its
+        # previous life, "alive" now (it still runs).
+        mine, _ = await queued_announce(alive.db, text="mine", state="sending", claimed_by="r2")
+        theirs, _ = await queued_announce(
+            alive.db, text="theirs", state="sending", claimed_by="alive"
+        )
         assert mine.id is not None
         assert theirs.id is not None
-        # Both left "sending": "r2" by its previous life, "alive" now (it still runs).
-        await alive.db.outbox.update(mine.id, state="sending", claimed_by="r2")
-        await alive.db.outbox.update(theirs.id, state="sending", claimed_by="alive")
         async with replica(tmp_path, pg_url, "r2") as r2:
             reopened = await r2.db.outbox.get(mine.id)
             untouched = await r2.db.outbox.get(theirs.id)
