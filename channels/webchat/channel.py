@@ -54,24 +54,21 @@ from channels.base import (
     RunUpdate,
     SentMessage,
 )
-from channels.errors import ChannelSendError, JobRefusedError, JobsUnavailableError
+from channels.errors import ChannelSendError
 from channels.streaming import ReplyStream
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
 from channels.webchat.connection import Connection
 from channels.webchat.history import HistoryFiles
-from channels.webchat.jobs import ChatJobs
+from channels.webchat.jobs import ChatJobs, answer_jobs
 from channels.webchat.protocol import (
     MAX_FRAME_BYTES,
     FrameError,
     Hello,
-    ListJobs,
     MessageKind,
-    Unschedule,
     UserText,
     error_frame,
-    jobs_frame,
     message_frame,
     parse_client_frame,
     run_frame,
@@ -383,7 +380,7 @@ class WebchatChannel(Channel):
             return
         client = self._clients.get(connection.client_id)
         if not isinstance(frame, UserText):
-            await self._on_jobs(connection, client, frame)
+            await answer_jobs(self._jobs, client, connection, frame)
             return
         self._refresh(client)
         message_id = self._record(client, "user", frame.text, None)
@@ -403,40 +400,6 @@ class WebchatChannel(Channel):
         except Exception:
             log.exception("web chat message not accepted", extra={"client": client.client_id})
             connection.push(error_frame("unavailable", "the gateway could not take the message"))
-
-    async def _on_jobs(
-        self, connection: Connection, client: ClientState, frame: ListJobs | Unschedule
-    ) -> None:
-        """List the client's chat's jobs to this page; after an unschedule, to every page
-        of the client (its other tabs show the job gone too)."""
-        jobs = self._jobs
-        if jobs is None:  # nothing schedules here: no job to show, none to cancel
-            if isinstance(frame, Unschedule):
-                connection.push(
-                    error_frame("job_not_found", "this chat has no jobs", job_id=frame.job_id)
-                )
-            else:
-                connection.push(jobs_frame([]))
-            return
-        try:
-            if isinstance(frame, Unschedule):
-                await jobs.cancel(client.client_id, frame.job_id)
-            listed = await jobs.list(client.client_id)
-        except JobRefusedError as exc:
-            job_id = frame.job_id if isinstance(frame, Unschedule) else None
-            connection.push(error_frame(exc.code, str(exc), job_id=job_id))
-            return
-        except JobsUnavailableError as exc:
-            connection.push(error_frame("jobs_unavailable", str(exc)))
-            return
-        except Exception:
-            log.exception("web chat jobs request failed", extra={"client": client.client_id})
-            connection.push(error_frame("jobs_unavailable", "scheduled jobs could not be read"))
-            return
-        if isinstance(frame, Unschedule):
-            client.broadcast(jobs_frame(listed))
-        else:
-            connection.push(jobs_frame(listed))
 
     async def _on_hello(self, connection: Connection, client_id: str) -> None:
         if connection.client_id is not None:

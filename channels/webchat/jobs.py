@@ -5,14 +5,22 @@ for one client (one browser's chat) at a time, and decides which jobs are that c
 which of them it may cancel (the same rule as the agent's ``schedule`` tool and the
 ``/unschedule`` command). A page asks with a ``jobs`` frame and gets its chat's list;
 an ``unschedule`` frame cancels one job, and every open page of the client gets the new
-list (see :mod:`channels.webchat.protocol`).
+list (see :mod:`channels.webchat.protocol`); :func:`answer_jobs` answers both frames.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from channels.errors import JobRefusedError, JobsUnavailableError
+from channels.webchat.clients import ClientState
+from channels.webchat.connection import Connection
+from channels.webchat.protocol import ListJobs, Unschedule, error_frame, jobs_frame
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +53,40 @@ class ChatJobs(Protocol):
         unknown as a missing one) and :class:`~channels.errors.JobsUnavailableError` when
         jobs cannot be changed now."""
         ...
+
+
+async def answer_jobs(
+    jobs: ChatJobs | None,
+    client: ClientState,
+    connection: Connection,
+    frame: ListJobs | Unschedule,
+) -> None:
+    """List the client's chat's jobs to this page; after an unschedule, to every page
+    of the client (its other tabs show the job gone too)."""
+    if jobs is None:  # nothing schedules here: no job to show, none to cancel
+        if isinstance(frame, Unschedule):
+            connection.push(
+                error_frame("job_not_found", "this chat has no jobs", job_id=frame.job_id)
+            )
+        else:
+            connection.push(jobs_frame([]))
+        return
+    try:
+        if isinstance(frame, Unschedule):
+            await jobs.cancel(client.client_id, frame.job_id)
+        listed = await jobs.list(client.client_id)
+    except JobRefusedError as exc:
+        job_id = frame.job_id if isinstance(frame, Unschedule) else None
+        connection.push(error_frame(exc.code, str(exc), job_id=job_id))
+        return
+    except JobsUnavailableError as exc:
+        connection.push(error_frame("jobs_unavailable", str(exc)))
+        return
+    except Exception:
+        log.exception("web chat jobs request failed", extra={"client": client.client_id})
+        connection.push(error_frame("jobs_unavailable", "scheduled jobs could not be read"))
+        return
+    if isinstance(frame, Unschedule):
+        client.broadcast(jobs_frame(listed))
+    else:
+        connection.push(jobs_frame(listed))

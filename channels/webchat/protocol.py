@@ -52,12 +52,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard
 
 import orjson
 
 from channels.base import RunUpdate
-from channels.webchat.jobs import ChatJob
+
+if TYPE_CHECKING:  # the jobs module answers frames, so it imports this one
+    from channels.webchat.jobs import ChatJob
 
 #: Client ids the page generates (a UUID); the gateway normalises them further for session keys.
 CLIENT_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
