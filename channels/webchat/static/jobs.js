@@ -6,8 +6,6 @@
 (() => {
   "use strict";
 
-  // A first click on Cancel asks to confirm; the question goes away after this long.
-  const CONFIRM_MS = 4000;
   // When the gateway cannot answer yet (it is starting), ask again after this, doubling.
   const RETRY_FIRST_MS = 2000;
   const RETRY_MAX_MS = 60000;
@@ -95,9 +93,9 @@
       const button = document.createElement("button");
       button.type = "button";
       button.className = "job-cancel";
-      let timer = null;
+      // A first click asks to confirm; the question stays until the second click or until
+      // the button loses focus (no timer: a slow second click still counts).
       const calm = () => {
-        clearTimeout(timer);
         button.classList.remove("confirming");
         button.textContent = "Cancel";
         button.setAttribute("aria-label", `Cancel the scheduled job “${li.dataset.name}”`);
@@ -107,10 +105,8 @@
           button.classList.add("confirming");
           button.textContent = "Confirm";
           button.setAttribute("aria-label", `Confirm: cancel the scheduled job “${li.dataset.name}”`);
-          timer = setTimeout(calm, CONFIRM_MS);
           return;
         }
-        clearTimeout(timer);
         if (!options.send({ type: "unschedule", jobId: li.dataset.jobId })) {
           calm();
           setNote("Not connected: the job was not cancelled.");
