@@ -32,7 +32,7 @@ class ChatJob:
     task: str
     #: ``{"cron": …, "timezone": …}``, ``{"every": "15m"}`` or ``{"at": <ISO-8601>}``.
     trigger: Mapping[str, str]
-    #: Unix seconds; None when it will not run again.
+    #: Unix seconds; None when it will not run (again, or while disabled).
     next_run_at: float | None
     paused: bool
     #: Declared in the config file: listed, never cancelled from a chat.

@@ -25,12 +25,14 @@ from gateway.wiring import CHAT
 
 
 def chat_job(job: JobRecord) -> ChatJob:
+    """``job`` as its chat's page shows it; a disabled job has no next run (it will not
+    fire until the file enables it)."""
     return ChatJob(
         job_id=job.job_id,
         label=job.label,
         task=job.task,
         trigger=job.trigger.to_json(),
-        next_run_at=job.next_run_at,
+        next_run_at=job.next_run_at if job.enabled else None,
         paused=job.paused,
         declared=job.declared,
     )

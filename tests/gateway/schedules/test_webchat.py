@@ -26,7 +26,7 @@ from tests.gateway.daemon_process import (
 pytestmark = pytest.mark.slow
 
 MINE, THEIRS = "page-a", "page-b"
-DECLARED = "morning-brief"
+DECLARED, QUIET = "morning-brief", "quiet"
 
 
 def config(tmp_path: Path, port: int) -> Path:
@@ -48,7 +48,14 @@ def config(tmp_path: Path, port: int) -> Path:
                         "cron": "0 9 * * 1-5",
                         "task": "Brief.",
                         "to": f"webchat:{MINE}",
-                    }
+                    },
+                    {
+                        "id": QUIET,
+                        "every": "1h",
+                        "task": "Q.",
+                        "to": f"webchat:{MINE}",
+                        "enabled": False,
+                    },
                 ]
             },
         },
@@ -97,8 +104,9 @@ async def test_a_page_lists_and_cancels_only_its_chats_jobs(tmp_path: Path) -> N
                 lambda fs: any(f.get("kind") == "reply" and "job " in f["text"] for f in fs)
             )
             listed = by_id(await ask(page, {"type": "jobs"}))
-            made = next(j for j in listed if j not in (tea["id"], DECLARED))
-            assert set(listed) == {tea["id"], DECLARED, made}
+            made = next(j for j in listed if j not in (tea["id"], DECLARED, QUIET))
+            assert set(listed) == {tea["id"], DECLARED, QUIET, made}
+            assert listed[QUIET]["nextRunAt"] is None  # disabled: it will not run
             assert listed[made]["trigger"] == {"every": "3h"}
             assert listed[made]["label"] == "stretch"
             assert listed[tea["id"]] == {
@@ -134,7 +142,7 @@ async def test_a_page_lists_and_cancels_only_its_chats_jobs(tmp_path: Path) -> N
 
             start = len(tab.frames)
             after = by_id(await ask(page, {"type": "unschedule", "jobId": tea["id"]}))
-            assert set(after) == {DECLARED, made}
+            assert set(after) == {DECLARED, QUIET, made}
             # The chat's other tab is shown the new list too; the other chat is not.
             await tab.wait(lambda fs: any(f["type"] == "jobs" for f in fs[start:]))
             assert [f["type"] for f in stranger.frames].count("jobs") == 1
