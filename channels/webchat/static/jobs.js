@@ -127,7 +127,7 @@
       li.dataset.name = name;
       const nameEl = li.querySelector(".job-name");
       nameEl.textContent = name;
-      nameEl.title = String(job.task || "");
+      nameEl.title = `${String(job.task || "")}\n(job ${li.dataset.jobId})`;
       li.querySelector(".job-trigger").textContent = triggerText(job.trigger);
       const next = li.querySelector(".job-next");
       next.replaceChildren();
@@ -164,6 +164,10 @@
       tag.className = "job-declared";
       tag.textContent = "config";
       tag.title = "Declared in the config file: change or remove it there.";
+      const why = document.createElement("span");
+      why.className = "visually-hidden";
+      why.textContent = ": declared in the config file, cancelled only there";
+      tag.append(why);
       return tag;
     }
 
