@@ -10,7 +10,9 @@ but note when they ran.
 
 Figures, over ``minutes`` minutes: the delay from an occurrence's due time to its run being
 recorded (p50, p99, ms); the RSS each job adds (bytes); the CPU seconds per minute of wall
-time, which is all the scheduler's: nothing else runs.
+time, which is all the scheduler's: nothing else runs. And with those jobs in the table, the
+time to read one chat's jobs (the web chat page and ``/schedules`` ask after each turn) by
+the chat's own query, beside reading every job and keeping the chat's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from bench._common import Row, format_table, percentile, row, rss_bytes, settle_memory
 from gateway.schedules.scheduler import Scheduler
+from gateway.schedules.service import ChatScope
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.settings import HeraldSettings
 from gateway.state import RunRecord, SessionRecord, StateDB
@@ -32,6 +35,8 @@ from gateway.tools import ToolContext
 
 PERIOD = 60.0
 QUICK: dict[str, Any] = {"jobs": 1000, "minutes": 0.5}
+#: Reads of one chat's jobs timed, for the p50.
+CHAT_READS = 20
 
 
 class RecordingSpawner:
@@ -102,7 +107,26 @@ async def _insert_all(db: StateDB, jobs: list[JobRecord]) -> None:
         await asyncio.gather(*(table.insert(job) for job in jobs[start : start + 500]))
 
 
-async def _herald(jobs: int, minutes: float, tmp: Path) -> tuple[list[float], float, float]:
+async def _chat_reads(db: StateDB) -> tuple[float, float]:
+    """p50 ms of reading a chat's jobs (a chat with none of the table's): by its query, and
+    by reading every job and keeping the chat's."""
+    table = JobsTable(db)
+    chat = ChatScope("agent:main:webchat:someone", "webchat:someone")
+    own: list[float] = []
+    every: list[float] = []
+    for _ in range(CHAT_READS):
+        start = time.perf_counter()
+        _ = [job for job in await table.of_chat(chat.session_key, chat.target) if chat.owns(job)]
+        own.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        _ = [job for job in await table.list() if chat.owns(job)]
+        every.append(time.perf_counter() - start)
+    return percentile(own, 50) * 1000, percentile(every, 50) * 1000
+
+
+async def _herald(
+    jobs: int, minutes: float, tmp: Path
+) -> tuple[list[float], float, float, tuple[float, float]]:
     settle_memory()
     before = rss_bytes()
     db = await StateDB.open(tmp / "herald.db")
@@ -131,9 +155,10 @@ async def _herald(jobs: int, minutes: float, tmp: Path) -> tuple[list[float], fl
         await scheduler.close()
         settle_memory()
         rss = (rss_bytes() - before) / jobs
+        reads = await _chat_reads(db)
     finally:
         await db.close()
-    return spawner.delays, rss, cpu / max(minutes, 1 / PERIOD)
+    return spawner.delays, rss, cpu / max(minutes, 1 / PERIOD), reads
 
 
 async def _nothing(job: JobRecord, text: str) -> None:
@@ -167,7 +192,7 @@ async def _baseline(jobs: int, minutes: float) -> tuple[list[float], float, floa
 
 async def _measure(jobs: int, minutes: float) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
-        delays, rss, cpu = await _herald(jobs, minutes, Path(tmp))
+        delays, rss, cpu, (own, every) = await _herald(jobs, minutes, Path(tmp))
     bare, bare_rss, bare_cpu = await _baseline(jobs, minutes)
     if not delays:
         raise SystemExit("bench.schedules: no occurrence ran")
@@ -187,6 +212,12 @@ async def _measure(jobs: int, minutes: float) -> list[Row]:
         row("RSS per job (bytes)", rss, bare_rss, "report", digits=0),
         row("CPU seconds per minute", cpu, bare_cpu, "report"),
         row("occurrences run", float(len(delays)), float(len(bare)), ">= 1x", digits=0),
+        row(
+            f"one chat's jobs read among {jobs}, p50 ms (vs reading every job)",
+            own,
+            every,
+            "<= 1x",
+        ),
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class ChannelError(Exception):
     """Base class of every channel failure."""
@@ -37,3 +39,20 @@ class ChannelStartError(ChannelError):
 
     def __repr__(self) -> str:
         return f"ChannelStartError({str(self)!r}, fault={self.fault})"
+
+
+#: Why the gateway refused to cancel a chat's job: not the chat's (or gone), or declared in
+#: the config file.
+JobRefusal = Literal["job_not_found", "job_declared"]
+
+
+class JobRefusedError(ChannelError):
+    """A chat's request to cancel a scheduled job, refused; ``str()`` says why, for people."""
+
+    def __init__(self, code: JobRefusal, message: str) -> None:
+        super().__init__(message)
+        self.code: JobRefusal = code
+
+
+class JobsUnavailableError(ChannelError):
+    """The gateway cannot answer about scheduled jobs now (starting, or its database failed)."""

@@ -24,6 +24,7 @@ from gateway.delivery import DeliveryListener
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.resources import RESOURCES, drain
+from gateway.schedules.webchat import WebchatJobs
 from gateway.state import StateDB, database_reachable
 from gateway.wiring import (
     CHANNELS,
@@ -100,7 +101,11 @@ def build_app(
         if links is not None:
             app[CLUSTER_LINKS] = links
         channels = build_channels(
-            holder.current, seen=StateSeenKeys(app), cursors=StateCursors(app), cluster=links
+            holder.current,
+            seen=StateSeenKeys(app),
+            cursors=StateCursors(app),
+            cluster=links,
+            jobs=WebchatJobs(app),
         )
     app[CHANNELS] = channels
     # Before the channels' own hooks (the web chat closes its sockets in one), so that the

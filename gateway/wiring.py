@@ -17,6 +17,7 @@ from aiohttp import web
 
 from channels import Channel, ChatCursor, ChatCursors, Leadership, SeenKeys
 from channels.reconnecting import Reconnecting
+from channels.webchat.jobs import ChatJobs
 from channels.webchat.relay import Relay
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
 from gateway.api.keys import SESSION_STORE, TOOL_INVOKER
@@ -323,11 +324,12 @@ def build_channels(
     seen: SeenKeys | None = None,
     cursors: ChatCursors | None = None,
     cluster: ClusterLinks | None = None,
+    jobs: ChatJobs | None = None,
 ) -> dict[str, Channel]:
     """The enabled channels, not yet started (Slack and Discord retried in the background
     when the network fails them at start); ``seen`` remembers the events they handled,
     ``cursors`` the newest message taken per chat (for Discord's catch-up), ``cluster``
-    links them to the other replicas."""
+    links them to the other replicas, ``jobs`` shows the web chat its scheduled jobs."""
     channels: dict[str, Channel] = {}
     config = settings.channels
     if config.slack.enabled:
@@ -346,7 +348,9 @@ def build_channels(
 
         history = settings.gateway.resolved_state_dir() / "webchat"
         relay = cluster.relay if cluster is not None else None
-        channels["webchat"] = WebchatChannel(config.webchat, history_dir=history, relay=relay)
+        channels["webchat"] = WebchatChannel(
+            config.webchat, history_dir=history, relay=relay, jobs=jobs
+        )
     return channels
 
 

@@ -15,6 +15,7 @@ ASSETS: Final = {
     PAGE: "text/html",
     "app.js": "text/javascript",
     "runs.js": "text/javascript",
+    "jobs.js": "text/javascript",
     "sessions.js": "text/javascript",
     "style.css": "text/css",
 }

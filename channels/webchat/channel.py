@@ -1,12 +1,12 @@
 """The web chat channel: a page at ``/`` and a WebSocket at ``/webchat/ws`` on the gateway's app.
 
 Routes (added by :meth:`WebchatChannel.add_routes`): ``GET /`` the page,
-``GET /static/webchat/app.js``, ``runs.js``, ``sessions.js`` and ``style.css`` its assets
-(all public), and ``GET /webchat/ws`` the live socket, which the gateway's token middleware
-guards (browsers pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426, so the page
-can ask with an ``Authorization`` header whether its token is accepted (401) before it opens
-the socket. The Sessions view of the page reads ``/v1/sessions`` and each session's
-``/transcript`` with the same token, like any API client.
+``GET /static/webchat/app.js``, ``runs.js``, ``jobs.js``, ``sessions.js`` and ``style.css``
+its assets (all public), and ``GET /webchat/ws`` the live socket, which the gateway's token
+middleware guards (browsers pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426,
+so the page can ask with an ``Authorization`` header whether its token is accepted (401)
+before it opens the socket. The Sessions view of the page reads ``/v1/sessions`` and each
+session's ``/transcript`` with the same token, like any API client.
 
 The protocol is in :mod:`channels.webchat.protocol`. A page says hello with its client id
 (kept in localStorage); the server answers ``ready`` and replays the client's recent
@@ -14,6 +14,8 @@ messages, the latest status of its sub-agent runs and the typing state. Each mes
 person is echoed as a ``user`` message to every page of that client and handed to the
 gateway as an :class:`InboundMessage` (``chat_id`` = ``sender_id`` = the client id, a DM).
 Sends to a client without an open page are kept (bounded) and replayed on its next hello.
+A page asks for its chat's scheduled jobs and cancels them through the gateway's
+:class:`~channels.webchat.jobs.ChatJobs`, which decides what is the chat's.
 
 An announce (an outbox item) gets a message id made from its item, the same on every
 attempt (a reply to a recorded message, one made from that message): a resend after a crash
@@ -59,11 +61,13 @@ from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
 from channels.webchat.connection import Connection
 from channels.webchat.history import HistoryFiles
+from channels.webchat.jobs import ChatJobs, answer_jobs
 from channels.webchat.protocol import (
     MAX_FRAME_BYTES,
     FrameError,
     Hello,
     MessageKind,
+    UserText,
     error_frame,
     message_frame,
     parse_client_frame,
@@ -103,14 +107,18 @@ class WebchatChannel(Channel):
         name: str = "webchat",
         history_dir: Path | None = None,
         relay: Relay | None = None,
+        jobs: ChatJobs | None = None,
     ) -> None:
         """``history_dir`` keeps each client's history on disk across restarts (the gateway
         passes ``<stateDir>/webchat``); without it the history lives in memory only.
-        ``relay``: in a cluster, the notices between replicas sharing ``history_dir``."""
+        ``relay``: in a cluster, the notices between replicas sharing ``history_dir``.
+        ``jobs``: each client's scheduled jobs (without it, a page is told its chat has
+        none)."""
         if relay is not None and history_dir is None:
             raise ValueError("a web chat relay needs a history_dir shared by the replicas")
         self.name = name
         self._relay = relay
+        self._jobs = jobs
         self.config = config
         files = (
             HistoryFiles(history_dir, history_size=config.history_size, runs_kept=RUNS_KEPT)
@@ -371,6 +379,9 @@ class WebchatChannel(Channel):
             connection.push(error_frame("unavailable", "the web chat is shutting down"))
             return
         client = self._clients.get(connection.client_id)
+        if not isinstance(frame, UserText):
+            await answer_jobs(self._jobs, client, connection, frame)
+            return
         self._refresh(client)
         message_id = self._record(client, "user", frame.text, None)
         await self._tell_others(client)

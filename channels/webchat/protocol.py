@@ -4,6 +4,8 @@ Client → server::
 
     {"type": "hello", "clientId": "<id>"}     first frame; the id matches CLIENT_ID_PATTERN
     {"type": "message", "text": "<text>"}     a person's message (1 … MAX_TEXT_BYTES UTF-8)
+    {"type": "jobs"}                          asks for this chat's scheduled jobs
+    {"type": "unschedule", "jobId": "<id>"}   cancels one of them (not a declared one)
 
 Server → client::
 
@@ -28,7 +30,19 @@ Server → client::
                                               over. A ``message`` whose ``id`` equals the
                                               ``turnId`` is the final reply: it takes the
                                               growing text's place.
+    {"type": "jobs", "jobs": [{"jobId": …, "label": <str|null>, "task": …,
+     "trigger": {"cron": …, "timezone": …} | {"every": "15m"} | {"at": <ISO-8601>},
+     "nextRunAt": <Unix seconds|null>, "paused": <bool>, "declared": <bool>}, …]}
+                                              this chat's jobs (created here or aimed
+                                              here), soonest first: the answer to a
+                                              ``jobs`` frame, and to every page of the
+                                              client after an ``unschedule``
     {"type": "error", "code": "<stable code>", "message": "<for people>"}
+                                              a refused ``unschedule`` (codes
+                                              ``job_not_found``, ``job_declared``) also
+                                              carries its ``"jobId"``;
+                                              ``jobs_unavailable``: jobs cannot be read
+                                              now (the gateway is starting): ask again
 
 An invalid frame is answered with an error frame and the connection stays open.
 """
@@ -36,12 +50,16 @@ An invalid frame is answered with an error frame and the connection stays open.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard
 
 import orjson
 
 from channels.base import RunUpdate
+
+if TYPE_CHECKING:  # the jobs module answers frames, so it imports this one
+    from channels.webchat.jobs import ChatJob
 
 #: Client ids the page generates (a UUID); the gateway normalises them further for session keys.
 CLIENT_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -50,6 +68,8 @@ MAX_TEXT_BYTES: Final = 32 * 1024
 #: Longest WebSocket frame; aiohttp closes the socket (1009) above it. JSON escaping can
 #: grow text up to 6× (``\\u0000``), so this leaves room above MAX_TEXT_BYTES.
 MAX_FRAME_BYTES: Final = 6 * MAX_TEXT_BYTES + 1024
+#: Longest job id an ``unschedule`` frame may name (the gateway's ids are far shorter).
+MAX_JOB_ID_CHARS: Final = 200
 #: Characters of a run's task in its frame: the card shows a line or two, the run's
 #: transcript has the rest, and every run frame is kept in the client's history file.
 RUN_TASK_CHARS: Final = 500
@@ -63,6 +83,9 @@ ErrorCode = Literal[
     "empty",
     "too_long",
     "unavailable",
+    "job_not_found",
+    "job_declared",
+    "jobs_unavailable",
 ]
 MessageKind = Literal["user", "reply", "announce", "notice"]
 
@@ -89,7 +112,17 @@ class UserText:
     text: str
 
 
-ClientFrame = Hello | UserText
+@dataclass(frozen=True, slots=True)
+class ListJobs:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedule:
+    job_id: str
+
+
+ClientFrame = Hello | UserText | ListJobs | Unschedule
 
 
 def valid_client_id(value: object) -> TypeGuard[str]:
@@ -120,7 +153,16 @@ def parse_client_frame(data: str) -> ClientFrame:
         if len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
             raise FrameError("too_long", f"the message is longer than {MAX_TEXT_BYTES} bytes")
         return UserText(text)
-    raise FrameError("bad_frame", "unknown frame type; expected 'hello' or 'message'")
+    if kind == "jobs":
+        return ListJobs()
+    if kind == "unschedule":
+        job_id = raw.get("jobId")
+        if not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_CHARS:
+            raise FrameError("bad_frame", "an unschedule frame needs a string 'jobId'")
+        return Unschedule(job_id)
+    raise FrameError(
+        "bad_frame", "unknown frame type; expected 'hello', 'message', 'jobs' or 'unschedule'"
+    )
 
 
 def _dump(frame: dict[str, Any]) -> str:
@@ -182,5 +224,30 @@ def delta_frame(turn_id: str, text: str, *, reset: bool = False, end: bool = Fal
     return _dump(frame)
 
 
-def error_frame(code: ErrorCode, message: str) -> str:
-    return _dump({"type": "error", "code": code, "message": message})
+def jobs_frame(jobs: Sequence[ChatJob]) -> str:
+    """The chat's scheduled jobs, soonest next run first (those that will not run last)."""
+    ordered = sorted(jobs, key=lambda j: (j.next_run_at is None, j.next_run_at or 0, j.job_id))
+    return _dump(
+        {
+            "type": "jobs",
+            "jobs": [
+                {
+                    "jobId": job.job_id,
+                    "label": _clip(job.label, RUN_TASK_CHARS),
+                    "task": _clip(job.task, RUN_TASK_CHARS),
+                    "trigger": dict(job.trigger),
+                    "nextRunAt": job.next_run_at,
+                    "paused": job.paused,
+                    "declared": job.declared,
+                }
+                for job in ordered
+            ],
+        }
+    )
+
+
+def error_frame(code: ErrorCode, message: str, *, job_id: str | None = None) -> str:
+    frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if job_id is not None:
+        frame["jobId"] = job_id
+    return _dump(frame)

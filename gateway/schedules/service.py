@@ -201,7 +201,8 @@ class Schedules:
 
     async def chat_jobs(self, chat: ChatScope) -> builtins.list[JobRecord]:
         """The jobs of one chat: created from it, or aimed at it."""
-        return [job for job in await self._jobs.list() if chat.owns(job)]
+        jobs = await self._jobs.of_chat(chat.session_key, chat.target)
+        return [job for job in jobs if chat.owns(job)]  # the rule itself, decided here
 
     async def create_for_chat(self, spec: JobSpec, chat: ChatScope) -> JobRecord:
         """:meth:`create` by the agent of ``chat``: at most ``maxPerChat`` jobs it created."""

@@ -170,6 +170,19 @@ class JobsTable:
 
         return await self._db.read(read)
 
+    async def of_chat(self, session_key: str, target: str | None) -> builtins.list[JobRecord]:
+        """The jobs created by ``session_key`` or aimed at ``target``, by id: a page or a
+        command asks after each turn, so this reads those rows, not every job."""
+        where, params = "created_by = ?", [session_key]
+        if target is not None:
+            where, params = "created_by = ? OR to_target = ?", [session_key, target]
+
+        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+            rows = conn.execute(f"{_SELECT} WHERE {where} ORDER BY job_id", params).fetchall()
+            return [_job(row) for row in rows]
+
+        return await self._db.read(read)
+
     async def due(self, now: float) -> builtins.list[JobRecord]:
         """Jobs whose next fire time has come (not paused, enabled), soonest first."""
 

@@ -77,7 +77,7 @@ def test_spawn_rows() -> None:
 
 def test_schedules_rows() -> None:
     rows = schedules.run(jobs=60, minutes=0.05)
-    check_rows(rows, 5, memory=("RSS", "CPU"))
+    check_rows(rows, 6, memory=("RSS", "CPU"))
     assert rows[0]["figure"] == "due to run recorded, p50 (60 jobs/min, ms)"
 
 

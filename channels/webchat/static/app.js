@@ -1,6 +1,7 @@
 // Herald web chat: vanilla JS, no build step. The protocol is documented in
-// channels/webchat/protocol.py; the runs panel is runs.js and the Sessions view (a read-only
-// transcript browser) is sessions.js, both loaded before this file. Text from people and
+// channels/webchat/protocol.py; the runs panel is runs.js, the chat's scheduled jobs above it
+// jobs.js and the Sessions view (a read-only transcript browser) sessions.js, all loaded
+// before this file. Text from people and
 // agents is only ever put into the page as text nodes, never parsed as HTML.
 (() => {
   "use strict";
@@ -30,6 +31,11 @@
     runsToggle: $("runs-toggle"),
     runsCount: $("runs-count"),
     runsClose: $("runs-close"),
+    jobs: $("jobs"),
+    jobsList: $("jobs-list"),
+    jobsNote: $("jobs-note"),
+    jobsBadge: $("jobs-badge"),
+    jobsCount: $("jobs-count"),
     chatView: $("chat-view"),
     sessionsView: $("sessions-view"),
     navChat: $("nav-chat"),
@@ -339,12 +345,29 @@
     els.runsToggle.setAttribute("aria-expanded", String(open));
   }
 
+  const counts = { total: 0, active: 0, jobs: 0 };
+
   function showRunCount({ total, active }) {
+    counts.total = total;
+    counts.active = active;
     els.runsCount.textContent = String(total);
     els.runsToggle.dataset.active = String(active);
+    labelToggle();
+  }
+
+  function showJobCount(jobs) {
+    counts.jobs = jobs;
+    els.jobsCount.textContent = String(jobs);
+    els.jobsBadge.hidden = jobs === 0;
+    labelToggle();
+  }
+
+  function labelToggle() {
+    const { total, active, jobs } = counts;
+    const scheduled = jobs ? `; scheduled jobs: ${jobs}` : "";
     els.runsToggle.setAttribute(
       "aria-label",
-      `Sub-agent runs: ${total}${active ? `, ${active} not finished` : ""}`,
+      `Sub-agent runs: ${total}${active ? `, ${active} not finished` : ""}${scheduled}`,
     );
   }
 
@@ -362,6 +385,24 @@
     }
   });
   showRunCount({ total: 0, active: 0 });
+
+  // -- scheduled jobs (jobs.js) -------------------------------------------------------------
+  //
+  // Asked for when the page connects, and again whenever something may have changed them:
+  // a reply (the agent's schedule tool, /unschedule), an announce or a run's new status (a
+  // job ran; its next run moved), the tab coming back into view.
+
+  const jobsList = window.HeraldJobs.createList({
+    section: els.jobs,
+    list: els.jobsList,
+    note: els.jobsNote,
+    send: (frame) => {
+      if (!ready || !ws) return false;
+      ws.send(JSON.stringify(frame));
+      return true;
+    },
+    onCount: showJobCount,
+  });
 
   // -- views: the chat, or the Sessions view (#sessions, #sessions/<session key>) ------------
 
@@ -521,6 +562,8 @@
         setReady(true);
         setStatus("online", "Connected");
         clearError(); // whatever went wrong before the reconnect is over
+        jobsList.reset();
+        jobsList.refresh();
         break;
       case "message":
         // The replay after a reconnect repeats messages, and an announce resent after a
@@ -528,9 +571,14 @@
         if (seen.has(frame.id)) break;
         seen.add(frame.id);
         renderMessage(frame);
+        if (frame.kind !== "user") jobsList.refresh();
         break;
       case "run":
         runsPanel.upsert(frame);
+        jobsList.refresh();
+        break;
+      case "jobs":
+        jobsList.receive(frame);
         break;
       case "typing":
         setTyping(frame.on === true);
@@ -539,6 +587,7 @@
         growReply(frame);
         break;
       case "error":
+        if (jobsList.refused(frame)) break;
         showError(String(frame.message || "Something went wrong."));
         break;
       default:
@@ -619,7 +668,9 @@
     connect();
   });
   document.addEventListener("visibilitychange", () => {
-    if (document.visibilityState === "visible") reconnectNow();
+    if (document.visibilityState !== "visible") return;
+    reconnectNow();
+    jobsList.refresh();
   });
 
   tokenFromFragment();

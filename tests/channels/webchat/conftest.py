@@ -13,7 +13,7 @@ from aiohttp import ClientWebSocketResponse, WSMsgType, web
 from aiohttp.test_utils import TestClient
 
 from channels.base import InboundMessage
-from channels.webchat import WebchatChannel, WebchatConfig
+from channels.webchat import ChatJobs, WebchatChannel, WebchatConfig
 from gateway.api.auth import auth_middleware
 
 #: Seconds any single wait may take before a test fails (loopback answers in milliseconds).
@@ -90,18 +90,30 @@ class Page:
 
 class MakeWebchat(Protocol):
     async def __call__(
-        self, *, token: str | None = None, start: bool = True, **config: Any
+        self,
+        *,
+        token: str | None = None,
+        start: bool = True,
+        jobs: ChatJobs | None = None,
+        **config: Any,
     ) -> Webchat: ...
 
 
 @pytest.fixture
 async def make_webchat(aiohttp_client: AiohttpClient) -> AsyncIterator[MakeWebchat]:
     """A channel with its routes on an app (behind the gateway's token middleware when
-    ``token`` is given), a test client for it, and an inbox as the handler."""
+    ``token`` is given; ``jobs`` its scheduled jobs), a test client for it, and an inbox as
+    the handler."""
     made: list[Webchat] = []
 
-    async def make(*, token: str | None = None, start: bool = True, **config: Any) -> Webchat:
-        channel = WebchatChannel(WebchatConfig.model_validate(config))
+    async def make(
+        *,
+        token: str | None = None,
+        start: bool = True,
+        jobs: ChatJobs | None = None,
+        **config: Any,
+    ) -> Webchat:
+        channel = WebchatChannel(WebchatConfig.model_validate(config), jobs=jobs)
         app = web.Application(middlewares=[auth_middleware(lambda: token)])
         channel.add_routes(app)
         inbox = Inbox()

@@ -63,6 +63,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
         "data:,",
         "/static/webchat/style.css",
         "/static/webchat/runs.js",
+        "/static/webchat/jobs.js",
         "/static/webchat/sessions.js",
         "/static/webchat/app.js",
         "#input",
@@ -77,6 +78,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     [
         ("/static/webchat/app.js", "text/javascript", "/webchat/ws"),
         ("/static/webchat/runs.js", "text/javascript", "/history"),
+        ("/static/webchat/jobs.js", "text/javascript", '"unschedule"'),
         ("/static/webchat/sessions.js", "text/javascript", "/transcript"),
         ("/static/webchat/style.css", "text/css", '.run[data-status="running"]'),
     ],
@@ -90,7 +92,7 @@ async def test_assets_are_served(
     assert needle in await response.text()
 
 
-@pytest.mark.parametrize("name", ["app.js", "runs.js"])
+@pytest.mark.parametrize("name", ["app.js", "runs.js", "jobs.js"])
 async def test_scripts_never_use_inner_html(webchat: Webchat, name: str) -> None:
     script = await (await webchat.client.get(f"/static/webchat/{name}")).text()
     assert "innerHTML" not in script

@@ -9,13 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from channels import RunUpdate
+from channels.webchat import ChatJob
 from channels.webchat.protocol import (
     MAX_TEXT_BYTES,
     RUN_TASK_CHARS,
     FrameError,
     Hello,
+    ListJobs,
+    Unschedule,
     UserText,
     error_frame,
+    jobs_frame,
     message_frame,
     parse_client_frame,
     run_frame,
@@ -50,6 +54,10 @@ def test_message_text_arrives_unchanged(text: str) -> None:
         ('{"text": "hi"}', "bad_frame"),
         (json.dumps({"type": "message", "text": "x" * (MAX_TEXT_BYTES + 1)}), "too_long"),
         ('{"type": "message", "text": "\\t"}', "empty"),
+        ('{"type": "unschedule"}', "bad_frame"),
+        ('{"type": "unschedule", "jobId": ""}', "bad_frame"),
+        ('{"type": "unschedule", "jobId": 7}', "bad_frame"),
+        (json.dumps({"type": "unschedule", "jobId": "x" * 201}), "bad_frame"),
     ],
 )
 def test_invalid_frames_name_their_problem(data: str, code: str) -> None:
@@ -119,3 +127,39 @@ def test_a_long_task_is_clipped_in_the_run_frame() -> None:
     task = json.loads(run_frame(update, 2.0))["task"]
     assert len(task) == RUN_TASK_CHARS
     assert task.endswith("…")
+
+
+def test_job_frames_are_parsed() -> None:
+    assert parse_client_frame('{"type": "jobs"}') == ListJobs()
+    assert parse_client_frame('{"type": "unschedule", "jobId": "tea-1"}') == Unschedule("tea-1")
+
+
+def test_the_jobs_frame_lists_soonest_first_with_the_documented_keys() -> None:
+    later = ChatJob("later", None, "task: b", {"every": "1h"}, 200.0, False, False)
+    sooner = ChatJob(
+        "sooner", "brief", "t", {"cron": "0 9 * * *", "timezone": "UTC"}, 100.0, True, True
+    )
+    done = ChatJob(
+        "done",
+        None,
+        "x" * (RUN_TASK_CHARS + 50),
+        {"at": "2030-01-01T09:00:00+00:00"},
+        None,
+        False,
+        False,
+    )
+    frame = json.loads(jobs_frame([done, later, sooner]))
+    assert frame["type"] == "jobs"
+    assert [job["jobId"] for job in frame["jobs"]] == ["sooner", "later", "done"]
+    assert frame["jobs"][0] == {
+        "jobId": "sooner",
+        "label": "brief",
+        "task": "t",
+        "trigger": {"cron": "0 9 * * *", "timezone": "UTC"},
+        "nextRunAt": 100.0,
+        "paused": True,
+        "declared": True,
+    }
+    assert len(frame["jobs"][2]["task"]) == RUN_TASK_CHARS
+    refused = json.loads(error_frame("job_declared", "m", job_id="sooner"))
+    assert refused == {"type": "error", "code": "job_declared", "message": "m", "jobId": "sooner"}

@@ -28,7 +28,7 @@ CHAT_B = "slack:C0999999999"
 
 
 @asynccontextmanager
-async def gateway(tmp_path: Path) -> AsyncIterator[Harness]:
+async def gateway(tmp_path: Path, database_url: str | None = None) -> AsyncIterator[Harness]:
     fake = FakeSlack(channels={"C0123456789", "C0999999999"})
     await fake.start()
     slack = SlackChannel(
@@ -44,7 +44,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Harness]:
     )
     config = {"schedules": {"maxPerChat": 2}}
     try:
-        async with running_gateway(tmp_path, config=config, channels={"slack": slack}) as gw:
+        async with running_gateway(
+            tmp_path, config=config, channels={"slack": slack}, database_url=database_url
+        ) as gw:
             yield gw
     finally:
         await fake.close()
@@ -82,6 +84,17 @@ async def test_jobs_belong_to_their_chat(tmp_path: Path) -> None:
         )
         assert (await schedule(a, action="cancel", job_id=job_id)) == {"cancelled": job_id}
         assert (await schedule(a, action="list"))["jobs"] == []
+
+
+async def test_a_job_aimed_at_another_chat_is_of_both_chats(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with gateway(tmp_path, database_url) as gw:
+        a, b = await chat(gw, CHAT_A), await chat(gw, CHAT_B)
+        created = await schedule(a, action="create", every="1h", task="task: x", to=CHAT_B)
+        for ctx in (a, b):  # created in one, aimed at the other
+            listed = await schedule(ctx, action="list")
+            assert [j["jobId"] for j in listed["jobs"]] == [created["jobId"]]
 
 
 async def test_an_agent_creates_at_most_max_per_chat_jobs(tmp_path: Path) -> None:
