@@ -53,7 +53,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
@@ -225,9 +225,20 @@ class WebchatChannel(Channel):
         client.set_run(update.run_id, run_frame(update, time.time()))
         await self._tell_others(client)
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         """Delta frames to the client's open pages while the reply to ``message`` is
-        written; the final reply's message id (made from ``reply_to``) is the turn id."""
+        written; the final reply's message id (made from ``reply_to``) is the turn id.
+
+        Nothing is recorded (``earlier`` and ``record`` go unused): growing text is not a
+        message of the client's history, and the turn id of a turn run again after a crash
+        is the same, so its frames and its final message take the same place on a page."""
         client = self._client_for(message.chat_id) if message.channel == self.name else None
         if client is None:
             return None
