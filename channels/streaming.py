@@ -48,6 +48,12 @@ class ReplyStream(abc.ABC):
     def replace(self, text: str) -> None:
         """Show ``text`` in place of everything shown so far (a tool-call status line)."""
 
+    def keep(self) -> None:
+        """The reply is in the chat already (a run of this turn before a crash sent it, in
+        the messages this stream took over): :meth:`close` leaves what is shown. Default:
+        nothing is taken back anyway."""
+        return None
+
     async def close(self) -> None:
         """The turn is over and its final message was sent (or there is none): stop showing
         the growing text. Idempotent. Default: nothing to release."""

@@ -200,6 +200,9 @@ class DiscordStream(ReplyStream):
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    def keep(self) -> None:
+        self._finished = True
+
     async def close(self) -> None:
         """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
         takes back what it showed, so no half-written message or status line stays."""

@@ -126,6 +126,8 @@ class ChatTurns:
                     origin, result.text, inbound_id, inbound.received_at
                 )
             ):
+                if stream is not None:  # in the message it streamed: that stays
+                    stream.keep()
                 return None  # the dead process posted it after writing it
             return result.text
 
@@ -207,8 +209,7 @@ class ChatTurns:
                 async with working or contextlib.nullcontext():
                     try:
                         stream = self._open_stream(channel, inbound, kind, inbound_id, streamed)
-                        live = self._conversations.streaming
-                        reply = await work(stream if live else None)
+                        reply = await work(stream)
                         reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
                         lost = SESSION_LOCK_LOST in stop.args
@@ -236,10 +237,10 @@ class ChatTurns:
         streamed: StreamedMessage | None,
     ) -> StreamedReply | None:
         """The streamed reply of a chat turn, when its chat streams and ``agent.streaming``
-        is on, or when a run of it before a crash streamed (``streamed``: the final reply
-        then edits that message, streaming or not); None for commands, turns with no
-        recorded message and chats that do not stream. What the stream posts is recorded
-        with the inbound message."""
+        is on, or when a run of it before a crash streamed (``streamed``: the turn goes on
+        in that message, streaming then whatever the setting); None for commands, turns
+        with no recorded message and chats that do not stream. What the stream posts is
+        recorded with the inbound message."""
         if channel is None or inbound is None or inbound_id is None or kind != "reply":
             return None
         if not self._conversations.streaming and streamed is None:

@@ -151,3 +151,23 @@ async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
     assert contents(fake_discord) == ["Tea reached Europe."]
     new_id = fake_discord.messages[GENERAL][0]["id"]
     assert [s.message_ids for s in again_recorded.shown] == [(new_id,)]
+
+
+async def test_a_rerun_whose_reply_was_sent_before_the_crash_leaves_it(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    first, recorded = await make_channel(), Recorded()
+    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came")
+    shown = await recorded.wait(1)
+    final = dataclasses.replace(reply("Tea came to Europe."), reply_to=RECORDED)
+    await first.channel.send(final)  # then the process dies before the turn is over
+
+    second = await make_channel()
+    again = second.channel.open_stream(inbound_in(GENERAL), RECORDED, earlier=shown)
+    assert again is not None
+    again.keep()  # the re-run found its reply in the chat
+    await again.close()
+
+    assert contents(fake_discord) == ["Tea came to Europe."]
