@@ -4,8 +4,9 @@ the turn and the client's history holds one reply, in the place of the growing t
 ``herald run`` (a subprocess, the real OpenAI provider against the fake model held
 mid-stream, :mod:`tests.faults._midstream`) sends a page the first delta frames of the
 reply; it is killed with SIGKILL. The restarted gateway runs the turn again; a page opened
-on it (as the page reconnects) is given one final reply, whose id is the turn id the
-first process's delta frames carried, so it takes the growing text's place.
+on it (as the page reconnects) is given the final reply, whose id is the turn id the first
+process's delta frames carried, so it takes the growing text's place; the client's history
+holds that one reply.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
+from channels.webchat.history import HistoryFiles
 from tests.fakes.openai import openai_server
 from tests.faults._midstream import (
     STORY,
@@ -64,9 +67,9 @@ async def test_a_reply_cut_by_kill_9_mid_stream_ends_as_one_reply(tmp_path: Path
                 await page.wait(lambda fs: bool(replies(fs)))
                 again = page.frames
             await turns_ended(tmp_path)
-            # A page opened now is given the client's whole history: every reply it holds.
-            async with webchat_page(http, second.url, CLIENT_ID) as page:
-                history = replies(page.frames)
+        # The client's history (what every page is given) holds every reply it was sent.
+        files = HistoryFiles(tmp_path / "state" / "webchat", history_size=50, runs_kept=1)
+        history = replies([orjson.loads(frame) for frame in files.load(CLIENT_ID).messages])
 
     assert len(model.requests) == 2  # the turn ran again after the restart
     assert replies(again) == [(turn_id, STORY)]
