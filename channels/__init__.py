@@ -18,7 +18,7 @@ from channels.errors import ChannelError, ChannelSendError, ChannelStartError
 from channels.leadership import AlwaysLeader, Leadership, Lease
 from channels.probe import ProbeOutcome, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 
 __all__ = [
     "AlwaysLeader",
@@ -46,4 +46,6 @@ __all__ = [
     "RunUpdate",
     "SeenKeys",
     "SentMessage",
+    "StreamRecorder",
+    "StreamedMessage",
 ]

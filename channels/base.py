@@ -17,7 +17,7 @@ from typing import Literal
 from aiohttp import web
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]
@@ -197,10 +197,19 @@ class Channel(abc.ABC):
         """
         return ProbeResult("ok", "nothing to check")
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         """A message showing the reply to ``message`` as it is written; ``reply_to`` is the
-        recorded inbound message the final reply will carry. None when this channel does
-        not stream (the default): the reply is then posted whole."""
+        recorded inbound message the final reply will carry. ``earlier``: the messages a run
+        of this turn posted before a crash (the stream takes them over); ``record`` keeps
+        the messages this stream posts (see :mod:`channels.streaming`). None when this
+        channel does not stream (the default): the reply is then posted whole."""
         return None
 
     @asynccontextmanager

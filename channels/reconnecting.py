@@ -35,7 +35,7 @@ from channels.base import (
 )
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +145,18 @@ class Reconnecting(Channel):
     async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
         return await self.inner.probe(timeout_seconds=timeout_seconds)
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         # Not connected yet: the reply is posted whole, once the outbox can send it.
         if self._retrying is not None:
             return None
-        return self.inner.open_stream(message, reply_to)
+        return self.inner.open_stream(message, reply_to, earlier=earlier, record=record)
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

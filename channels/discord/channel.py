@@ -59,7 +59,7 @@ from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import SeenKeys
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -303,9 +303,17 @@ class DiscordChannel(Channel):
             sent.append(str(posted.id))
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(sent))
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         """Post the reply to ``message`` as it is written and edit it as it grows
-        (:mod:`.streams`), unless ``streaming`` is ``off`` or the client is not running."""
+        (:mod:`.streams`; ``earlier`` are the parts a run before a crash posted), unless
+        ``streaming`` is ``off`` or the client is not running."""
         client = self._client
         if self._config.streaming == "off" or not message.chat_id.isdigit():
             return None
@@ -324,6 +332,8 @@ class DiscordChannel(Channel):
             final,
             allowed_mentions=NO_PINGS,
             on_close=self._forget_stream,
+            earlier=earlier,
+            record=record,
         )
         self._streams[reply_to] = stream
         return stream

@@ -8,6 +8,10 @@ a long reply. The final reply (the channel's :meth:`~DiscordChannel.send` of the
 whose ``reply_to`` is this stream's) edits these messages to its own text, posts the parts
 they lack and deletes streamed ones it no longer needs: one reply per turn.
 
+Once: each part's id is recorded (``record``) when it is posted. A turn run again after a
+crash opens its stream with those ids (``earlier``) and edits those messages to its own
+text; a part deleted meanwhile (404 Unknown Message) is posted anew.
+
 Showing the text as it grows is a courtesy: a failed post or edit is logged, never raised,
 and the final reply is delivered with the channel's usual errors and retries.
 """
@@ -26,7 +30,7 @@ from channels.base import OutboundMessage, SentMessage
 from channels.discord._sdk import discord
 from channels.discord.errors import send_error
 from channels.discord.format import chunk_message
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +51,25 @@ class DiscordStream(ReplyStream):
         *,
         allowed_mentions: discord.AllowedMentions,
         on_close: Callable[[DiscordStream], None],
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
         interval: float = EDIT_INTERVAL,
     ) -> None:
         """``final`` is the reply this stream becomes (its text is not used): its delivery
-        token gives each part's nonce, so a post repeated after a lost answer is one post."""
+        token gives each part's nonce, so a post repeated after a lost answer is one post.
+        ``earlier``/``record``: see the module docstring."""
         self._target = target
         self.final = final
         self._mentions = allowed_mentions
         self._on_close = on_close
         self._interval = interval
         self._text = ""
-        #: (message id, content) of each posted part, in order.
-        self.posted: list[tuple[str, str]] = []
+        #: (message id, content) of each posted part, in order; None: what a message posted
+        #: before a crash shows is not known, so it is edited whatever the text.
+        self.posted: list[tuple[str, str | None]] = []
+        if earlier is not None and earlier.chat_id == final.chat_id:
+            self.posted = [(message_id, None) for message_id in earlier.message_ids]
+        self._record = record
         #: Posts and edits made while streaming (for the bench's count of API calls).
         self.calls = 0
         self._dirty = asyncio.Event()
@@ -107,22 +118,47 @@ class DiscordStream(ReplyStream):
         for index, part in enumerate(parts):
             if index < len(self.posted):
                 message_id, shown = self.posted[index]
-                if shown != part:
+                if shown == part:
+                    continue
+                try:
                     await self._target.get_partial_message(int(message_id)).edit(
                         content=part, allowed_mentions=self._mentions
                     )
                     self._counted()
                     self.posted[index] = (message_id, part)
-                continue
-            nonce = self.final.delivery_token(index) or secrets.randbits(64)
-            posted = await self._target.send(part, allowed_mentions=self._mentions, nonce=nonce)
-            self._counted()
-            if posted.content != part.strip():
-                # Discord handed back the message an earlier process posted with this nonce
-                # (it died mid-stream): this reply takes it over.
-                await posted.edit(content=part, allowed_mentions=self._mentions)
-            self.posted.append((str(posted.id), part))
+                    continue
+                except discord.NotFound:  # deleted meanwhile: this part gets a new message
+                    self._counted()
+            await self._post(index, part)
         return [message_id for message_id, _ in self.posted[: len(parts)]]
+
+    async def _post(self, index: int, part: str) -> None:
+        """Post part ``index`` (or post again one deleted meanwhile) and record it."""
+        nonce = self.final.delivery_token(index) or secrets.randbits(64)
+        if index < len(self.posted):
+            nonce = secrets.randbits(64)  # the part's nonce may hand back the deleted one
+        posted = await self._target.send(part, allowed_mentions=self._mentions, nonce=nonce)
+        self._counted()
+        if posted.content != part.strip():
+            # Discord handed back the message an earlier process posted with this nonce
+            # (it died mid-stream before recording it): this reply takes it over.
+            await posted.edit(content=part, allowed_mentions=self._mentions)
+        if index < len(self.posted):
+            self.posted[index] = (str(posted.id), part)
+        else:
+            self.posted.append((str(posted.id), part))
+        await self._recorded()
+
+    async def _recorded(self) -> None:
+        """Keep the parts' ids (see the module docstring); a failure is only logged: the
+        nonce still finds a first part posted again soon after a crash."""
+        if self._record is None:
+            return
+        ids = tuple(message_id for message_id, _ in self.posted)
+        try:
+            await self._record(StreamedMessage(self.final.chat_id, self.final.thread_id, ids))
+        except Exception as exc:
+            log.warning("streamed Discord message not recorded: %s", exc)
 
     def _counted(self) -> None:
         self.calls += 1
@@ -163,6 +199,9 @@ class DiscordStream(ReplyStream):
             async with self._lock:  # the round in flight ends first
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    def keep(self) -> None:
+        self._finished = True
 
     async def close(self) -> None:
         """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)

@@ -75,7 +75,7 @@ from channels.slack.events import (
 from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
 from channels.slack.streams import SlackStream
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -283,9 +283,17 @@ class SlackChannel(Channel):
             raise ChannelSendError(f"{self.name}: not started", retryable=True)
         return await lookup(client, poster, message, since)
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         """Show the reply to ``message`` as it is written (:mod:`.streams`): natively in a
-        thread, by edits elsewhere, as ``streaming`` says; None when ``off`` or not started."""
+        thread, by edits elsewhere, as ``streaming`` says (by edits of ``earlier``, the
+        message a run before a crash posted); None when ``off`` or not started."""
         client, poster, setting = self._client, self._poster, self._config.streaming
         if client is None or poster is None or setting == "off" or message.channel != self.name:
             return None
@@ -311,6 +319,8 @@ class SlackChannel(Channel):
             fallback=setting == "auto",
             on_refused=self._native_refused,
             on_close=self._forget_stream,
+            earlier=earlier,
+            record=record,
         )
         self._streams[reply_to] = stream
         return stream

@@ -17,6 +17,12 @@ the stream falls back to edit and the channel stops asking for native.
 The final reply (the channel's send of the message whose ``reply_to`` is this stream's)
 goes through :meth:`SlackStream.finish`: one reply per turn. Showing text as it grows is a
 courtesy: a failed update is logged, never raised.
+
+Once: the message's ``ts`` is recorded (``record``) when it is first posted. A turn run
+again after a crash opens its stream with it (``earlier``) and goes on by edits of that
+message (a native stream cannot be taken over; the dead process's is stopped first, in case
+Slack has not ended it yet); a message deleted meanwhile (``message_not_found``) is posted
+anew.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import OutboundMessage, SentMessage
 from channels.slack.delivery import Poster, announce_metadata, send_error
 from channels.slack.format import split_text, to_mrkdwn
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +65,13 @@ class SlackStream(ReplyStream):
         fallback: bool,
         on_refused: Callable[[], None],
         on_close: Callable[[SlackStream], None],
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
         interval: float = UPDATE_INTERVAL,
     ) -> None:
         """``recipient`` (user id, team id) is who reads a native stream in a channel;
-        ``fallback``: when Slack refuses native, go on by edits (``auto``)."""
+        ``fallback``: when Slack refuses native, go on by edits (``auto``);
+        ``earlier``/``record``: see the module docstring."""
         self._client = client
         self._poster = poster
         self.final = final
@@ -76,9 +85,21 @@ class SlackStream(ReplyStream):
         #: Native: the helper, and the text whose growth was appended so far.
         self._native: AsyncChatStream | None = None
         self._basis = ""
-        #: The message showing the reply (its ts) and what it shows.
+        #: The message showing the reply (its ts) and what it shows (None: not known, a
+        #: message posted before a crash).
         self.ts: str | None = None
-        self._shown = ""
+        self._shown: str | None = ""
+        self._record = record
+        #: A message a run before a crash posted, maybe still a native stream: stop it
+        #: before the first edit.
+        self._stale = False
+        if earlier is not None and earlier.chat_id == final.chat_id and earlier.message_ids:
+            self.mode, self.ts, self._shown, self._stale = (
+                "edit",
+                earlier.message_ids[0],
+                None,
+                True,
+            )
         self.calls = 0
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -152,22 +173,56 @@ class SlackStream(ReplyStream):
         if piece:
             await self._native.append(markdown_text=piece)
             self._counted()
+            first = self.ts is None
             self.ts = self._native.ts
+            if first:
+                await self._recorded()
 
     async def _show_edit(self, text: str) -> None:
         chunks = split_text(to_mrkdwn(text), self._poster.chunk_limit)
         shown = chunks[0] + (MORE if len(chunks) > 1 else "")
         if shown == self._shown:
             return
+        if self.ts is not None:
+            await self._end_stale()
+            try:
+                await self._client.chat_update(channel=self.final.chat_id, ts=self.ts, text=shown)
+            except SlackApiError as exc:
+                if not _gone(exc):
+                    raise
+                self.ts = None  # deleted meanwhile: posted anew below
         if self.ts is None:
             response = await self._client.chat_postMessage(
                 channel=self.final.chat_id, text=shown, thread_ts=self.final.thread_id
             )
             self.ts = str(response.get("ts") or "")
-        else:
-            await self._client.chat_update(channel=self.final.chat_id, ts=self.ts, text=shown)
+            await self._recorded()
         self._counted()
         self._shown = shown
+
+    async def _end_stale(self) -> None:
+        """Stop the native stream a dead process may have left open on the message taken
+        over (an edit of a message still streaming may be refused); its error (not a
+        stream, or ended already) is the common case and ignored."""
+        if not self._stale or self.ts is None:
+            return
+        self._stale = False
+        try:
+            await self._client.chat_stopStream(channel=self.final.chat_id, ts=self.ts)
+            self._counted()
+        except SlackApiError:
+            pass
+
+    async def _recorded(self) -> None:
+        """Keep the message's ts (see the module docstring); a failure is only logged."""
+        if self._record is None or self.ts is None:
+            return
+        try:
+            await self._record(
+                StreamedMessage(self.final.chat_id, self.final.thread_id, (self.ts,))
+            )
+        except Exception as exc:
+            log.warning("streamed Slack message not recorded: %s", exc)
 
     def _counted(self) -> None:
         self.calls += 1
@@ -188,16 +243,24 @@ class SlackStream(ReplyStream):
             if self._native is not None:
                 await self._native.stop()
                 self._native = None
+            await self._end_stale()
             ids = [self.ts]
             # Always updated once: the reply's metadata (what finds it after a crash, as for
             # a reply posted whole) goes on with the final text.
-            await self._client.chat_update(
-                channel=message.chat_id,
-                ts=self.ts,
-                text=chunks[0] if chunks else self._shown,
-                metadata=announce_metadata(message, 0, len(chunks)),
-            )
-            for part, chunk in enumerate(chunks[1:], start=1):
+            try:
+                await self._client.chat_update(
+                    channel=message.chat_id,
+                    ts=self.ts,
+                    text=chunks[0] if chunks else self._shown or "",
+                    metadata=announce_metadata(message, 0, len(chunks)),
+                )
+            except SlackApiError as exc:
+                if not _gone(exc):
+                    raise
+                gone = True  # deleted meanwhile: the reply is posted whole, below
+            else:
+                gone = False
+            for part, chunk in enumerate([] if gone else chunks[1:], start=1):
                 response = await self._client.chat_postMessage(
                     channel=message.chat_id,
                     text=chunk,
@@ -207,6 +270,8 @@ class SlackStream(ReplyStream):
                 ids.append(str(response.get("ts") or ""))
         except Exception as exc:
             raise send_error("chat.update", exc) from exc
+        if gone:
+            return await self._poster.post(message)
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(ids))
 
     async def _stop_writing(self) -> None:
@@ -218,6 +283,9 @@ class SlackStream(ReplyStream):
             async with self._lock:
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    def keep(self) -> None:
+        self._finished = True
 
     async def close(self) -> None:
         """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
@@ -235,3 +303,9 @@ class SlackStream(ReplyStream):
                 await self._client.chat_delete(channel=self.final.chat_id, ts=self.ts)
         except Exception as exc:
             log.info("slack: streamed message not taken back: %s", send_error("chat.delete", exc))
+
+
+def _gone(exc: SlackApiError) -> bool:
+    """Whether Slack refused an update because the message is no longer there."""
+    data = getattr(exc.response, "data", None)
+    return isinstance(data, dict) and data.get("error") == "message_not_found"

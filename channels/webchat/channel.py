@@ -55,7 +55,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.errors import ChannelSendError
-from channels.streaming import ReplyStream
+from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
@@ -68,6 +68,7 @@ from channels.webchat.protocol import (
     Hello,
     MessageKind,
     UserText,
+    delta_frame,
     error_frame,
     message_frame,
     parse_client_frame,
@@ -75,8 +76,8 @@ from channels.webchat.protocol import (
     typing_frame,
     valid_client_id,
 )
-from channels.webchat.relay import Relay
-from channels.webchat.streams import WebchatStream
+from channels.webchat.relay import Relay, RelayedDelta
+from channels.webchat.streams import RelayFeed, WebchatStream
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class WebchatChannel(Channel):
         self._assets = load_assets()
         #: Replies being written, by turn id (the final reply's message id).
         self._streams: dict[str, WebchatStream] = {}
+        #: In a cluster: the tasks relaying those replies to the other replicas.
+        self._feeds: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -164,7 +167,7 @@ class WebchatChannel(Channel):
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
         if self._relay is not None:
-            await self._relay.start(self._on_relay)
+            await self._relay.start(self._on_relay, self._on_delta)
         self._started = True
         self._stopped = False
         log.info("web chat ready", extra={"path": SOCKET_PATH})
@@ -172,6 +175,10 @@ class WebchatChannel(Channel):
     async def stop(self) -> None:
         """Close every open page with 1001 (going away). Idempotent."""
         self._stopped = True
+        feeds, self._feeds = list(self._feeds), set()
+        for task in feeds:
+            task.cancel()
+        await asyncio.gather(*feeds, return_exceptions=True)
         if self._relay is not None:
             await self._relay.stop()
         await self._close_all()
@@ -233,9 +240,20 @@ class WebchatChannel(Channel):
         client.set_run(update.run_id, run_frame(update, time.time()))
         await self._tell_others(client)
 
-    def open_stream(self, message: InboundMessage, reply_to: str) -> ReplyStream | None:
+    def open_stream(
+        self,
+        message: InboundMessage,
+        reply_to: str,
+        *,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> ReplyStream | None:
         """Delta frames to the client's open pages while the reply to ``message`` is
-        written; the final reply's message id (made from ``reply_to``) is the turn id."""
+        written; the final reply's message id (made from ``reply_to``) is the turn id.
+
+        Nothing is recorded (``earlier`` and ``record`` go unused): growing text is not a
+        message of the client's history, and the turn id of a turn run again after a crash
+        is the same, so its frames and its final message take the same place on a page."""
         client = self._client_for(message.chat_id) if message.channel == self.name else None
         if client is None:
             return None
@@ -250,7 +268,11 @@ class WebchatChannel(Channel):
         turn_id = _traced_message_id(final)
         if turn_id is None:
             return None
-        stream = self._streams[turn_id] = WebchatStream(client, turn_id, self._forget_stream)
+        feed = None
+        if self._relay is not None:
+            feed = RelayFeed(self._relay, client.client_id, turn_id, self._feeds)
+        stream = WebchatStream(client, turn_id, self._forget_stream, feed)
+        self._streams[turn_id] = stream
         return stream
 
     def _forget_stream(self, stream: WebchatStream) -> None:
@@ -309,6 +331,28 @@ class WebchatChannel(Channel):
         for client in clients:
             if client.connections:
                 client.refresh()
+
+    async def _on_delta(self, delta: RelayedDelta) -> None:
+        """Another replica is writing a reply for ``delta.client_id``: pages open here show
+        it. A piece that does not follow what this replica has (a notice missed) is not
+        shown, nor are those after it: the final reply takes the growing text's place."""
+        if delta.client_id not in self._clients or not valid_client_id(delta.client_id):
+            return  # no page of it here; a page opened later gets the final reply
+        client = self._clients.get(delta.client_id)
+        turn_id = delta.turn_id
+        if delta.end:  # (its final reply, if any, dropped the growing text already)
+            client.streams.pop(turn_id, None)
+            client.broadcast(delta_frame(turn_id, "", end=True))
+            return
+        if client.has_message(turn_id):
+            return  # its final reply is shown already
+        shown = client.streams.get(turn_id)
+        if delta.reset or delta.at == 0:  # a turn begun (or run again after a crash)
+            client.streams[turn_id] = delta.text
+            client.broadcast(delta_frame(turn_id, delta.text, reset=True))
+        elif shown is not None and len(shown) == delta.at:
+            client.streams[turn_id] = shown + delta.text
+            client.broadcast(delta_frame(turn_id, delta.text))
 
     def _record(
         self,

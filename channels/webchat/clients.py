@@ -75,8 +75,12 @@ class ClientState:
         known = {_id_of(frame) for frame in self.history}
         new = 0
         for frame in loaded.messages:
-            if _id_of(frame) not in known:
+            if (ident := _id_of(frame)) not in known:
                 self.history.append(frame)
+                if isinstance(ident, str):
+                    # A final reply takes its growing text's place (relayed by the replica
+                    # that wrote it, whose end notice never comes if it died).
+                    self.streams.pop(ident, None)
                 self.broadcast(frame)
                 new += 1
         for run_id, frame in loaded.runs.items():

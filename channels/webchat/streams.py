@@ -9,6 +9,14 @@ the eye can follow. A page that opens while a
 turn is being written gets the text so far (:meth:`ClientState.attach` replays it), and one
 where the turn ended without a reply of that id (stopped, or nothing to say) drops the
 growing text at the ``end`` frame.
+
+In a cluster the client's pages may be open on other replicas too. The stream then also
+publishes its text through the :class:`~channels.webchat.relay.Relay` (:class:`RelayFeed`),
+at most once every :data:`RELAY_INTERVAL` seconds, each notice carrying only what is new
+since the last (the text so far would outgrow a notice, and cost its square in bytes); the
+replicas holding a page of the client show it (:meth:`WebchatChannel._on_delta`). Nothing
+is relayed once the final reply is sent (it reaches those pages as every message does);
+an ``end`` notice follows.
 """
 
 from __future__ import annotations
@@ -17,25 +25,114 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from channels.errors import ChannelSendError
 from channels.streaming import ReplyStream
 from channels.webchat.clients import ClientState
 from channels.webchat.protocol import delta_frame
+from channels.webchat.relay import Relay, RelayedDelta
 
 log = logging.getLogger(__name__)
 
 #: Seconds between delta frames of one reply after its first (20 a second: smooth to the
 #: eye, and a tenth of the frames of one per token for a fast model).
 FRAME_INTERVAL = 0.05
+#: Seconds between a reply's notices to the other replicas after its first (4 a second:
+#: every notice is a database round trip and a wake-up of every replica).
+RELAY_INTERVAL = 0.25
+
+
+class RelayFeed:
+    """One turn's text, relayed to the other replicas (see the module docstring): one task
+    publishes in order, at most once an interval, what gathered meanwhile."""
+
+    def __init__(
+        self, relay: Relay, client_id: str, turn_id: str, tasks: set[asyncio.Task[None]]
+    ) -> None:
+        """``tasks``: the channel's, so that stopping it ends this feed's task."""
+        self._relay = relay
+        self._client_id = client_id
+        self._turn_id = turn_id
+        self._tasks = tasks
+        self._pending = ""
+        self._reset = False
+        #: The length of the text the other replicas were told of.
+        self._told = 0
+        self._final = False
+        self._ended = False
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.notices = 0
+
+    def __repr__(self) -> str:
+        return f"<RelayFeed {self._turn_id} notices={self.notices}>"
+
+    def add(self, text: str, *, reset: bool) -> None:
+        """More text (``reset``: in place of all before), relayed at the next turn."""
+        if self._final:
+            return
+        if reset:
+            self._pending, self._reset = text, True
+        else:
+            self._pending += text
+        self._kick()
+
+    def final(self) -> None:
+        """The final reply is being sent: nothing more is relayed but the end."""
+        self._final = True
+        self._pending, self._reset = "", False
+
+    def end(self) -> None:
+        """The turn is over: tell the others (if they heard of it at all)."""
+        self._final = self._ended = True
+        self._pending, self._reset = "", False
+        if self._task is not None:
+            self._dirty.set()
+
+    def _kick(self) -> None:
+        self._dirty.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="webchat-relay-feed")
+            self._tasks.add(self._task)
+            self._task.add_done_callback(self._tasks.discard)
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if self._pending or self._reset:
+                text, reset = self._pending, self._reset
+                self._pending, self._reset = "", False
+                at = 0 if reset else self._told
+                self._told = at + len(text)
+                await self._publish(RelayedDelta(self._client_id, self._turn_id, at, text, reset))
+            if self._ended:
+                end = RelayedDelta(self._client_id, self._turn_id, self._told, "", end=True)
+                await self._publish(end)
+                return
+            await asyncio.sleep(RELAY_INTERVAL)
+
+    async def _publish(self, delta: RelayedDelta) -> None:
+        try:
+            await self._relay.publish_delta(delta)
+            self.notices += 1
+        except ChannelSendError as exc:  # a courtesy: the final reply reaches them anyway
+            log.info("web chat: streamed text not relayed: %s", exc)
 
 
 class WebchatStream(ReplyStream):
     """One turn's streamed reply on one client's pages."""
 
     def __init__(
-        self, client: ClientState, turn_id: str, on_close: Callable[[WebchatStream], None]
+        self,
+        client: ClientState,
+        turn_id: str,
+        on_close: Callable[[WebchatStream], None],
+        feed: RelayFeed | None = None,
     ) -> None:
+        """``feed``: in a cluster, what relays the text to the other replicas' pages."""
         self._client = client
         self._on_close = on_close
+        self._feed = feed
         self.turn_id = turn_id
         self._pending = ""
         self._reset = False
@@ -84,10 +181,15 @@ class WebchatStream(ReplyStream):
         self._client.streams[self.turn_id] = shown
         self.frames += 1
         self._client.broadcast(delta_frame(self.turn_id, text, reset=reset))
+        if self._feed is not None:
+            self._feed.add(text, reset=reset)
 
     def flush(self) -> None:
-        """Show what is pending now: the final reply is about to follow it."""
+        """Show what is pending now: the final reply is about to follow it (and reaches
+        other replicas' pages by itself: nothing more is relayed)."""
         self._flush()
+        if self._feed is not None:
+            self._feed.final()
 
     async def close(self) -> None:
         if self._closed:
@@ -97,3 +199,5 @@ class WebchatStream(ReplyStream):
         self._on_close(self)
         self._client.streams.pop(self.turn_id, None)
         self._client.broadcast(delta_frame(self.turn_id, "", end=True))
+        if self._feed is not None:
+            self._feed.end()

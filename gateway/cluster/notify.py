@@ -4,7 +4,9 @@ another replica executes, and runs that ended.
 
 A notice names what changed (a topic and a reference: a web chat client, a run id), never
 the change itself: payloads are limited to 8,000 bytes and a message is not, and what
-changed is in the shared state directory or database anyway. Each replica LISTENs on one
+changed is in the shared state directory or database anyway. The one exception is a web
+chat reply being written (:data:`WEBCHAT_DELTA`): its new text is nowhere else, so it
+travels in the notice, split to fit (:func:`delta_notices`). Each replica LISTENs on one
 dedicated connection for every topic; when that connection is lost it is opened again
 (with backoff, at most ``poll`` seconds apart) and, once it listens again, every topic's
 handler is called with None (what was notified meanwhile is looked up again). Notices carry
@@ -24,7 +26,7 @@ import orjson
 import psycopg
 
 from channels import ChannelSendError
-from channels.webchat.relay import ChangeHandler
+from channels.webchat.relay import ChangeHandler, DeltaHandler, RelayedDelta
 from gateway.backoff import backoff
 from gateway.cluster.connection import connect, describe
 from gateway.constants import CLUSTER_POLL_SECONDS
@@ -37,6 +39,12 @@ CHANNEL: Final = "herald_notices"
 RECONNECT_FIRST_SECONDS: Final = 0.2
 #: The web chat's topic: a client whose history file grew.
 WEBCHAT: Final = "webchat"
+#: The web chat's reply text as it is written (:class:`channels.webchat.relay.RelayedDelta`).
+WEBCHAT_DELTA: Final = "webchat-delta"
+#: The most bytes a delta notice's reference may take, JSON-escaped: PostgreSQL refuses
+#: payloads of 8,000 bytes or more, and the rest of the notice (schema, replica id, topic)
+#: takes a few hundred at most.
+DELTA_REF_BYTES: Final = 7000
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
 #: Hears a topic's reference from another replica, or None after a gap in the notices.
@@ -176,12 +184,28 @@ class PgWebchatRelay:
     def __repr__(self) -> str:
         return f"<PgWebchatRelay on {self._notices!r}>"
 
-    async def start(self, on_change: ChangeHandler) -> None:
+    async def start(self, on_change: ChangeHandler, on_delta: DeltaHandler) -> None:
+        async def heard(ref: str | None) -> None:
+            delta = None if ref is None else decode_delta(ref)
+            if delta is not None:  # None: a gap, made good by the final reply
+                await on_delta(delta)
+
         await self._notices.subscribe(WEBCHAT, on_change)
+        await self._notices.subscribe(WEBCHAT_DELTA, heard)
         await self._notices.start()
 
     async def stop(self) -> None:
         self._notices.unsubscribe(WEBCHAT)
+        self._notices.unsubscribe(WEBCHAT_DELTA)
+
+    async def publish_delta(self, delta: RelayedDelta) -> None:
+        try:
+            for ref in delta_notices(delta):
+                await self._notices.publish(WEBCHAT_DELTA, ref)
+        except NoticeSendError as exc:
+            raise ChannelSendError(
+                f"web chat: the other replicas could not be told: {exc}", retryable=True
+            ) from exc
 
     async def publish(self, client_id: str) -> None:
         try:
@@ -190,6 +214,56 @@ class PgWebchatRelay:
             raise ChannelSendError(
                 f"web chat: the other replicas could not be told: {exc}", retryable=True
             ) from exc
+
+
+def delta_notices(delta: RelayedDelta) -> list[str]:
+    """The references of the notices carrying ``delta``: one, or its text split in halves
+    until each fits :data:`DELTA_REF_BYTES` (a reply the model sent whole, unstreamed, can
+    be longer than a notice), each piece with its own ``at``."""
+    ref = _encode_delta(delta)
+    if len(orjson.dumps(ref)) <= DELTA_REF_BYTES or len(delta.text) < 2:
+        return [ref]
+    half = len(delta.text) // 2
+    first = RelayedDelta(
+        delta.client_id, delta.turn_id, delta.at, delta.text[:half], reset=delta.reset
+    )
+    rest = RelayedDelta(
+        delta.client_id,
+        delta.turn_id,
+        (0 if delta.reset else delta.at) + half,
+        delta.text[half:],
+        end=delta.end,
+    )
+    return delta_notices(first) + delta_notices(rest)
+
+
+def _encode_delta(delta: RelayedDelta) -> str:
+    note = {"c": delta.client_id, "u": delta.turn_id, "a": delta.at, "x": delta.text}
+    if delta.reset:
+        note["r"] = 1
+    if delta.end:
+        note["e"] = 1
+    return orjson.dumps(note).decode()
+
+
+def decode_delta(ref: str) -> RelayedDelta | None:
+    """The delta a notice carries; None for one this version cannot read."""
+    try:
+        note = orjson.loads(ref)
+        delta = RelayedDelta(
+            client_id=note["c"],
+            turn_id=note["u"],
+            at=note["a"],
+            text=note["x"],
+            reset=bool(note.get("r")),
+            end=bool(note.get("e")),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    fields = (delta.client_id, delta.turn_id, delta.text)
+    if not all(isinstance(f, str) for f in fields) or not isinstance(delta.at, int):
+        return None
+    return delta
 
 
 async def _schema(conn: Connection) -> str:

@@ -60,6 +60,10 @@ class StreamedReply:
         except Exception:
             logger.exception("tool status not shown")
 
+    def keep(self) -> None:
+        """The reply is in the chat already: closing takes nothing back."""
+        self._stream.keep()
+
     async def close(self) -> None:
         try:
             await self._stream.close()

@@ -62,7 +62,9 @@ class InboundReplay:
             )
         for record in records:
             written = await self._in_transcript(record)
-            await self._router.route(record.message, record.inbound_id, resume=written)
+            await self._router.route(
+                record.message, record.inbound_id, resume=written, streamed=record.streamed
+            )
 
     async def _in_transcript(self, record: InboundRecord) -> bool:
         """Whether the message's turn wrote it to its session's transcript already."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from channels import InboundMessage
+from channels import InboundMessage, StreamedMessage
 from gateway.agent import DISK_FULL_REPLY
 from gateway.delivery import Replier
 from gateway.reload import SettingsHolder
@@ -68,10 +68,16 @@ class Router:
         await self.route(message, inbound_id)
 
     async def route(
-        self, message: InboundMessage, inbound_id: str | None, *, resume: bool = False
+        self,
+        message: InboundMessage,
+        inbound_id: str | None,
+        *,
+        resume: bool = False,
+        streamed: StreamedMessage | None = None,
     ) -> None:
         """Route ``message`` (its ``inbound`` row: ``inbound_id``) and queue its turn; with
-        ``resume``, the end of its turn the transcript already began."""
+        ``resume``, the end of its turn the transcript already began; ``streamed``, the
+        message a run of it before a crash streamed its reply in."""
         try:
             key = self.session_key(message)
         except SessionError as exc:
@@ -83,7 +89,7 @@ class Router:
             session = await self._store.ensure(key, origin=origin)
             if session.origin != origin:  # replies and announces follow the latest place
                 session = await self._store.set_origin(session.key, origin)
-            queued = await self._dispatch(session, origin, message, inbound_id, resume)
+            queued = await self._dispatch(session, origin, message, inbound_id, resume, streamed)
         except (OSError, DiskFullError) as exc:
             if not is_out_of_space(exc):
                 raise
@@ -123,6 +129,7 @@ class Router:
         message: InboundMessage,
         inbound_id: str | None,
         resume: bool,
+        streamed: StreamedMessage | None = None,
     ) -> bool:
         """Run the message's chat command, or queue its turn; whether a turn was queued."""
         command = parse_command(message.text)
@@ -140,12 +147,16 @@ class Router:
         if resume and inbound_id is not None:
             ident = inbound_id
             return await self._queue(
-                session, origin, lambda: self._turns.submit_resume(session, message, ident)
+                session,
+                origin,
+                lambda: self._turns.submit_resume(session, message, ident, streamed=streamed),
             )
         return await self._queue(
             session,
             origin,
-            lambda: self._turns.submit_turn(session, message.text, message, inbound_id),
+            lambda: self._turns.submit_turn(
+                session, message.text, message, inbound_id, streamed=streamed
+            ),
         )
 
     async def _queue(

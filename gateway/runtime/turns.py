@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
-from channels import Channel, InboundMessage, OutboundKind
+from channels import Channel, InboundMessage, OutboundKind, StreamedMessage
 from gateway.agent import Conversations
 from gateway.constants import SESSION_LOCK_LOST
 from gateway.delivery import Replier, StreamedReply
@@ -85,9 +85,12 @@ class ChatTurns:
         text: str,
         inbound: InboundMessage | None = None,
         inbound_id: str | None = None,
+        *,
+        streamed: StreamedMessage | None = None,
     ) -> JobHandle[None]:
         """Queue a turn of ``session`` with ``text`` as the user's message; ``inbound_id``
-        (the message's row in ``inbound``) is written with it and is handled once it ends.
+        (the message's row in ``inbound``) is written with it and is handled once it ends;
+        ``streamed``: the message a run of it before a crash streamed its reply in.
 
         Raises ``LaneFullError`` when too many turns wait and ``LaneClosed`` once the
         gateway is stopping: the caller tells the person.
@@ -99,10 +102,15 @@ class ChatTurns:
         def work(stream: StreamedReply | None) -> Awaitable[str | None]:
             return self.run_turn(key, text, origin, meta, stream)
 
-        return self._submit(key, work, inbound, "reply", inbound_id)
+        return self._submit(key, work, inbound, "reply", inbound_id, streamed)
 
     def submit_resume(
-        self, session: SessionRecord, inbound: InboundMessage, inbound_id: str
+        self,
+        session: SessionRecord,
+        inbound: InboundMessage,
+        inbound_id: str,
+        *,
+        streamed: StreamedMessage | None = None,
     ) -> JobHandle[None]:
         """Queue the end of the turn that wrote ``inbound`` to the transcript before the
         gateway died: its recorded reply, else the model goes on. Raises as
@@ -118,10 +126,12 @@ class ChatTurns:
                     origin, result.text, inbound_id, inbound.received_at
                 )
             ):
+                if stream is not None:  # in the message it streamed: that stays
+                    stream.keep()
                 return None  # the dead process posted it after writing it
             return result.text
 
-        return self._submit(key, work, inbound, "reply", inbound_id)
+        return self._submit(key, work, inbound, "reply", inbound_id, streamed)
 
     def submit_command(
         self,
@@ -142,9 +152,10 @@ class ChatTurns:
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None = None,
+        streamed: StreamedMessage | None = None,
     ) -> JobHandle[None]:
         handle = self._session_lane.submit(
-            lambda: self._turn(key, work, inbound, kind, inbound_id), key=key
+            lambda: self._turn(key, work, inbound, kind, inbound_id, streamed), key=key
         )
         self._prune()
         self._turns[key].add(handle)
@@ -162,9 +173,10 @@ class ChatTurns:
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
+        streamed: StreamedMessage | None,
     ) -> None:
         try:
-            await self._answer(key, work, inbound, kind, inbound_id)
+            await self._answer(key, work, inbound, kind, inbound_id, streamed)
         finally:
             if inbound_id is not None:
                 await asyncio.shield(self._handled(inbound_id))
@@ -185,6 +197,7 @@ class ChatTurns:
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
+        streamed: StreamedMessage | None,
     ) -> None:
         reply: str | None
         reply_to: str | None = None
@@ -195,7 +208,7 @@ class ChatTurns:
                 working = channel.working(inbound) if channel and inbound else None
                 async with working or contextlib.nullcontext():
                     try:
-                        stream = self._open_stream(channel, inbound, kind, inbound_id)
+                        stream = self._open_stream(channel, inbound, kind, inbound_id, streamed)
                         reply = await work(stream)
                         reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
@@ -221,14 +234,24 @@ class ChatTurns:
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
+        streamed: StreamedMessage | None,
     ) -> StreamedReply | None:
         """The streamed reply of a chat turn, when its chat streams and ``agent.streaming``
-        is on; None for commands, turns with no recorded message and chats that do not."""
+        is on, or when a run of it before a crash streamed (``streamed``: the turn goes on
+        in that message, streaming then whatever the setting); None for commands, turns
+        with no recorded message and chats that do not stream. What the stream posts is
+        recorded with the inbound message."""
         if channel is None or inbound is None or inbound_id is None or kind != "reply":
             return None
-        if not self._conversations.streaming:
+        if not self._conversations.streaming and streamed is None:
             return None
-        stream = channel.open_stream(inbound, inbound_id)
+        journal = self._journal
+
+        async def record(shown: StreamedMessage) -> None:
+            if journal is not None:
+                await journal.streamed(inbound_id, shown)
+
+        stream = channel.open_stream(inbound, inbound_id, earlier=streamed, record=record)
         return StreamedReply(stream) if stream is not None else None
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:

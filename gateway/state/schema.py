@@ -69,6 +69,11 @@ Version 14 keeps scheduled jobs (``schedule_jobs``: trigger, target, next fire t
 and failure count), each job's occurrences (``schedule_occurrences``: ``ran``, ``missed`` or
 ``skipped``, one row per due time) and, on a run an occurrence started, ``runs.job_id`` and
 ``runs.occurrence_at``: one run per job and due time, ever (a unique index).
+
+Version 15 keeps, with a chat message whose turn has not ended, the message its reply is
+being streamed in (``inbound.streamed``: a JSON object of its chat, thread and message ids,
+written when first posted), so a turn run again after a crash edits that message instead
+of posting a second reply.
 """
 
 from __future__ import annotations
@@ -414,6 +419,10 @@ _V14: Final = (
     "CREATE UNIQUE INDEX runs_occurrence ON runs (job_id, occurrence_at) WHERE job_id IS NOT NULL",
 )
 
+#: The chat message a turn's reply is streamed in, kept with its inbound message (both go
+#: when the turn ended): a re-run after a crash edits it (``channels.StreamedMessage``).
+_V15: Final = ("ALTER TABLE inbound ADD COLUMN streamed TEXT",)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -429,5 +438,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V12,
     _V13,
     _V14,
+    _V15,
 )
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -10,6 +10,7 @@ import itertools
 from channels.discord.streams import EDIT_INTERVAL, DiscordStream
 from tests.channels.discord.conftest import GENERAL, MakeChannel
 from tests.channels.discord.test_channel import inbound_in, reply
+from tests.channels.recording import Recorded
 from tests.fakes.discord import FakeDiscord
 
 RECORDED = "inbound-row-42"
@@ -101,3 +102,69 @@ async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
 
     assert contents(fake_discord) == []
     assert len(fake_discord.deleted_messages[GENERAL]) == 1
+
+
+async def test_a_rerun_edits_the_message_recorded_at_its_first_post(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    fake_discord.nonce_window = 0.0  # the nonce finds nothing: only the record can
+    first, recorded = await make_channel(), Recorded()
+    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came")
+    shown = await recorded.wait(1)
+    assert shown.message_ids == (fake_discord.messages[GENERAL][0]["id"],)
+    # The process dies here; the next one runs the turn again with what was recorded.
+
+    second = await make_channel()
+    again = second.channel.open_stream(inbound_in(GENERAL), RECORDED, earlier=shown)
+    assert again is not None
+    final = dataclasses.replace(reply("Tea reached Europe."), reply_to=RECORDED)
+    sent = await second.channel.send(final)
+    await again.close()
+
+    assert contents(fake_discord) == ["Tea reached Europe."]
+    assert len(fake_discord.posted[GENERAL]) == 1
+    assert sent.message_ids == shown.message_ids
+
+
+async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    first, recorded = await make_channel(), Recorded()
+    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came")
+    await recorded.wait(1)
+    fake_discord.messages[GENERAL].clear()  # someone deleted it meanwhile
+
+    second, again_recorded = await make_channel(), Recorded()
+    again = second.channel.open_stream(
+        inbound_in(GENERAL), RECORDED, earlier=recorded.shown[0], record=again_recorded
+    )
+    assert again is not None
+    await second.channel.send(dataclasses.replace(reply("Tea reached Europe."), reply_to=RECORDED))
+    await again.close()
+
+    assert contents(fake_discord) == ["Tea reached Europe."]
+    new_id = fake_discord.messages[GENERAL][0]["id"]
+    assert [s.message_ids for s in again_recorded.shown] == [(new_id,)]
+
+
+async def test_a_rerun_whose_reply_was_sent_before_the_crash_leaves_it(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
+    first, recorded = await make_channel(), Recorded()
+    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came to Europe.")
+    shown = await recorded.wait(1)
+    # The process sent the reply (this text), then died before the turn was over.
+
+    second = await make_channel()
+    again = second.channel.open_stream(inbound_in(GENERAL), RECORDED, earlier=shown)
+    assert again is not None
+    again.keep()  # the re-run found its reply in the chat
+    await again.close()
+
+    assert contents(fake_discord) == ["Tea came to Europe."]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from channels import StreamedMessage
 from channels.base import InboundMessage, OutboundMessage
 from channels.slack.streams import UPDATE_INTERVAL, SlackStream
+from tests.channels.recording import Recorded
 from tests.channels.slack.conftest import MakeChannel
 from tests.fakes.slack import FakeSlack
 
@@ -145,3 +147,74 @@ async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
 
     assert bot_texts(fake_slack) == []
     assert any(c.method == "chat.delete" for c in fake_slack.calls)
+
+
+async def test_a_rerun_edits_the_native_stream_recorded_at_its_first_post(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    first, _ = await make_channel()
+    recorded = Recorded()
+    stream = first.open_stream(asked(), RECORDED, record=recorded)
+    assert isinstance(stream, SlackStream)
+    stream.append("Tea came")
+    shown = await recorded.wait(1)
+    assert shown == StreamedMessage("C1", THREAD, (stream.ts or "",))
+    # The process dies here, its native stream still open; the next one runs the turn
+    # again with what was recorded.
+
+    second, _ = await make_channel()
+    again = second.open_stream(asked(), RECORDED, earlier=shown)
+    assert isinstance(again, SlackStream)
+    sent = await second.send(final("Tea reached Europe."))
+    await again.close()
+
+    assert bot_texts(fake_slack) == ["Tea reached Europe."]
+    assert sent.message_ids == shown.message_ids
+    assert fake_slack.open_streams == {}  # the dead process's stream was ended
+    assert len(fake_slack.calls_to("chat.startStream")) == 1
+    assert not fake_slack.calls_to("chat.postMessage")
+
+
+async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    first, _ = await make_channel(streaming="edit")
+    recorded = Recorded()
+    stream = first.open_stream(asked(), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came")
+    shown = await recorded.wait(1)
+    fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
+
+    second, _ = await make_channel(streaming="edit")
+    again_recorded = Recorded()
+    again = second.open_stream(asked(), RECORDED, earlier=shown, record=again_recorded)
+    assert again is not None
+    again.append("Tea reached")
+    new = await again_recorded.wait(1)
+    sent = await second.send(final("Tea reached Europe."))
+    await again.close()
+
+    assert bot_texts(fake_slack) == ["Tea reached Europe."]
+    assert new.message_ids != shown.message_ids
+    assert sent.message_ids == new.message_ids
+
+
+async def test_a_rerun_that_shows_nothing_still_makes_the_recorded_message_its_reply(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    first, _ = await make_channel(streaming="edit")
+    recorded = Recorded()
+    stream = first.open_stream(asked(), RECORDED, record=recorded)
+    assert stream is not None
+    stream.append("Tea came")
+    shown = await recorded.wait(1)
+    fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
+
+    second, _ = await make_channel(streaming="edit")
+    again = second.open_stream(asked(), RECORDED, earlier=shown)
+    assert again is not None
+    await second.send(final("Tea reached Europe."))  # the reply the transcript held
+    await again.close()
+
+    assert bot_texts(fake_slack) == ["Tea reached Europe."]

@@ -5,15 +5,21 @@ message twice."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import itertools
+import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from channels import ChannelSendError, OutboundKind, OutboundMessage
+from channels import ChannelSendError, InboundMessage, OutboundKind, OutboundMessage
 from channels.webchat import WebchatChannel, WebchatConfig
-from channels.webchat.relay import ChangeHandler
+from channels.webchat.relay import ChangeHandler, DeltaHandler, RelayedDelta
+from channels.webchat.streams import RELAY_INTERVAL, WebchatStream
 from tests.channels.webchat.conftest import AiohttpClient, Inbox, Page
+from tests.channels.webchat.test_streams import RECORDED, final, text_of
 
 CLIENT = "alice"
 
@@ -23,6 +29,9 @@ class Bus:
 
     def __init__(self) -> None:
         self.listeners: dict[int, ChangeHandler] = {}
+        self.delta_listeners: dict[int, DeltaHandler] = {}
+        self.deltas: list[RelayedDelta] = []
+        self.times: list[float] = []
         self.failing = False
 
     def relay(self) -> BusRelay:
@@ -33,8 +42,9 @@ class BusRelay:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
 
-    async def start(self, on_change: ChangeHandler) -> None:
+    async def start(self, on_change: ChangeHandler, on_delta: DeltaHandler) -> None:
         self._bus.listeners[id(self)] = on_change
+        self._bus.delta_listeners[id(self)] = on_delta
 
     async def publish(self, client_id: str) -> None:
         if self._bus.failing:
@@ -43,8 +53,18 @@ class BusRelay:
             if key != id(self):
                 await listener(client_id)
 
+    async def publish_delta(self, delta: RelayedDelta) -> None:
+        if self._bus.failing:
+            raise ChannelSendError("the other replicas could not be told", retryable=True)
+        self._bus.deltas.append(delta)
+        self._bus.times.append(time.monotonic())
+        for key, listener in list(self._bus.delta_listeners.items()):
+            if key != id(self):
+                await listener(delta)
+
     async def stop(self) -> None:
         self._bus.listeners.pop(id(self), None)
+        self._bus.delta_listeners.pop(id(self), None)
 
 
 def announce(text: str, outbox_id: int | None) -> OutboundMessage:
@@ -95,3 +115,80 @@ async def test_a_page_gets_what_the_other_replica_sent_once_and_failed_notices_n
     finally:
         for channel in (here, there):
             await channel.stop()
+
+
+def asked() -> InboundMessage:
+    return InboundMessage("webchat", "local", CLIENT, None, "u1", "tea?")
+
+
+async def test_a_reply_written_on_the_other_replica_grows_on_the_page_then_ends(
+    aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
+) -> None:
+    config = WebchatConfig()
+    here = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
+    there = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
+    app = web.Application()
+    here.add_routes(app)
+    client = await aiohttp_client(app)
+    for channel in (here, there):
+        await channel.start(Inbox())
+    try:
+        page = Page(await client.ws_connect("/webchat/ws"))
+        await page.send({"type": "hello", "clientId": CLIENT})
+        assert (await page.next())["type"] == "ready"
+
+        stream = there.open_stream(asked(), RECORDED)
+        assert isinstance(stream, WebchatStream)
+        for word in ("Tea ", "came ", "to ", "Europe."):
+            stream.append(word)
+            await asyncio.sleep(0)  # pieces in several loop turns: frames, then notices
+        assert await text_of(page, stream.turn_id, "Tea came to Europe.") == "Tea came to Europe."
+        stream.replace("Using web_fetch…")
+        assert await text_of(page, stream.turn_id, "Using web_fetch…") == "Using web_fetch…"
+
+        sent = await there.send(dataclasses.replace(final("Tea came to Europe."), chat_id=CLIENT))
+        message = await page.next_of("message")
+        assert (message["id"], message["text"]) == (sent.message_ids[0], "Tea came to Europe.")
+        await stream.close()
+        end = await page.next_of("delta")
+        assert (end["turnId"], end.get("end")) == (stream.turn_id, True)
+
+        # Each notice carries only what is new (or, reset, what replaces it), in order.
+        shown = ""
+        for delta in bus.deltas[:-1]:
+            assert delta.at == (0 if delta.reset else len(shown))
+            shown = delta.text if delta.reset else shown + delta.text
+        assert shown == "Using web_fetch…"
+        assert bus.deltas[-1].end
+        # Never more than one notice an interval per reply, the end included.
+        assert all(b - a >= RELAY_INTERVAL for a, b in itertools.pairwise(bus.times))
+        await page.close()
+    finally:
+        for channel in (here, there):
+            await channel.stop()
+
+
+async def test_a_piece_after_a_missed_notice_is_not_shown(
+    aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
+) -> None:
+    here = WebchatChannel(WebchatConfig(), history_dir=tmp_path, relay=bus.relay())
+    app = web.Application()
+    here.add_routes(app)
+    client = await aiohttp_client(app)
+    await here.start(Inbox())
+    elsewhere = bus.relay()  # another replica writing a reply
+    try:
+        page = Page(await client.ws_connect("/webchat/ws"))
+        await page.send({"type": "hello", "clientId": CLIENT})
+        assert (await page.next())["type"] == "ready"
+        await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 0, "Tea came"))
+        await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 20, " and more"))  # a gap
+        await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 29, " and so on"))
+        await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 39, "", end=True))
+        first = await page.next_of("delta")
+        assert (first["text"], first.get("reset")) == ("Tea came", True)
+        end = await page.next_of("delta")  # nothing shown between: the end
+        assert (end["text"], end.get("end")) == ("", True)
+        await page.close()
+    finally:
+        await here.stop()

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from channels import OutboundMessage
+from channels import InboundMessage, OutboundMessage
 from gateway.state import OutboxRecord
 from tests.channels.webchat.conftest import Frame, Page
 from tests.gateway.cluster.replicas import Replica, backends, replica, terminate, until
@@ -139,3 +139,32 @@ async def test_a_page_replays_what_every_replica_sent(tmp_path: Path, pg_url: st
         elsewhere = await page_on(b, CLIENT)
         assert texts(await messages_until(elsewhere, "from b")) == ["from b"]
         await elsewhere.close()
+
+
+async def test_a_reply_written_on_one_replica_grows_on_a_page_held_by_the_other(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with two_replicas(tmp_path, pg_url) as (a, b):
+        await until(lambda: backends("b", "listen") == 1 or None)
+        page = await page_on(b, CLIENT)
+        asked = InboundMessage("webchat", "local", CLIENT, None, CLIENT, "tea?")
+        stream = a.channel("webchat").open_stream(asked, "inbound-row-1")
+        assert stream is not None
+        stream.append("Tea came")
+        first = await page.next_of("delta")
+        stream.append(" to Europe.")
+        shown = first["text"]
+        while shown != "Tea came to Europe.":
+            frame = await page.next_of("delta")
+            assert frame["turnId"] == first["turnId"]
+            shown = frame["text"] if frame.get("reset") else shown + frame["text"]
+        reply = OutboundMessage(
+            "webchat", "local", CLIENT, None, "Tea came to Europe.", reply_to="inbound-row-1"
+        )
+        await a.channel("webchat").send(reply)
+        message = await page.next_of("message")
+        assert (message["id"], message["text"]) == (first["turnId"], "Tea came to Europe.")
+        await stream.close()
+        end = await page.next_of("delta")
+        assert (end["turnId"], end.get("end")) == (first["turnId"], True)
+        await page.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from channels import InboundMessage
+from channels import InboundMessage, StreamedMessage
 from gateway.state import StateDB
 
 
@@ -75,3 +75,14 @@ async def test_two_survivors_at_once_take_each_message_once(db: StateDB) -> None
     )
     taken = [r.inbound_id for r in a + b]
     assert sorted(taken) == sorted(ids)
+
+
+async def test_the_streamed_message_is_kept_with_the_message_until_handled(db: StateDB) -> None:
+    kept = await db.inbound.record(message("streamed"))
+    plain = await db.inbound.record(message("not streamed"))
+    await db.inbound.streamed(kept, StreamedMessage("C1", "1700000000.000100", ("1.1",)))
+    await db.inbound.streamed(kept, StreamedMessage("C1", None, ("1.1", "1.2")))  # a part more
+    claimed = {r.inbound_id: r.streamed for r in await db.inbound.claim_left(None, None)}
+    assert claimed == {kept: StreamedMessage("C1", None, ("1.1", "1.2")), plain: None}
+    await db.inbound.handled(kept)
+    assert [r.streamed for r in await db.inbound.pending()] == [None]
