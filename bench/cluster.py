@@ -69,6 +69,8 @@ WIDTH = 8
 #: The scripted model's latency for a run's task (an announce is answered at once).
 MODEL_SECONDS = 0.2
 SPEEDUP_GOAL = 2.5
+#: A cluster run's CPU (replicas and PostgreSQL) against the same run in one SQLite process.
+CPU_GOAL = 3.0
 CALLS = 10_000
 CLIENTS = 64
 #: Failover: mentions (of ``per_batch`` runs each), each run's model call, the goals.
@@ -142,17 +144,27 @@ def _server_cpu_seconds(server: postgres.PostgresServer) -> float:
     return total
 
 
-def _cluster_cpu_seconds(server: postgres.PostgresServer, cluster: Cluster) -> float:
+def _cluster_cpu_seconds(
+    server: postgres.PostgresServer, cluster: Cluster, *, sqlite: bool = False
+) -> float:
     replicas = sum(_cpu_seconds(cluster.daemon(i).process.pid) for i in range(len(cluster)))
-    return replicas + _server_cpu_seconds(server)
+    return replicas + (0.0 if sqlite else _server_cpu_seconds(server))
 
 
 async def _runs_per_second(
-    server: postgres.PostgresServer, replicas: int, batches: int, per_batch: int
+    server: postgres.PostgresServer,
+    replicas: int,
+    batches: int,
+    per_batch: int,
+    *,
+    sqlite: bool = False,
 ) -> tuple[float, float]:
     """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``, and
-    CPU ms per run of the replicas and PostgreSQL together."""
+    CPU ms per run of the replicas and PostgreSQL together; with ``sqlite``, one process on
+    SQLite instead (the same harness, no ``cluster.databaseUrl``)."""
     script = batch_script(replicas + batches, per_batch, job_seconds=MODEL_SECONDS)
+    # On SQLite the config's cluster section is overridden: no database URL at all.
+    config = {"cluster": {"databaseUrl": None}} if sqlite else None
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
         async with (
             _fake_slack() as slack,
@@ -163,6 +175,7 @@ async def _runs_per_second(
                 script=script,
                 replicas=replicas,
                 width=WIDTH,
+                config=config,
             ) as cluster,
         ):
             for index in range(replicas):  # warm-up: a batch on each replica
@@ -170,14 +183,14 @@ async def _runs_per_second(
             warm = replicas * per_batch
             await slack.wait_for(lambda: len(announces(slack.posts)) >= warm, within=GUARD_SECONDS)
             total = warm + batches * per_batch
-            cpu = _cluster_cpu_seconds(server, cluster)
+            cpu = _cluster_cpu_seconds(server, cluster, sqlite=sqlite)
             started = time.perf_counter()
             await asyncio.gather(
                 *(cluster.mention(f"batch {b:02d}") for b in range(replicas, replicas + batches))
             )
             await slack.wait_for(lambda: len(announces(slack.posts)) >= total, within=GUARD_SECONDS)
             elapsed = time.perf_counter() - started
-            cpu = _cluster_cpu_seconds(server, cluster) - cpu
+            cpu = _cluster_cpu_seconds(server, cluster, sqlite=sqlite) - cpu
             await asyncio.sleep(1)  # an announce posted twice would show up now
             _check_once(slack, total)
     runs = batches * per_batch
@@ -188,6 +201,7 @@ async def _throughput(
     server: postgres.PostgresServer, replicas: tuple[int, ...], batches: int, per_batch: int
 ) -> list[Row]:
     measured = {n: await _runs_per_second(server, n, batches, per_batch) for n in replicas}
+    _, sqlite_cpu = await _runs_per_second(server, 1, batches, per_batch, sqlite=True)
     rates = {n: rate for n, (rate, _) in measured.items()}
     base, top = replicas[0], replicas[-1]
     label = f"{batches * per_batch:,} runs, model {MODEL_SECONDS:g} s, width {WIDTH} each"
@@ -209,6 +223,15 @@ async def _throughput(
             measured[top][1],
             measured[base][1],
             "(information)",
+            digits=2,
+        )
+    )
+    rows.append(
+        row(
+            f"  CPU ms per run, {top} replicas + PostgreSQL vs one process on SQLite",
+            measured[top][1],
+            sqlite_cpu,
+            f"ratio <= {CPU_GOAL:g}",
             digits=2,
         )
     )
@@ -326,7 +349,7 @@ async def _failover(server: postgres.PostgresServer, batches: int, per_batch: in
             }
             async with running_cluster(
                 Path(tmp),
-                database_url=url,
+                database_url=server.fresh_url(),
                 slack=slack,
                 script=script,
                 replicas=FAILOVER_REPLICAS,

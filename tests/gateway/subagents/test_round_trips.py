@@ -13,7 +13,6 @@ turn's usage took two writes and the archive time one more.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gateway.state import Origin
+from gateway.state.connection import Connection
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import FAST_TIMING, Harness, running_gateway
 
@@ -49,8 +49,8 @@ class WriteCounter:
         self.writes: Counter[str] = Counter()
         self.counting = False
 
-    def wrap(self, write: Callable[[Callable[[sqlite3.Connection], T]], Any]) -> Any:
-        async def counted(fn: Callable[[sqlite3.Connection], T]) -> T:
+    def wrap(self, write: Callable[[Callable[[Connection], T]], Any]) -> Any:
+        async def counted(fn: Callable[[Connection], T]) -> T:
             if self.counting:
                 self.writes[fn.__qualname__.removesuffix(".<locals>.run")] += 1
             result: T = await write(fn)
