@@ -92,13 +92,17 @@ class OutboxTable:
         sql = f"UPDATE outbox SET {assignments} WHERE id = ? RETURNING {_COLUMNS}"
 
         def run(conn: Connection) -> OutboxRecord:
-            item = _returned(conn, sql, [*values, item_id], item_id)
-            if item.run_id is not None:
-                conn.queue(
-                    f"UPDATE runs SET {run_assignments} WHERE run_id = ?",
-                    [*run_values, item.run_id],
-                )
-            return item
+            # The run first (found through the item, unchanged by this write), the item last:
+            # on PostgreSQL both go with the COMMIT, one round trip.
+            conn.queue(
+                f"UPDATE runs SET {run_assignments}"
+                " WHERE run_id = (SELECT run_id FROM outbox WHERE id = ?)",
+                [*run_values, item_id],
+            )
+            rows = conn.last(sql, [*values, item_id]).fetchall()
+            if len(rows) != 1:  # no such item: the run's update matched nothing either
+                raise RecordNotFoundError("outbox", item_id)
+            return outbox_from_row(rows[0])
 
         return await self._db.write(run)
 

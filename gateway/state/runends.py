@@ -53,12 +53,15 @@ def move(
     conn: Connection,
     runs: Sequence[RunRecord],
     new: Delivery,
+    *,
+    last: bool = False,
     **also: Any,
 ) -> builtins.list[RunRecord]:
     """Move each of ``runs`` (as this transaction read them) to delivery ``new``, with the
     columns ``also`` set in the same statement; the rows as written. Raises
     :class:`~gateway.state.lifecycle.IllegalTransitionError` before writing anything when
-    one of the moves is not in the table."""
+    one of the moves is not in the table. ``last``: the write's last statement (sent with
+    its COMMIT on PostgreSQL)."""
     if not runs:
         return []
     for run in runs:
@@ -67,10 +70,8 @@ def move(
         "runs", {"delivery": new, **also}, frozenset(RUN_COLUMNS)
     )
     marks, ids = in_clause([run.run_id for run in runs])
-    rows = conn.execute(
-        f"UPDATE runs SET {assignments} WHERE run_id IN {marks} RETURNING {_RUN_COLUMNS}",
-        [*values, *ids],
-    ).fetchall()
+    sql = f"UPDATE runs SET {assignments} WHERE run_id IN {marks} RETURNING {_RUN_COLUMNS}"
+    rows = (conn.last if last else conn.execute)(sql, [*values, *ids]).fetchall()
     by_id = {r.run_id: r for r in map(run_from_row, rows)}
     return [by_id[run.run_id] for run in runs if run.run_id in by_id]
 
@@ -231,7 +232,7 @@ class RunEndsTable:
 
         def run(conn: Connection) -> bool:
             pending = select_runs(conn, "run_id = ? AND delivery = 'pending'", [run_id])
-            return bool(move(conn, pending, Delivery.DELIVERED))
+            return bool(move(conn, pending, Delivery.DELIVERED, last=True))
 
         return await self._db.write(run)
 

@@ -130,22 +130,29 @@ class RunsTable:
             else None
         )
 
+        def live_only(conn: Connection) -> RunRecord | None:
+            rows = conn.last(live_to_live or sql, [*values, run_id, *_FINISHED]).fetchall()
+            return run_from_row(rows[0]) if rows else None  # none: nothing was written
+
         def run(conn: Connection) -> RunRecord:
-            if live_to_live is not None:
-                rows = conn.execute(live_to_live, [*values, run_id, *_FINISHED]).fetchall()
-                if rows:
-                    return run_from_row(rows[0])
-            before = (
-                conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                if status is not None
-                else None
-            )
+            if status is None:  # no count moves: one statement, sent with the COMMIT
+                rows = conn.last(sql, [*values, run_id]).fetchall()
+                if len(rows) != 1:
+                    raise RecordNotFoundError("runs", run_id)
+                return run_from_row(rows[0])
+            before = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             after = returned_run(conn, sql, [*values, run_id], run_id)
             if before is not None:
                 delta = is_live(after.status) - is_live(before[0])
                 count_live(conn, after.parent_session_key, delta)
             return after
 
+        if live_to_live is not None:
+            # Almost always the case, in one round trip on PostgreSQL; a run already final
+            # (or missing) writes nothing here and takes the general write.
+            moved = await self._db.write(live_only)
+            if moved is not None:
+                return moved
         return await self._db.write(run)
 
     async def add_usage(
