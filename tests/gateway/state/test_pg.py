@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from gateway.state import ConstraintError, StateUnavailableError
+from gateway.state import ConstraintError, StateError, StateUnavailableError
 from gateway.state.connection import Connection
 from gateway.state.pg import PgStateDB
 from gateway.state.pgschema import MIGRATION_LOCK
@@ -173,8 +173,29 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         assert sent[-1] == "ROLLBACK"
         rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
         assert [row[0] for row in rows] == [1, 2, 3, 4, 5]  # the failed write kept nothing
+        sent.clear()
+
+        def last_one(conn: Connection) -> int:
+            conn.queue("DELETE FROM t WHERE n = ?", (5,))
+            return int(conn.last("UPDATE t SET n = n WHERE n < ?", (3,)).rowcount)
+
+        # Its last statement goes with the COMMIT: one round trip for the whole write.
+        assert await db.write(last_one) == 2
+        assert sent == [
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; DELETE FROM t WHERE n = 5;"
+            " UPDATE t SET n = n WHERE n < %s; COMMIT"
+        ]
+
+        def after_last(conn: Connection) -> None:
+            conn.last("DELETE FROM t WHERE n = ?", (4,))
+            conn.execute("DELETE FROM t WHERE n = ?", (3,))
+
+        with pytest.raises(StateError, match="after the write's last"):
+            await db.write(after_last)  # refused, not run outside the transaction
+        rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
+        assert [row[0] for row in rows] == [1, 2, 3]
         monkeypatch.undo()
-        assert await db.write(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 5
+        assert await db.write(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 3
     finally:
         await db.close()
 
