@@ -15,7 +15,9 @@ sent to a random replica as a load balancer would, is a mention whose chat turn 
 ``per_batch`` runs; each run is announced in the mention's thread. After a warm-up batch per
 replica, ``batches`` mentions are sent at once; the figure is runs per second from the first
 event sent to the last announce posted to Slack (each checked posted exactly once). The
-baseline is one replica, so the ratio is the speed-up. Goal: ≥ 2.5× with 3 replicas.
+baseline is one replica, so the ratio is the speed-up. Goal: ≥ 2.5× with 3 replicas. The
+same mentions on one ``herald run`` on SQLite (the same harness, no ``cluster.databaseUrl``)
+give the baseline of the cluster's CPU per run, replicas and PostgreSQL together. Goal: ≤ 3×.
 
 **Spawn accept p99.** :func:`bench.spawn.accept_latencies` (``POST /v1/tools/invoke``
 ``sessions_spawn`` from a load client in another process, the ``subagent`` lane held so
@@ -349,7 +351,7 @@ async def _failover(server: postgres.PostgresServer, batches: int, per_batch: in
             }
             async with running_cluster(
                 Path(tmp),
-                database_url=server.fresh_url(),
+                database_url=url,
                 slack=slack,
                 script=script,
                 replicas=FAILOVER_REPLICAS,
