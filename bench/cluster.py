@@ -15,7 +15,9 @@ sent to a random replica as a load balancer would, is a mention whose chat turn 
 ``per_batch`` runs; each run is announced in the mention's thread. After a warm-up batch per
 replica, ``batches`` mentions are sent at once; the figure is runs per second from the first
 event sent to the last announce posted to Slack (each checked posted exactly once). The
-baseline is one replica, so the ratio is the speed-up. Goal: ≥ 2.5× with 3 replicas.
+baseline is one replica, so the ratio is the speed-up. Goal: ≥ 2.5× with 3 replicas. The
+same mentions on one ``herald run`` on SQLite (the same harness, no ``cluster.databaseUrl``)
+give the baseline of the cluster's CPU per run, replicas and PostgreSQL together. Goal: ≤ 3×.
 
 **Spawn accept p99.** :func:`bench.spawn.accept_latencies` (``POST /v1/tools/invoke``
 ``sessions_spawn`` from a load client in another process, the ``subagent`` lane held so
@@ -69,6 +71,8 @@ WIDTH = 8
 #: The scripted model's latency for a run's task (an announce is answered at once).
 MODEL_SECONDS = 0.2
 SPEEDUP_GOAL = 2.5
+#: A cluster run's CPU (replicas and PostgreSQL) against the same run in one SQLite process.
+CPU_GOAL = 3.0
 CALLS = 10_000
 CLIENTS = 64
 #: Failover: mentions (of ``per_batch`` runs each), each run's model call, the goals.
@@ -142,17 +146,27 @@ def _server_cpu_seconds(server: postgres.PostgresServer) -> float:
     return total
 
 
-def _cluster_cpu_seconds(server: postgres.PostgresServer, cluster: Cluster) -> float:
+def _cluster_cpu_seconds(
+    server: postgres.PostgresServer, cluster: Cluster, *, sqlite: bool = False
+) -> float:
     replicas = sum(_cpu_seconds(cluster.daemon(i).process.pid) for i in range(len(cluster)))
-    return replicas + _server_cpu_seconds(server)
+    return replicas + (0.0 if sqlite else _server_cpu_seconds(server))
 
 
 async def _runs_per_second(
-    server: postgres.PostgresServer, replicas: int, batches: int, per_batch: int
+    server: postgres.PostgresServer,
+    replicas: int,
+    batches: int,
+    per_batch: int,
+    *,
+    sqlite: bool = False,
 ) -> tuple[float, float]:
     """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``, and
-    CPU ms per run of the replicas and PostgreSQL together."""
+    CPU ms per run of the replicas and PostgreSQL together; with ``sqlite``, one process on
+    SQLite instead (the same harness, no ``cluster.databaseUrl``)."""
     script = batch_script(replicas + batches, per_batch, job_seconds=MODEL_SECONDS)
+    # On SQLite the config's cluster section is overridden: no database URL at all.
+    config = {"cluster": {"databaseUrl": None}} if sqlite else None
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
         async with (
             _fake_slack() as slack,
@@ -163,6 +177,7 @@ async def _runs_per_second(
                 script=script,
                 replicas=replicas,
                 width=WIDTH,
+                config=config,
             ) as cluster,
         ):
             for index in range(replicas):  # warm-up: a batch on each replica
@@ -170,14 +185,14 @@ async def _runs_per_second(
             warm = replicas * per_batch
             await slack.wait_for(lambda: len(announces(slack.posts)) >= warm, within=GUARD_SECONDS)
             total = warm + batches * per_batch
-            cpu = _cluster_cpu_seconds(server, cluster)
+            cpu = _cluster_cpu_seconds(server, cluster, sqlite=sqlite)
             started = time.perf_counter()
             await asyncio.gather(
                 *(cluster.mention(f"batch {b:02d}") for b in range(replicas, replicas + batches))
             )
             await slack.wait_for(lambda: len(announces(slack.posts)) >= total, within=GUARD_SECONDS)
             elapsed = time.perf_counter() - started
-            cpu = _cluster_cpu_seconds(server, cluster) - cpu
+            cpu = _cluster_cpu_seconds(server, cluster, sqlite=sqlite) - cpu
             await asyncio.sleep(1)  # an announce posted twice would show up now
             _check_once(slack, total)
     runs = batches * per_batch
@@ -188,6 +203,7 @@ async def _throughput(
     server: postgres.PostgresServer, replicas: tuple[int, ...], batches: int, per_batch: int
 ) -> list[Row]:
     measured = {n: await _runs_per_second(server, n, batches, per_batch) for n in replicas}
+    _, sqlite_cpu = await _runs_per_second(server, 1, batches, per_batch, sqlite=True)
     rates = {n: rate for n, (rate, _) in measured.items()}
     base, top = replicas[0], replicas[-1]
     label = f"{batches * per_batch:,} runs, model {MODEL_SECONDS:g} s, width {WIDTH} each"
@@ -209,6 +225,15 @@ async def _throughput(
             measured[top][1],
             measured[base][1],
             "(information)",
+            digits=2,
+        )
+    )
+    rows.append(
+        row(
+            f"  CPU ms per run, {top} replicas + PostgreSQL vs one process on SQLite",
+            measured[top][1],
+            sqlite_cpu,
+            f"ratio <= {CPU_GOAL:g}",
             digits=2,
         )
     )

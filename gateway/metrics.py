@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -43,6 +42,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from channels import Channel
 from gateway.llm import Usage
 from gateway.state import RUN_STATUSES, OutboxRecord, RunRecord, StateDB, StateError
+from gateway.state.connection import Connection
 from lanes import Lane, LaneStats
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class _Snapshot:
     disk_refusals: int = 0
 
 
-def _count_rows(conn: sqlite3.Connection) -> tuple[dict[str, int], dict[str, int]]:
+def _count_rows(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
     runs = conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
     outbox = conn.execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall()
     return {row[0]: row[1] for row in runs}, {row[0]: row[1] for row in outbox}
@@ -307,7 +307,7 @@ class Metrics:
         outbox: dict[str, int] | None = None
         try:
             runs, outbox = await source.db.read(_count_rows)
-        except (StateError, sqlite3.Error) as exc:
+        except StateError as exc:
             logger.warning("metrics: state database not readable: %s", exc)
         snapshot = _Snapshot(
             runs=runs,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from gateway.schedules.store import (
 from gateway.schedules.triggers import TriggerError
 from gateway.sessions import SessionError
 from gateway.state import RunStatus, StateError
+from gateway.state.connection import Connection
 from gateway.subagents.spawn import SpawnAccepted, SpawnRequest, SpawnResult
 from gateway.tools import ToolContext
 
@@ -236,7 +236,7 @@ class Scheduler:
         if await self._previous_live(job):
             return None
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Connection) -> None:
             record_run_now(conn, job.job_id, now, _inserted_run_id(conn, job.job_id, now))
 
         run_id = await self._spawn(job, now, write)
@@ -256,20 +256,20 @@ class Scheduler:
         refused it (recorded ``skipped`` by the caller)."""
         at = occurrences[-1][0]
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Connection) -> None:
             run_id = _inserted_run_id(conn, job.job_id, at)
             advance(conn, job, occurrences, next_run_at, now, run_id=run_id)
 
         return await self._spawn(job, at, write) is not None
 
     async def _spawn(
-        self, job: JobRecord, at: float, write: Callable[[sqlite3.Connection], None]
+        self, job: JobRecord, at: float, write: Callable[[Connection], None]
     ) -> str | None:
         """The occurrence's run, recorded with ``write`` in its transaction; None when the
         spawner refused it. What ``write`` raises for a taken due time is raised here."""
         taken: list[OccurrenceTakenError] = []
 
-        def record_with(conn: sqlite3.Connection) -> None:
+        def record_with(conn: Connection) -> None:
             try:
                 write(conn)
             except OccurrenceTakenError as exc:
@@ -309,7 +309,7 @@ class Scheduler:
         return None
 
 
-def _inserted_run_id(conn: sqlite3.Connection, job_id: str, at: float) -> str:
+def _inserted_run_id(conn: Connection, job_id: str, at: float) -> str:
     """The run the spawn just inserted for this occurrence (in its own transaction)."""
     row = conn.execute(
         "SELECT run_id FROM runs WHERE job_id = ? AND occurrence_at = ?", (job_id, at)

@@ -9,13 +9,13 @@ writer wins each due time; the others raise :class:`OccurrenceTakenError` and ro
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from gateway.schedules.triggers import Trigger, TriggerKind
 from gateway.state import RecordConflictError, StateDB, StateError
+from gateway.state.connection import Connection
 
 Outcome = Literal["ran", "missed", "skipped"]
 #: What a job's runs ended as, for the failure count: these count as failures.
@@ -107,10 +107,10 @@ class JobsTable:
         marks = ", ".join("?" for _ in JOB_COLUMNS)
         sql = f"INSERT INTO schedule_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({marks})"
 
-        def write(conn: sqlite3.Connection) -> JobRecord:
+        def write(conn: Connection) -> JobRecord:
             try:
                 conn.execute(sql, _values(job))
-            except sqlite3.IntegrityError as exc:
+            except RecordConflictError as exc:  # the driver's names the table, not the job
                 raise RecordConflictError("schedule_jobs", job.job_id) from exc
             return job
 
@@ -122,7 +122,7 @@ class JobsTable:
         Pause, failures and history are kept."""
         wanted = {job.job_id: job for job in jobs}
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Connection) -> None:
             have = {row["job_id"]: _job(row) for row in conn.execute(_SELECT).fetchall()}
             for job_id, kept in have.items():
                 if kept.declared and job_id not in wanted:
@@ -154,7 +154,7 @@ class JobsTable:
         await self._db.write(write)
 
     async def get(self, job_id: str) -> JobRecord | None:
-        def read(conn: sqlite3.Connection) -> JobRecord | None:
+        def read(conn: Connection) -> JobRecord | None:
             row = conn.execute(f"{_SELECT} WHERE job_id = ?", (job_id,)).fetchone()
             return _job(row) if row is not None else None
 
@@ -164,7 +164,7 @@ class JobsTable:
         """Every job (or those ``created_by`` one chat session), by id."""
         where, params = ("WHERE created_by = ?", [created_by]) if created_by else ("", [])
 
-        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+        def read(conn: Connection) -> builtins.list[JobRecord]:
             rows = conn.execute(f"{_SELECT} {where} ORDER BY job_id", params).fetchall()
             return [_job(row) for row in rows]
 
@@ -186,7 +186,7 @@ class JobsTable:
     async def due(self, now: float) -> builtins.list[JobRecord]:
         """Jobs whose next fire time has come (not paused, enabled), soonest first."""
 
-        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+        def read(conn: Connection) -> builtins.list[JobRecord]:
             rows = conn.execute(
                 f"{_SELECT} WHERE next_run_at IS NOT NULL AND next_run_at <= ?"
                 " AND paused = 0 AND enabled = 1 ORDER BY next_run_at",
@@ -197,7 +197,7 @@ class JobsTable:
         return await self._db.read(read)
 
     async def next_due_at(self) -> float | None:
-        def read(conn: sqlite3.Connection) -> float | None:
+        def read(conn: Connection) -> float | None:
             row = conn.execute(
                 "SELECT MIN(next_run_at) FROM schedule_jobs"
                 " WHERE next_run_at IS NOT NULL AND paused = 0 AND enabled = 1"
@@ -211,7 +211,7 @@ class JobsTable:
         the pass that counts ended runs runs every few seconds)."""
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
 
-        def read(conn: sqlite3.Connection) -> builtins.list[tuple[JobRecord, str | None]]:
+        def read(conn: Connection) -> builtins.list[tuple[JobRecord, str | None]]:
             rows = conn.execute(
                 f"SELECT {columns}, r.status AS run_status FROM schedule_jobs j"
                 " LEFT JOIN runs r ON r.run_id = j.last_run_id"
@@ -224,7 +224,7 @@ class JobsTable:
     async def run_status(self, run_id: str) -> str | None:
         """The status of run ``run_id`` (None: no such run)."""
 
-        def read(conn: sqlite3.Connection) -> str | None:
+        def read(conn: Connection) -> str | None:
             row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             return str(row[0]) if row is not None else None
 
@@ -236,7 +236,7 @@ class JobsTable:
         consecutive failures."""
         failed = status in FAILED_STATUSES
 
-        def write(conn: sqlite3.Connection) -> JobRecord | None:
+        def write(conn: Connection) -> JobRecord | None:
             rows = conn.execute(
                 "UPDATE schedule_jobs SET last_status = ?,"
                 " consecutive_failures = CASE WHEN ? = 1 THEN consecutive_failures + 1 ELSE 0 END"
@@ -263,7 +263,7 @@ class JobsTable:
         params: list[Any] = [int(paused), int(paused)]
         params += [next_run_at] if next_run_at is not None else []
 
-        def write(conn: sqlite3.Connection) -> JobRecord | None:
+        def write(conn: Connection) -> JobRecord | None:
             rows = conn.execute(
                 "UPDATE schedule_jobs SET paused = ?, consecutive_failures ="
                 f" CASE WHEN ? = 1 THEN consecutive_failures ELSE 0 END{moved} WHERE job_id = ?"
@@ -275,7 +275,7 @@ class JobsTable:
         return await self._db.write(write)
 
     async def delete(self, job_id: str) -> bool:
-        def write(conn: sqlite3.Connection) -> bool:
+        def write(conn: Connection) -> bool:
             return _delete(conn, job_id)
 
         return await self._db.write(write)
@@ -289,7 +289,7 @@ class JobsTable:
     ) -> None:
         """Record occurrences that started no run and move the job on (see :func:`advance`)."""
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Connection) -> None:
             advance(conn, job, occurrences, next_run_at, now, run_id=None)
 
         await self._db.write(write)
@@ -297,7 +297,7 @@ class JobsTable:
     async def occurrences(self, job_id: str, *, limit: int = 20) -> builtins.list[OccurrenceRecord]:
         """The job's latest occurrences, newest first."""
 
-        def read(conn: sqlite3.Connection) -> builtins.list[OccurrenceRecord]:
+        def read(conn: Connection) -> builtins.list[OccurrenceRecord]:
             rows = conn.execute(
                 "SELECT job_id, occurrence_at, outcome, recorded_at, run_id"
                 " FROM schedule_occurrences WHERE job_id = ?"
@@ -310,7 +310,7 @@ class JobsTable:
 
 
 def advance(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: JobRecord,
     occurrences: list[tuple[float, Outcome]],
     next_run_at: float | None,
@@ -342,7 +342,7 @@ def advance(
         )
 
 
-def record_run_now(conn: sqlite3.Connection, job_id: str, at: float, run_id: str) -> None:
+def record_run_now(conn: Connection, job_id: str, at: float, run_id: str) -> None:
     """In the run's transaction: an occurrence started by hand at ``at`` (the schedule's
     next fire time stays as it was)."""
     conn.execute(
@@ -357,7 +357,7 @@ def record_run_now(conn: sqlite3.Connection, job_id: str, at: float, run_id: str
     )
 
 
-def _delete(conn: sqlite3.Connection, job_id: str) -> bool:
+def _delete(conn: Connection, job_id: str) -> bool:
     conn.execute("DELETE FROM schedule_occurrences WHERE job_id = ?", (job_id,))
     return conn.execute("DELETE FROM schedule_jobs WHERE job_id = ?", (job_id,)).rowcount == 1
 

@@ -11,11 +11,13 @@ from gateway.state.backend import (
 )
 from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
+from gateway.state.connection import Connection, Dialect
 from gateway.state.cursors import CursorTable
 from gateway.state.db import StateDB
 from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
     ChildLimitError,
+    ConstraintError,
     DiskFullError,
     InvalidUpdateError,
     ReadOnlyStateError,
@@ -26,6 +28,7 @@ from gateway.state.errors import (
     StateError,
     StateMissingError,
     StateUnavailableError,
+    WriteConflictError,
 )
 from gateway.state.inbound import InboundRecord, InboundTable
 from gateway.state.lifecycle import (
@@ -70,9 +73,12 @@ __all__ = [
     "ChildLimitError",
     "ClaimsTable",
     "Cleanup",
+    "Connection",
+    "ConstraintError",
     "CursorTable",
     "Delivery",
     "Destination",
+    "Dialect",
     "DiskFullError",
     "IllegalTransitionError",
     "InboundRecord",
@@ -105,6 +111,7 @@ __all__ = [
     "StateUnavailableError",
     "SteerRecord",
     "SteersTable",
+    "WriteConflictError",
     "announce_item",
     "announce_state_for",
     "backend_of",

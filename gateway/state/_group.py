@@ -34,6 +34,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
+from gateway.state.connection import Connection
+from gateway.state.sqlite import SqliteConnection
+
 T = TypeVar("T")
 
 #: Writes per transaction at most: bounds how long the first of a group waits for its
@@ -44,7 +47,7 @@ _SAVEPOINT: Final = "herald_write"
 
 @dataclass(slots=True)
 class _Write:
-    fn: Callable[[sqlite3.Connection], Any]
+    fn: Callable[[Connection], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
 
@@ -69,6 +72,8 @@ class WriteGroups:
     ) -> None:
         self._executor = executor
         self._connection = connection
+        #: What the writes are given: the same connection, raising Herald's typed errors.
+        self._tables = SqliteConnection(connection)
         self._begin = begin
         self._max_group = max_group
         self._lock = threading.Lock()
@@ -86,7 +91,7 @@ class WriteGroups:
         """Writes waiting for a group."""
         return len(self._queue)
 
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+    def submit(self, fn: Callable[[Connection], T]) -> asyncio.Future[T]:
         """Queue ``fn``; the future resolves after the transaction that ran it committed.
 
         Raises ``RuntimeError`` when the executor has been shut down.
@@ -142,7 +147,7 @@ class WriteGroups:
             try:
                 if not alone:
                     conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-                result = write.fn(conn)
+                result = write.fn(self._tables)
                 if not alone:
                     conn.execute(f"RELEASE {_SAVEPOINT}")
             except BaseException as exc:

@@ -4,7 +4,6 @@ transaction. A run's own end and its result's way on are ``gateway.state.runends
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from typing import Any
 
 from gateway.state._sql import (
@@ -15,6 +14,7 @@ from gateway.state._sql import (
     returned_row,
     update_assignments,
 )
+from gateway.state.connection import Connection
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.rows import (
     BATCH_COLUMNS,
@@ -56,7 +56,7 @@ class BatchesTable:
             " ORDER BY created_at, run_id"
         )
 
-        def run(conn: sqlite3.Connection) -> BatchRecord | None:
+        def run(conn: Connection) -> BatchRecord | None:
             rows = conn.execute(select, [batch.session_key, *_FINISHED]).fetchall()
             if not rows:
                 return None
@@ -84,7 +84,7 @@ class BatchesTable:
     async def open_batches(self) -> builtins.list[BatchRecord]:
         """Batches whose follow-up has not been posted, oldest first."""
 
-        def run(conn: sqlite3.Connection) -> builtins.list[BatchRecord]:
+        def run(conn: Connection) -> builtins.list[BatchRecord]:
             rows = conn.execute(f"{_SELECT} WHERE state != 'done' ORDER BY created_at")
             return [batch_from_row(row) for row in rows]
 
@@ -95,7 +95,7 @@ class BatchesTable:
 
         sql = f"UPDATE batches SET {assignments} WHERE batch_id = ? RETURNING {_COLUMNS}"
 
-        def run(conn: sqlite3.Connection) -> BatchRecord:
+        def run(conn: Connection) -> BatchRecord:
             return _returned(conn, sql, [*values, batch_id], batch_id)
 
         return await self._db.write(run)
@@ -110,7 +110,7 @@ class BatchesTable:
         claimed it first. One transaction: the check and the claim cannot be split by a run
         ending or a second caller."""
 
-        def run(conn: sqlite3.Connection) -> tuple[BatchRecord, builtins.list[str]] | None:
+        def run(conn: Connection) -> tuple[BatchRecord, builtins.list[str]] | None:
             batch = _find(conn, batch_id)
             if batch is None or batch.state != "waiting":
                 return None
@@ -148,7 +148,7 @@ class BatchesTable:
         batch's completions and close the batch — one transaction, so the follow-up is posted
         exactly once whatever stops the gateway."""
 
-        def run(conn: sqlite3.Connection) -> BatchRecord:
+        def run(conn: Connection) -> BatchRecord:
             batch = _get(conn, batch_id)
             if batch.state == "done":
                 return batch
@@ -175,8 +175,8 @@ class BatchesTable:
         """A ``/stop`` (or ``subagents cancel all``) in ``session_key``: its waiting batches
         were stopped by that answer; returns how many."""
 
-        def run(conn: sqlite3.Connection) -> int:
-            cursor = conn.execute(
+        def run(conn: Connection) -> int:
+            cursor = conn.last(
                 "UPDATE batches SET stopped_at = ? WHERE session_key = ? AND state = 'waiting'"
                 " AND stopped_at IS NULL",
                 (now, session_key),
@@ -189,7 +189,7 @@ class BatchesTable:
         """The batch sub-agent run ``run_id`` yielded to and whose follow-up it has not
         finished, if any."""
 
-        def run(conn: sqlite3.Connection) -> BatchRecord | None:
+        def run(conn: Connection) -> BatchRecord | None:
             row = conn.execute(
                 f"{_SELECT} WHERE run_id = ? AND state != 'done' ORDER BY created_at DESC",
                 (run_id,),
@@ -203,7 +203,7 @@ class BatchesTable:
         so their results go up the chain as completions of their own. Returns the runs
         that are final (their completions are due now); the others complete later."""
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             batch = _get(conn, batch_id)
             if batch.state == "done":
                 return []
@@ -225,7 +225,7 @@ class BatchesTable:
         """The batch's runs, in spawn order."""
         marks, ids = in_clause(batch.run_ids)
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             rows = conn.execute(f"{_RUN_SELECT} WHERE run_id IN {marks}", ids).fetchall()
             by_id = {r.run_id: r for r in map(run_from_row, rows)}
             return [by_id[i] for i in batch.run_ids if i in by_id]
@@ -233,20 +233,18 @@ class BatchesTable:
         return await self._db.read(run)
 
 
-def _find(conn: sqlite3.Connection, batch_id: str) -> BatchRecord | None:
+def _find(conn: Connection, batch_id: str) -> BatchRecord | None:
     row = conn.execute(f"{_SELECT} WHERE batch_id = ?", (batch_id,)).fetchone()
     return batch_from_row(row) if row is not None else None
 
 
-def _get(conn: sqlite3.Connection, batch_id: str) -> BatchRecord:
+def _get(conn: Connection, batch_id: str) -> BatchRecord:
     batch = _find(conn, batch_id)
     if batch is None:
         raise RecordNotFoundError("batches", batch_id)
     return batch
 
 
-def _returned(
-    conn: sqlite3.Connection, sql: str, params: builtins.list[Any], batch_id: str
-) -> BatchRecord:
+def _returned(conn: Connection, sql: str, params: builtins.list[Any], batch_id: str) -> BatchRecord:
     """The batch row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
     return batch_from_row(returned_row(conn, sql, params, "batches", batch_id))

@@ -17,10 +17,10 @@ replicas dead at ``cutoff`` owned, and in one process (``alone``) everything.
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from typing import Any
 
 from gateway.state._sql import Database, column_list
+from gateway.state.connection import Connection
 from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
     BATCH_COLUMNS,
@@ -58,7 +58,7 @@ class ClaimsTable:
         """Whether some row matches: a takeover runs after every heartbeat and almost always
         finds nothing, so it looks with a read before it takes the writer."""
 
-        def run(conn: sqlite3.Connection) -> bool:
+        def run(conn: Connection) -> bool:
             sql = f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"
             return conn.execute(sql, params).fetchone() is not None
 
@@ -72,7 +72,7 @@ class ClaimsTable:
         if cutoff is not None and not await self._any("runs", f"{_HELD}{which}", params):
             return []
 
-        def run(conn: sqlite3.Connection) -> builtins.list[str]:
+        def run(conn: Connection) -> builtins.list[str]:
             rows = conn.execute(
                 f"UPDATE runs SET held_by = ? WHERE {_HELD}{which} RETURNING run_id",
                 [by, *params],
@@ -89,7 +89,7 @@ class ClaimsTable:
         if cutoff is not None and not await self._any("runs", f"{_PENDING}{which}", params):
             return []
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             rows = conn.execute(
                 f"UPDATE runs SET completion_by = ? WHERE {_PENDING}{which}"
                 f" RETURNING {column_list(RUN_COLUMNS)}",
@@ -104,8 +104,8 @@ class ClaimsTable:
         """``by`` hands ``run_id``'s pending completion on from now (a forward, a release);
         False when it is no longer pending there."""
 
-        def run(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute(
+        def run(conn: Connection) -> bool:
+            cursor = conn.last(
                 f"UPDATE runs SET completion_by = ? WHERE run_id = ? AND {_PENDING}",
                 (by, run_id),
             )
@@ -122,7 +122,7 @@ class ClaimsTable:
         if cutoff is not None and not await self._any("batches", following, params):
             return []
 
-        def run(conn: sqlite3.Connection) -> builtins.list[BatchRecord]:
+        def run(conn: Connection) -> builtins.list[BatchRecord]:
             rows = conn.execute(
                 f"UPDATE batches SET claimed_by = ? WHERE {following}"
                 f" RETURNING {column_list(BATCH_COLUMNS)}",

@@ -8,11 +8,11 @@ move for a while are not read again (the catch-up reaches back that far at most)
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 from channels.cursors import ChatCursor
 from gateway.state._sql import Database
+from gateway.state.connection import Connection
 
 
 class CursorTable:
@@ -24,12 +24,13 @@ class CursorTable:
     async def advance(self, cursor: ChatCursor) -> None:
         """Move the chat's cursor to ``cursor.message_id`` unless it is past it already."""
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        def run(conn: Connection) -> None:
+            newest = conn.dialect.larger("chat_cursors.message_id", "excluded.message_id")
+            conn.queue(
                 "INSERT INTO chat_cursors"
                 " (channel, account, chat_id, chat_type, message_id, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (channel, account, chat_id) DO UPDATE"
-                " SET message_id = max(message_id, excluded.message_id),"
+                f" SET message_id = {newest},"
                 " chat_type = excluded.chat_type, updated_at = excluded.updated_at",
                 (
                     cursor.channel,
@@ -46,7 +47,7 @@ class CursorTable:
     async def recent(self, channel: str, account: str, since: float) -> list[ChatCursor]:
         """The cursors of ``channel`` for ``account`` that moved at or after ``since``."""
 
-        def run(conn: sqlite3.Connection) -> list[ChatCursor]:
+        def run(conn: Connection) -> list[ChatCursor]:
             rows = conn.execute(
                 "SELECT chat_id, chat_type, message_id FROM chat_cursors"
                 " WHERE channel = ? AND account = ? AND updated_at >= ? ORDER BY chat_id",

@@ -24,7 +24,8 @@ Table access lives in :attr:`StateDB.sessions`, :attr:`StateDB.runs`,
 :attr:`StateDB.outbox`, :attr:`StateDB.batches`, :attr:`StateDB.ends` (a run's end and its
 result's way on), :attr:`StateDB.seen`, :attr:`StateDB.steers` and others; anything else can
 use :meth:`StateDB.read`/:meth:`StateDB.write` with a function of a
-:class:`sqlite3.Connection`.
+:class:`~gateway.state.connection.Connection` (here :class:`gateway.state.sqlite.SqliteConnection`:
+sqlite3's errors arrive as :mod:`gateway.state.errors`').
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 from gateway.backoff import backoff
@@ -45,8 +46,9 @@ from gateway.state import diskfull
 from gateway.state._group import WriteGroups
 from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
+from gateway.state.connection import SQLITE, Connection, Dialect
 from gateway.state.cursors import CursorTable
-from gateway.state.diskfull import Headroom, SpaceMonitor, is_sqlite_full
+from gateway.state.diskfull import Headroom, SpaceMonitor
 from gateway.state.errors import (
     DiskFullError,
     ReadOnlyStateError,
@@ -54,6 +56,7 @@ from gateway.state.errors import (
     StateClosedError,
     StateError,
     StateMissingError,
+    WriteConflictError,
 )
 from gateway.state.inbound import InboundTable
 from gateway.state.outbox import OutboxTable
@@ -63,6 +66,7 @@ from gateway.state.runs import RunsTable
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
+from gateway.state.sqlite import SqliteConnection, state_error
 from gateway.state.steers import SteersTable
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,9 @@ DIR_MODE: Final = 0o700
 class StateDB:
     """The state database. Open with :meth:`open`; close with :meth:`close` (idempotent)."""
 
+    #: How this backend's SQL differs (the tables ask it for what is not portable).
+    dialect: ClassVar[Dialect] = SQLITE
+
     def __init__(self, path: Path, *, readonly: bool) -> None:
         self.path = path
         self.readonly = readonly
@@ -94,7 +101,7 @@ class StateDB:
         )
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-reader")
         self._wconn: sqlite3.Connection | None = None
-        self._rconn: sqlite3.Connection | None = None
+        self._rconn: SqliteConnection | None = None
         #: The writer thread's queue of writes, committed in groups (once open).
         self.write_groups: WriteGroups | None = None
         self.sessions = SessionsTable(self)
@@ -133,13 +140,13 @@ class StateDB:
                 if db._writer is not None:
                     db.write_groups = WriteGroups(db._writer, db._wconn)
                 db.space.attach(asyncio.get_running_loop())
-            db._rconn = await db._run(db._reader, db._open_reader)
+            db._rconn = SqliteConnection(await db._run(db._reader, db._open_reader))
         except BaseException:
             await db.close()
             raise
         return db
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the reader thread (a read-only connection)."""
         self._check_open()
         conn = self._rconn
@@ -147,7 +154,7 @@ class StateDB:
             raise StateClosedError("the state database is not open")
         return await self._run(self._reader, lambda: fn(conn))
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the writer thread inside a transaction.
 
         Returns once the transaction that ran ``fn`` committed (writes queued together share
@@ -167,24 +174,28 @@ class StateDB:
             attempt += 1
             try:
                 result = await self._queue_write(groups, fn)
-            except sqlite3.OperationalError as exc:
-                if is_sqlite_full(exc):
-                    # Not retried here: a chat turn answers at once, a run's bookkeeping
-                    # waits for space (the disk-full state says when it is back).
-                    self.space.refused("state database", exc)
-                    raise DiskFullError(f"the disk of {self.path} is full: {exc}") from exc
-                # Another process holds the lock past busy_timeout (a long CLI read, a backup):
-                # keep trying for a while rather than fail a run that finished fine.
-                delay = backoff(
-                    attempt, base=LOCKED_RETRY_FIRST_SECONDS, cap=LOCKED_RETRY_MAX_DELAY_SECONDS
-                )
-                if not _is_locked(exc) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
-                await asyncio.sleep(delay)
+            except sqlite3.Error as exc:  # the group's BEGIN or COMMIT, on the bare connection
+                error: StateError = state_error(exc)
+                cause: BaseException = exc
+            except (DiskFullError, WriteConflictError) as exc:
+                error, cause = exc, exc.__cause__ or exc
             else:
                 self.space.wrote()
                 return result
+            if isinstance(error, DiskFullError):
+                # Not retried here: a chat turn answers at once, a run's bookkeeping waits
+                # for space (the disk-full state says when it is back).
+                self.space.refused("state database", cause)
+                raise DiskFullError(f"the disk of {self.path} is full: {error}") from cause
+            # Another process holds the lock past busy_timeout (a long CLI read, a backup):
+            # keep trying for a while rather than fail a run that finished fine.
+            delay = backoff(
+                attempt, base=LOCKED_RETRY_FIRST_SECONDS, cap=LOCKED_RETRY_MAX_DELAY_SECONDS
+            )
+            if not isinstance(error, WriteConflictError) or time.monotonic() + delay > deadline:
+                raise error from cause
+            log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
+            await asyncio.sleep(delay)
 
     async def close(self) -> None:
         """Finish queued operations, close both connections, stop the threads. Idempotent."""
@@ -199,7 +210,8 @@ class StateDB:
             conn = getattr(self, attr)
             if conn is not None:
                 setattr(self, attr, None)
-                await loop.run_in_executor(executor, conn.close)
+                raw = conn.raw if isinstance(conn, SqliteConnection) else conn
+                await loop.run_in_executor(executor, raw.close)
             await asyncio.to_thread(executor.shutdown, True)
 
     # -- internals --------------------------------------------------------------------------
@@ -219,7 +231,7 @@ class StateDB:
                 raise StateClosedError(f"the state database {self.path} is closed") from None
             raise
 
-    async def _queue_write(self, groups: WriteGroups, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _queue_write(self, groups: WriteGroups, fn: Callable[[Connection], T]) -> T:
         try:
             future = groups.submit(fn)
         except RuntimeError:
@@ -289,11 +301,6 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
-
-
-def _is_locked(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
 
 
 def _current_version(conn: sqlite3.Connection) -> int:

@@ -55,12 +55,6 @@ PROBE_MAX_SECONDS: Final = 5.0
 Listener = Callable[[], object]
 
 
-def is_sqlite_full(exc: sqlite3.Error) -> bool:
-    """Whether SQLite refused for want of space (``SQLITE_FULL``, extended codes included)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
-
-
 def is_out_of_space(exc: BaseException) -> bool:
     """Whether ``exc`` is a write refused for want of space (database or file)."""
     if isinstance(exc, DiskFullError):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from gateway.errors import HeraldError
+
+#: The constraints other than uniqueness that a write can break.
+ConstraintKind = Literal["CHECK", "NOT NULL", "FOREIGN KEY"]
 
 
 class StateError(HeraldError):
@@ -26,9 +31,9 @@ class ReadOnlyStateError(StateError):
 
 
 class DiskFullError(StateError):
-    """The disk refused a write for want of space (SQLite's ``SQLITE_FULL``); nothing of
-    the write was kept. The gateway is in its disk-full state (:mod:`gateway.state.diskfull`)
-    until space is back."""
+    """The disk refused a write for want of space (SQLite's ``SQLITE_FULL``, PostgreSQL's
+    SQLSTATE ``53100``); nothing of the write was kept. The gateway is in its disk-full
+    state (:mod:`gateway.state.diskfull`) until space is back."""
 
 
 class RecordNotFoundError(StateError, LookupError):
@@ -52,9 +57,26 @@ class InvalidUpdateError(StateError, ValueError):
     """An update names a column that does not exist or may not change."""
 
 
+class ConstraintError(InvalidUpdateError):
+    """A CHECK, NOT NULL or foreign key constraint refused the values written (the caller's
+    bad value); ``kind`` says which, ``detail`` is the database's own message."""
+
+    def __init__(self, kind: ConstraintKind, detail: str) -> None:
+        self.kind: ConstraintKind = kind
+        self.detail = detail
+        super().__init__(f"{kind} constraint: {detail}")
+
+
 class StateUnavailableError(StateError):
     """The state database cannot be reached now (PostgreSQL down, the network cut); the
     operation did not happen, or (a write whose connection broke at its end) may have."""
+
+
+class WriteConflictError(StateUnavailableError):
+    """The write met a concurrent one and did not happen: SQLite's database stayed locked
+    past the busy timeout, or PostgreSQL chose this transaction to fail (a serialization
+    failure, a deadlock). The write may be run again whole; each backend's ``write`` does,
+    with backoff, and raises this only once it has tried for long enough."""
 
 
 class ChildLimitError(StateError):

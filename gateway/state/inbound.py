@@ -12,7 +12,6 @@ While the turn's reply is streamed the row also keeps the chat message it is sho
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from channels import InboundMessage, StreamedMessage
 from gateway.state._sql import Database
+from gateway.state.connection import Connection
 from gateway.state.replicas import LIVE_REPLICAS_SQL
 
 
@@ -75,8 +75,8 @@ class InboundTable:
         inbound_id = uuid.uuid4().hex
         payload = _encode(message)
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        def run(conn: Connection) -> None:
+            conn.queue(
                 "INSERT INTO inbound (inbound_id, message, received_at, claimed_by)"
                 " VALUES (?, ?, ?, ?)",
                 (inbound_id, payload, time.time(), replica_id),
@@ -103,8 +103,8 @@ class InboundTable:
     async def handled(self, inbound_id: str) -> None:
         """The message's turn ended: it is in the transcript (or was answered)."""
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM inbound WHERE inbound_id = ?", (inbound_id,))
+        def run(conn: Connection) -> None:
+            conn.queue("DELETE FROM inbound WHERE inbound_id = ?", (inbound_id,))
 
         await self._db.write(run)
 
@@ -113,7 +113,7 @@ class InboundTable:
         ``cutoff`` (one process) every row; else this replica's own (a restart under the same
         id) and those of replicas dead at ``cutoff``."""
 
-        def run(conn: sqlite3.Connection) -> list[InboundRecord]:
+        def run(conn: Connection) -> list[InboundRecord]:
             params: tuple[str | None, float] | tuple[()]
             if cutoff is None:
                 where, params = "", ()
@@ -139,7 +139,7 @@ class InboundTable:
     async def take_over(self, replica_id: str, cutoff: float) -> list[InboundRecord]:
         """Claim the unhandled messages of replicas dead at ``cutoff`` (not this one's)."""
 
-        def run(conn: sqlite3.Connection) -> list[InboundRecord]:
+        def run(conn: Connection) -> list[InboundRecord]:
             rows = conn.execute(
                 "SELECT inbound_id, message, streamed FROM inbound WHERE claimed_by IS NOT NULL"
                 f" AND claimed_by != ? AND claimed_by NOT IN ({LIVE_REPLICAS_SQL})"
@@ -158,7 +158,7 @@ class InboundTable:
     async def pending(self) -> list[InboundRecord]:
         """Every message not yet handled, oldest first."""
 
-        def run(conn: sqlite3.Connection) -> list[InboundRecord]:
+        def run(conn: Connection) -> list[InboundRecord]:
             rows = conn.execute(
                 "SELECT inbound_id, message, claimed_by, streamed FROM inbound ORDER BY received_at"
             ).fetchall()

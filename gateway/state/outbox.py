@@ -14,7 +14,6 @@ chat is asked before any second send, as after a restart.
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,11 +22,10 @@ from gateway.state._sql import (
     column_list,
     in_clause,
     insert_sql,
-    integrity_error,
     returned_row,
-    skip_locked,
     update_assignments,
 )
+from gateway.state.connection import Connection
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
@@ -58,11 +56,8 @@ class OutboxTable:
         item for the same ``run_id`` raises :class:`RecordConflictError`."""
         values = [to_column_value(getattr(item, name)) for name in _INSERT_COLUMNS]
 
-        def run(conn: sqlite3.Connection) -> OutboxRecord:
-            try:
-                return _returned(conn, _INSERT_RETURNING, values, "new item")
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("outbox", exc) from exc
+        def run(conn: Connection) -> OutboxRecord:
+            return _returned(conn, _INSERT_RETURNING, values, "new item")
 
         return await self._db.write(run)
 
@@ -78,11 +73,8 @@ class OutboxTable:
         assignments, run_values = update_assignments("runs", run_changes, _RUN_UPDATABLE)
         run_sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
 
-        def run(conn: sqlite3.Connection) -> OutboxRecord:
-            try:
-                inserted = _returned(conn, _INSERT_RETURNING, values, "new item")
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("outbox", exc) from exc
+        def run(conn: Connection) -> OutboxRecord:
+            inserted = _returned(conn, _INSERT_RETURNING, values, "new item")
             if conn.execute(run_sql, [*run_values, item.run_id]).rowcount != 1:
                 raise RecordNotFoundError("runs", item.run_id)
             return inserted
@@ -99,14 +91,18 @@ class OutboxTable:
 
         sql = f"UPDATE outbox SET {assignments} WHERE id = ? RETURNING {_COLUMNS}"
 
-        def run(conn: sqlite3.Connection) -> OutboxRecord:
-            item = _returned(conn, sql, [*values, item_id], item_id)
-            if item.run_id is not None:
-                conn.execute(
-                    f"UPDATE runs SET {run_assignments} WHERE run_id = ?",
-                    [*run_values, item.run_id],
-                )
-            return item
+        def run(conn: Connection) -> OutboxRecord:
+            # The run first (found through the item, unchanged by this write), the item last:
+            # on PostgreSQL both go with the COMMIT, one round trip.
+            conn.queue(
+                f"UPDATE runs SET {run_assignments}"
+                " WHERE run_id = (SELECT run_id FROM outbox WHERE id = ?)",
+                [*run_values, item_id],
+            )
+            rows = conn.last(sql, [*values, item_id]).fetchall()
+            if len(rows) != 1:  # no such item: the run's update matched nothing either
+                raise RecordNotFoundError("outbox", item_id)
+            return outbox_from_row(rows[0])
 
         return await self._db.write(run)
 
@@ -114,7 +110,7 @@ class OutboxTable:
         """Runs still ``announce_state = 'queued'`` whose item has settled: copy its state
         (left by a crash between two separate writes in an older version); returns how many."""
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: Connection) -> int:
             return conn.execute(
                 "UPDATE runs SET"
                 " announce_state = (SELECT o.state FROM outbox o WHERE o.run_id = runs.run_id),"
@@ -135,7 +131,7 @@ class OutboxTable:
         mine = "" if replica_id is None else " AND (claimed_by = ? OR claimed_by IS NULL)"
         params = () if replica_id is None else (replica_id,)
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: Connection) -> int:
             reopened = conn.execute(
                 "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL,"
                 f" claimed_by = NULL WHERE state = 'sending'{mine}",
@@ -154,7 +150,7 @@ class OutboxTable:
         their chat before any resend), their other claims are released. Returns how many
         sends were reopened."""
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: Connection) -> int:
             dead = f"claimed_by IS NOT NULL AND claimed_by NOT IN ({LIVE_REPLICAS_SQL})"
             reopened = conn.execute(
                 "UPDATE outbox SET state = 'pending', in_doubt = 1, next_attempt_at = NULL,"
@@ -176,12 +172,12 @@ class OutboxTable:
         claimed, oldest first (at most ``limit``), and return them. On PostgreSQL rows
         another replica is claiming at this moment are skipped, not waited for."""
 
-        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
-            rows = conn.execute(
+        def run(conn: Connection) -> builtins.list[OutboxRecord]:
+            rows = conn.last(
                 f"UPDATE outbox SET claimed_by = ? WHERE id IN (SELECT id FROM outbox"
                 " WHERE state = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
                 " AND (claimed_by IS NULL OR claimed_by = ?) ORDER BY id LIMIT ?"
-                f"{skip_locked(conn)}) RETURNING {column_list(OUTBOX_COLUMNS)}",
+                f"{conn.dialect.skip_locked}) RETURNING {column_list(OUTBOX_COLUMNS)}",
                 (replica_id, now, replica_id, limit),
             ).fetchall()
             return sorted((outbox_from_row(row) for row in rows), key=lambda item: item.id or 0)
@@ -200,8 +196,8 @@ class OutboxTable:
             f" WHERE id = ? AND state = 'pending' AND claimed_by = ? RETURNING {_COLUMNS}"
         )
 
-        def run(conn: sqlite3.Connection) -> OutboxRecord | None:
-            rows = conn.execute(sql, [*values, item_id, replica_id]).fetchall()
+        def run(conn: Connection) -> OutboxRecord | None:
+            rows = conn.last(sql, [*values, item_id, replica_id]).fetchall()
             return outbox_from_row(rows[0]) if rows else None
 
         return await self._db.write(run)
@@ -209,8 +205,8 @@ class OutboxTable:
     async def release_claims(self, replica_id: str) -> int:
         """Give up ``replica_id``'s claims on items it has not begun to send (a stop)."""
 
-        def run(conn: sqlite3.Connection) -> int:
-            return conn.execute(
+        def run(conn: Connection) -> int:
+            return conn.last(
                 "UPDATE outbox SET claimed_by = NULL WHERE state = 'pending' AND claimed_by = ?",
                 (replica_id,),
             ).rowcount
@@ -223,7 +219,7 @@ class OutboxTable:
         mine = "" if replica_id is None else " AND (claimed_by IS NULL OR claimed_by = ?)"
         params = () if replica_id is None else (replica_id,)
 
-        def run(conn: sqlite3.Connection) -> float | None:
+        def run(conn: Connection) -> float | None:
             row = conn.execute(
                 "SELECT MIN(COALESCE(next_attempt_at, 0)) FROM outbox"
                 f" WHERE state = 'pending'{mine}",
@@ -246,11 +242,8 @@ class OutboxTable:
         assignments, values = update_assignments("outbox", changes, _UPDATABLE)
         sql = f"UPDATE outbox SET {assignments} WHERE id = ? RETURNING {_COLUMNS}"
 
-        def run(conn: sqlite3.Connection) -> OutboxRecord:
-            try:
-                return _returned(conn, sql, [*values, item_id], item_id)
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("outbox", exc) from exc
+        def run(conn: Connection) -> OutboxRecord:
+            return _returned(conn, sql, [*values, item_id], item_id)
 
         return await self._db.write(run)
 
@@ -261,7 +254,7 @@ class OutboxTable:
             " AND (next_attempt_at IS NULL OR next_attempt_at <= ?) ORDER BY id LIMIT ?"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
+        def run(conn: Connection) -> builtins.list[OutboxRecord]:
             return [outbox_from_row(row) for row in conn.execute(sql, (now, limit))]
 
         return await self._db.read(run)
@@ -281,19 +274,17 @@ class OutboxTable:
             sql += " LIMIT ?"
             params.append(max(0, limit))
 
-        def run(conn: sqlite3.Connection) -> builtins.list[OutboxRecord]:
+        def run(conn: Connection) -> builtins.list[OutboxRecord]:
             return [outbox_from_row(row) for row in conn.execute(sql, params)]
 
         return await self._db.read(run)
 
 
-def _find(conn: sqlite3.Connection, column: str, value: object) -> OutboxRecord | None:
+def _find(conn: Connection, column: str, value: object) -> OutboxRecord | None:
     row = conn.execute(f"{_SELECT} WHERE {column} = ?", (value,)).fetchone()
     return outbox_from_row(row) if row is not None else None
 
 
-def _returned(
-    conn: sqlite3.Connection, sql: str, params: builtins.list[Any], key: object
-) -> OutboxRecord:
+def _returned(conn: Connection, sql: str, params: builtins.list[Any], key: object) -> OutboxRecord:
     """The one row a write ``… RETURNING`` gave (RecordNotFoundError when none)."""
     return outbox_from_row(returned_row(conn, sql, params, "outbox", key))

@@ -1,28 +1,31 @@
-"""The state database on PostgreSQL (``cluster.databaseUrl``): the same tables, the same
-SQL, the same threads as the SQLite backend.
+"""The state database on PostgreSQL (``cluster.databaseUrl``): the same tables and the same
+threads as the SQLite backend, on PostgreSQL's own connection.
 
 :class:`PgStateDB` is a :class:`gateway.state.db.StateDB`: everything that takes the state
-database takes it unchanged, and the tables run their functions of a connection on it as
-they do on SQLite. It keeps that backend's model: one writer thread and one reader thread,
-each with its own connection (psycopg 3, synchronous, on its thread, so the event loop never
-blocks on the database). What differs:
+database takes it unchanged, and the tables run their functions of a
+:class:`~gateway.state.connection.Connection` on it as they do on SQLite. It keeps that
+backend's model: one writer thread and one reader thread, each with its own connection
+(psycopg 3, synchronous, on its thread, so the event loop never blocks on the database).
+What differs:
 
-- Connections are :class:`gateway.state.pgconn.PgConnection`: SQLite's SQL in, sqlite3's
-  rows and exceptions out (see :mod:`gateway.state.pgsql` for the dialect).
+- Connections are :class:`gateway.state.pgconn.PgConnection` (PostgreSQL's dialect and
+  psycopg's errors as Herald's typed errors); migrations are PostgreSQL's own
+  (:mod:`gateway.state.pgmigrations`), applied at open under an advisory lock
+  (:mod:`gateway.state.pgschema`).
 - Each write is one ``SERIALIZABLE`` transaction. The tables count on SQLite running one
   write at a time (a run's completion reads and updates its row in one transaction); with
   several replicas writing at once, serializable isolation keeps that promise: a write that
-  would break it fails with a serialization error and is run again whole, with backoff.
-  Writes are not grouped as on SQLite: a serialization failure condemns the whole
+  would break it fails with a :class:`WriteConflictError` and is run again whole, with
+  backoff. Writes are not grouped as on SQLite: a serialization failure condemns the whole
   transaction, so one conflicting write would make every write of its group run again,
   and a group's wider read and write sets would conflict with other replicas more often.
 - A write's ``BEGIN`` is sent in one message with its first statement (parameters are bound
   on the client, so the two go as one simple query): a round trip less per write.
-- Reads run in autocommit, one snapshot per statement, as the SQLite reader does.
+- Reads run in autocommit, one snapshot per statement, as the SQLite reader does: they never
+  take part in the serializable writes' conflicts.
 - A lost connection raises :class:`StateUnavailableError` and is opened again by the next
   operation; nothing is retried behind the caller's back, since a write cut off at its
   commit may or may not have happened.
-- Migrations run at open, under an advisory lock (:mod:`gateway.state.pgschema`).
 - A write the server refuses for want of disk space (SQLSTATE ``53100``) raises
   :class:`DiskFullError` and enters :attr:`space`'s disk-full state, as ``SQLITE_FULL``
   does; its probe measures only the state directory (the transcripts' disk), the one disk
@@ -33,28 +36,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, Literal, TypeVar, cast
+from typing import ClassVar, Final, Literal, TypeVar
 
 import psycopg
 
 from configbase import redact_url, url_password
 from gateway.backoff import backoff
 from gateway.state import diskfull
+from gateway.state.connection import POSTGRESQL, Connection, Dialect
 from gateway.state.db import StateDB
-from gateway.state.diskfull import Headroom, is_sqlite_full
+from gateway.state.diskfull import Headroom
 from gateway.state.errors import (
     DiskFullError,
     ReadOnlyStateError,
     SchemaError,
     StateClosedError,
     StateUnavailableError,
+    WriteConflictError,
 )
-from gateway.state.pgconn import DISK_FULL_SQLSTATE, PgConnection, as_sqlite_error
+from gateway.state.pgconn import PgConnection, state_error
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
 
@@ -62,8 +66,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: SQLSTATEs after which a write is run again: serialization failure, deadlock detected.
-RETRY_SQLSTATES: Final = frozenset({"40001", "40P01"})
 #: A conflicting write is retried with backoff for up to this long in all.
 CONFLICT_RETRY_SECONDS: Final = 120.0
 CONFLICT_RETRY_FIRST_SECONDS: Final = 0.005
@@ -79,6 +81,8 @@ Role = Literal["writer", "reader"]
 class PgStateDB(StateDB):
     """The state database on PostgreSQL. Open with :meth:`connect`; close with
     :meth:`close` (idempotent)."""
+
+    dialect: ClassVar[Dialect] = POSTGRESQL
 
     def __init__(self, url: str, *, readonly: bool, replica_id: str, state_dir: Path) -> None:
         # The base's path names the database in its messages: here, the URL, password masked.
@@ -120,12 +124,12 @@ class PgStateDB(StateDB):
             raise
         return db
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the reader thread (a read-only session, autocommit)."""
         self._check_open()
-        return await self._on("reader", lambda: fn(self._sqlite_like("reader")))
+        return await self._on("reader", lambda: fn(self._connection("reader")))
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the writer thread in one serializable transaction.
 
         Commits when ``fn`` returns, rolls back and re-raises when it raises; a write that
@@ -141,25 +145,20 @@ class PgStateDB(StateDB):
             attempt += 1
             try:
                 result = await self._on("writer", lambda: self._in_transaction(fn))
-            except sqlite3.OperationalError as exc:
-                if not is_sqlite_full(exc):
-                    raise
+            except DiskFullError as exc:
                 # As on SQLite: not retried here; the disk-full state says when space is back.
-                self.space.refused("state database", exc)
-                raise DiskFullError(f"the disk of {self.location} is full: {exc}") from exc
-            except psycopg.Error as exc:
+                cause = exc.__cause__ or exc
+                self.space.refused("state database", cause)
+                raise DiskFullError(f"the disk of {self.location} is full: {exc}") from cause
+            except WriteConflictError as exc:
                 delay = backoff(
                     attempt,
                     base=CONFLICT_RETRY_FIRST_SECONDS,
                     cap=CONFLICT_RETRY_MAX_DELAY_SECONDS,
                 )
-                if exc.sqlstate not in RETRY_SQLSTATES:
-                    # The commit itself refused (a deferred constraint): the caller's error,
-                    # as the tables' own statements report it.
-                    raise as_sqlite_error(exc) from exc
                 if time.monotonic() + delay > deadline:
-                    raise StateUnavailableError(self._message(exc)) from exc
-                log.debug("state database: write conflict (%s); retrying", exc.sqlstate)
+                    raise WriteConflictError(self._message(exc)) from exc
+                log.debug("state database: write conflict (%s); retrying", exc)
                 await asyncio.sleep(delay)
             else:
                 self.space.wrote()
@@ -172,7 +171,7 @@ class PgStateDB(StateDB):
             return False
         try:
             async with asyncio.timeout(PING_SECONDS):
-                await self._on("reader", lambda: self._sqlite_like("reader").execute("SELECT 1"))
+                await self._on("reader", lambda: self._connection("reader").execute("SELECT 1"))
         except (StateUnavailableError, StateClosedError, TimeoutError):
             return False
         return True
@@ -204,14 +203,15 @@ class PgStateDB(StateDB):
             raise ReadOnlyStateError(f"{self.location} is open read-only")
         try:
             return await self._run(executor, fn)
-        except psycopg.OperationalError as exc:
-            if exc.sqlstate in RETRY_SQLSTATES:
-                raise  # a conflict: write() retries it
-            if exc.sqlstate == DISK_FULL_SQLSTATE:  # at COMMIT: the server is there, but full
-                raise as_sqlite_error(exc) from exc
-            raise StateUnavailableError(self._message(exc)) from exc
-        except psycopg.InterfaceError as exc:  # the connection was closed under it
-            raise StateUnavailableError(self._message(exc)) from exc
+        except psycopg.Error as exc:  # opening a connection, or the connection's own calls
+            error = state_error(exc)
+            if type(error) is StateUnavailableError:
+                raise StateUnavailableError(self._message(exc)) from exc
+            raise error from exc
+        except StateUnavailableError as exc:
+            if type(exc) is not StateUnavailableError:
+                raise  # a write conflict: write() runs it again
+            raise StateUnavailableError(self._message(exc)) from exc.__cause__ or exc
 
     async def _probe_space(self) -> Headroom | None:
         """The state directory's headroom (:class:`SpaceMonitor`'s probe): no SQLite file to
@@ -237,12 +237,6 @@ class PgStateDB(StateDB):
         if conn is not None:
             conn.close()
 
-    def _sqlite_like(self, role: Role) -> sqlite3.Connection:
-        # PgConnection serves the part of sqlite3.Connection the tables use (execute,
-        # executemany, rows, rowcount, lastrowid, sqlite3's exceptions): this is the one
-        # place that promise is made to the type checker.
-        return cast(sqlite3.Connection, self._connection(role))
-
     def _new_connection(self, *, readonly: bool) -> PgConnection:
         name = f"herald:{self.replica_id}"[:APPLICATION_NAME_MAX]
         return PgConnection.connect(self.url, application_name=name, readonly=readonly)
@@ -262,12 +256,12 @@ class PgStateDB(StateDB):
                 )
             self.schema_version = version
 
-    def _in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _in_transaction(self, fn: Callable[[Connection], T]) -> T:
         conn = self._connection("writer")
         # Sent with fn's first statement, in one message (a round trip less per write).
         conn.begin_with_next("BEGIN ISOLATION LEVEL SERIALIZABLE")
         try:
-            result = fn(cast(sqlite3.Connection, conn))
+            result = fn(conn)
             conn.end("COMMIT")
         except BaseException:
             if not conn.closed:

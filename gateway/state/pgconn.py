@@ -1,22 +1,24 @@
-"""A psycopg connection that the state tables use as they use a :class:`sqlite3.Connection`.
+"""The PostgreSQL side of the state tables' connection: psycopg 3 as a
+:class:`~gateway.state.connection.Connection`, its errors as Herald's typed errors.
 
-The tables run ``fn(conn)`` with SQLite's SQL and SQLite's habits: ``conn.execute(sql,
-params)`` and ``executemany``, rows read by index and by column name, ``cursor.rowcount``,
-``cursor.lastrowid``, :class:`sqlite3.IntegrityError` for a broken constraint (its text
-saying ``UNIQUE constraint failed`` for a duplicate key), and SQLite's ``SQLITE_FULL`` for
-a server whose disk is full (SQLSTATE ``53100``). :class:`PgConnection` offers
-exactly that over psycopg 3: each statement is rewritten by :mod:`gateway.state.pgsql`,
-parameters are bound on the client (``ClientCursor``: a NULL parameter needs no type, as in
-SQLite), integers summed by PostgreSQL come back as ``int`` (not ``Decimal``), and
-PostgreSQL's errors are raised as the :mod:`sqlite3` exceptions the tables already catch.
+The tables' statements are PostgreSQL's too (see :mod:`gateway.state.connection` for the
+habits that keep a text portable); what :class:`PgConnection` does to one is the
+dialect's parameter mark alone: ``?`` is sent as psycopg's ``%s``, and a literal ``%`` as
+``%%`` (the state's SQL binds every value, so neither ever stands inside a quoted literal).
+Parameters are bound on the client (``ClientCursor``: a NULL parameter needs no type, as
+in SQLite, and a transaction's ``BEGIN`` can travel in one message with its first
+statement); integers PostgreSQL sums come back as ``int``, never a ``Decimal``.
 
-Left as PostgreSQL's own, for the caller above to handle: serialization failures and
-deadlocks (the write is retried whole) and a lost connection (the database is unavailable).
+Errors are mapped by SQLSTATE, the driver's own classification (:func:`state_error`): a
+unique violation is a :class:`RecordConflictError`, another broken constraint a
+:class:`ConstraintError`, a serialization failure or a deadlock a
+:class:`WriteConflictError`, ``disk_full`` a :class:`DiskFullError`, a lost connection or a
+server shutting down :class:`StateUnavailableError`.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -25,17 +27,28 @@ from psycopg import errors as pg_errors
 from psycopg.adapt import Buffer, Loader
 from psycopg.rows import RowMaker
 
-from gateway.state.pgsql import translate
+from gateway.state.connection import POSTGRESQL, Dialect
+from gateway.state.errors import (
+    ConstraintError,
+    DiskFullError,
+    ReadOnlyStateError,
+    RecordConflictError,
+    StateError,
+    StateUnavailableError,
+    WriteConflictError,
+)
 
-#: SQLSTATE classes left to the caller: 08 connection exceptions, 40 transaction rollbacks
-#: (serialization failure, deadlock), 57 operator intervention (a server shutting down).
-PASS_THROUGH: Final = ("08", "40", "57")
+#: SQLSTATEs of a transaction PostgreSQL failed for meeting another: run it again.
+CONFLICT_SQLSTATES: Final = frozenset({"40001", "40P01"})
 #: The server could not write for want of disk space (``disk_full``).
 DISK_FULL_SQLSTATE: Final = "53100"
+#: SQLSTATE classes of a server that cannot be used now: 08 connection exceptions, 57
+#: operator intervention (a shutdown, an admin's cancel), 53 resources other than disk.
+_UNAVAILABLE_CLASSES: Final = ("08", "57", "53")
 
 
 class Row(Sequence[Any]):
-    """A result row read by position or by column name, like :class:`sqlite3.Row`."""
+    """A result row read by position or by column name."""
 
     __slots__ = ("_index", "_values")
 
@@ -70,8 +83,8 @@ def _row_factory(cursor: Any) -> RowMaker[Row]:
 
 
 class _IntegralNumeric(Loader):
-    """``numeric`` as SQLite would give it: ``int`` when integral (``SUM`` of integers),
-    else ``float`` — never a ``Decimal``, which neither orjson nor the records expect."""
+    """``numeric`` as an ``int`` when integral (``SUM`` of integers), else a ``float`` —
+    never a ``Decimal``, which neither orjson nor the records expect."""
 
     def load(self, data: Buffer) -> int | float:
         text = bytes(data).decode()
@@ -80,45 +93,80 @@ class _IntegralNumeric(Loader):
         return int(text)
 
 
+@functools.lru_cache(maxsize=2048)
+def driver_sql(sql: str) -> str:
+    """``sql`` with psycopg's parameter marks (see the module docstring)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def state_error(exc: psycopg.Error) -> StateError:
+    """The typed error for what psycopg reported (see the module docstring)."""
+    sqlstate = exc.sqlstate or ""
+    text = " ".join(str(exc).split())  # libpq's messages run over several lines
+    if isinstance(exc, pg_errors.UniqueViolation):
+        return RecordConflictError(exc.diag.table_name or "?", text)
+    if isinstance(exc, pg_errors.CheckViolation):
+        return ConstraintError("CHECK", text)
+    if isinstance(exc, pg_errors.NotNullViolation):
+        return ConstraintError("NOT NULL", text)
+    if isinstance(exc, pg_errors.ForeignKeyViolation):
+        return ConstraintError("FOREIGN KEY", text)
+    if sqlstate in CONFLICT_SQLSTATES:
+        return WriteConflictError(text)
+    if sqlstate == DISK_FULL_SQLSTATE:
+        return DiskFullError(text)
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return ReadOnlyStateError(text)
+    if (
+        sqlstate[:2] in _UNAVAILABLE_CLASSES
+        or isinstance(exc, psycopg.InterfaceError)
+        or (isinstance(exc, psycopg.OperationalError) and not sqlstate)
+    ):
+        return StateUnavailableError(text)
+    return StateError(f"postgresql: {text}")
+
+
 class PgCursor:
-    """The outcome of one statement: rows, ``rowcount`` and ``lastrowid``."""
+    """The outcome of one statement: its rows (read at once: psycopg holds the whole result
+    already) and ``rowcount``."""
 
-    def __init__(self, conn: PgConnection, cursor: psycopg.Cursor[Row] | None) -> None:
-        self._conn = conn
-        self._cursor = cursor
-        self._rowcount = cursor.rowcount if cursor is not None else -1
+    __slots__ = ("_rows", "rowcount")
 
-    @property
-    def rowcount(self) -> int:
-        return self._rowcount
+    def __init__(self, rows: list[Row], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
 
-    @property
-    def lastrowid(self) -> int | None:
-        """The identity value the last INSERT of this connection generated (None if none)."""
-        return self._conn.last_identity()
+    @classmethod
+    def of(cls, cursor: psycopg.Cursor[Row]) -> PgCursor:
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return cls(rows, cursor.rowcount)
 
     def fetchone(self) -> Row | None:
-        if self._cursor is None or self._cursor.description is None:
-            return None
-        return self._cursor.fetchone()
+        return self._rows[0] if self._rows else None
 
     def fetchall(self) -> list[Row]:
-        if self._cursor is None or self._cursor.description is None:
-            return []
-        return self._cursor.fetchall()
+        return self._rows
 
     def __iter__(self) -> Iterator[Row]:
-        return iter(self.fetchall())
+        return iter(self._rows)
 
 
 class PgConnection:
-    """The subset of :class:`sqlite3.Connection` the state tables use, on PostgreSQL."""
+    """A psycopg connection as the tables use it (``raw`` is the connection)."""
 
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self.raw = conn
-        #: The statement opening a transaction, sent with the next statement (see
-        #: :meth:`begin_with_next`); None when nothing waits to be sent.
-        self._begin: str | None = None
+        #: Binds queued statements' parameters on the client, as ``execute`` does.
+        self._binder = psycopg.ClientCursor(conn)
+        #: Statements (bound, PostgreSQL's SQL) waiting to go with the next one: the
+        #: transaction's ``BEGIN`` (:meth:`begin_with_next`) and :meth:`queue`'s.
+        self._pending: list[str] = []
+        #: The transaction's BEGIN is still among them (no statement went out yet).
+        self._begin_unsent = False
+        #: A write's transaction is open (between begin_with_next and end).
+        self._writing = False
+        #: The write's last statement went out with its COMMIT: nothing may follow it.
+        self._finished = False
 
     @classmethod
     def connect(cls, url: str, *, application_name: str, readonly: bool) -> PgConnection:
@@ -141,6 +189,10 @@ class PgConnection:
         return cls(conn)
 
     @property
+    def dialect(self) -> Dialect:
+        return POSTGRESQL
+
+    @property
     def closed(self) -> bool:
         return self.raw.closed or self.raw.broken
 
@@ -148,99 +200,97 @@ class PgConnection:
         self.raw.close()
 
     def begin_with_next(self, begin: str) -> None:
-        """Open a transaction with ``begin`` (PostgreSQL's SQL, no parameters) sent in one
-        message with the next statement: a round trip less per transaction. Parameters
-        are bound on the client, so the pair goes as one simple query, whose explicit
-        ``BEGIN`` keeps the transaction open after it. :meth:`end` commits or rolls back."""
-        self._begin = begin
+        """Open a transaction with ``begin`` (no parameters) sent in one message with the
+        next statement: a round trip less per transaction. Parameters are bound on the
+        client, so the pair goes as one simple query, whose explicit ``BEGIN`` keeps the
+        transaction open after it. :meth:`end` commits or rolls back."""
+        self._pending = [begin]
+        self._begin_unsent = True
+        self._writing = True
+        self._finished = False
 
     def end(self, finish: str) -> None:
-        """``COMMIT`` or ``ROLLBACK`` the transaction :meth:`begin_with_next` opened; nothing
-        to send when no statement ran in it (its ``BEGIN`` was never sent)."""
-        if self._begin is not None:
-            self._begin = None
+        """``COMMIT`` or ``ROLLBACK`` the transaction :meth:`begin_with_next` opened: a
+        ``COMMIT`` goes with the statements queued since the last one sent (nothing goes
+        when no statement ran: its ``BEGIN`` was never sent); a ``ROLLBACK`` drops them."""
+        pending, unsent = self._pending, self._begin_unsent
+        self._pending, self._begin_unsent, self._writing = [], False, False
+        self._finished = False
+        if finish == "COMMIT" and pending[1 if unsent else 0 :]:
+            self._pending = pending
+            self.execute_native(finish)
+            return
+        if unsent:
             return
         if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             self.execute_native(finish)
 
-    def execute(self, sql: str, parameters: Iterable[Any] = ()) -> PgCursor:
-        """Run one SQLite statement (rewritten for PostgreSQL) with ``?`` parameters."""
-        cursor = self.raw.cursor()
-        try:
-            self._send(cursor, translate(sql), list(parameters))
-        except psycopg.Error as exc:
-            raise as_sqlite_error(exc) from exc
-        return PgCursor(self, cursor)
-
-    def _send(self, cursor: psycopg.Cursor[Row], sql: str, parameters: Sequence[Any]) -> None:
-        """Execute ``sql``, after the pending ``BEGIN`` in the same message if there is one
-        (its result is skipped: the cursor shows the statement's)."""
-        begin, self._begin = self._begin, None
-        if begin is None:
-            cursor.execute(sql, parameters)
+    def queue(self, sql: str, parameters: Sequence[Any] = (), /) -> None:
+        """Send ``sql`` with the next statement or the ``COMMIT`` (see
+        :class:`~gateway.state.connection.Connection`); outside a write, at once."""
+        if not self._writing:
+            self.execute(sql, parameters)
             return
-        cursor.execute(f"{begin}; {sql}", parameters)
-        cursor.nextset()
+        self._check_unfinished()
+        self._pending.append(self._binder.mogrify(driver_sql(sql), parameters))
 
-    def executemany(self, sql: str, seq_of_parameters: Iterable[Iterable[Any]]) -> PgCursor:
-        """Run one statement per parameter set; ``rowcount`` is their sum, as in sqlite3."""
-        total = 0
-        for parameters in seq_of_parameters:
-            total += max(0, self.execute(sql, parameters).rowcount)
-        cursor = PgCursor(self, None)
-        cursor._rowcount = total
-        return cursor
-
-    def execute_native(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
-        """Run PostgreSQL's own SQL (``%s`` placeholders), as the backend itself needs."""
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
+        """Run one statement with ``?`` parameters."""
+        self._check_unfinished()
         with self.raw.cursor() as cursor:
-            self._send(cursor, sql, list(parameters))
+            self._send(cursor, driver_sql(sql), parameters)
+            return PgCursor.of(cursor)
+
+    def last(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
+        """Run the write's last statement in one message with its ``COMMIT`` (see
+        :class:`~gateway.state.connection.Connection`); outside a write, as ``execute``."""
+        if not self._writing:
+            return self.execute(sql, parameters)
+        self._check_unfinished()
+        self._finished = True
+        with self.raw.cursor() as cursor:
+            self._send(cursor, driver_sql(sql), parameters, then="COMMIT")
+            return PgCursor.of(cursor)
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> PgCursor:
+        """Run one statement per parameter set; ``rowcount`` is their sum."""
+        total = 0
+        for values in parameters:
+            total += max(0, self.execute(sql, values).rowcount)
+        return PgCursor([], total)
+
+    def execute_native(self, sql: str, parameters: Sequence[Any] | None = None) -> list[Row]:
+        """Run PostgreSQL's own SQL (``%s`` marks), as the backend itself needs."""
+        with self.raw.cursor() as cursor:
+            self._send(cursor, sql, parameters)
             return cursor.fetchall() if cursor.description is not None else []
 
-    def last_identity(self) -> int | None:
-        # lastval() fails when this session has generated none; inside a write that would
-        # abort the transaction, so it is asked under a savepoint.
-        if self._begin is not None:  # no statement ran yet: nothing was generated either
-            return None
-        in_transaction = self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+    def _check_unfinished(self) -> None:
+        if self._finished:
+            raise StateError("a statement after the write's last one (its COMMIT was sent)")
+
+    def _send(
+        self,
+        cursor: psycopg.Cursor[Row],
+        sql: str,
+        parameters: Sequence[Any] | None,
+        *,
+        then: str | None = None,
+    ) -> None:
+        """Execute ``sql``, after the pending statements in the same message if there are
+        any, and before ``then`` (their results are skipped: the cursor shows the
+        statement's)."""
+        pending, self._pending = self._pending, []
+        self._begin_unsent = False
         try:
-            if in_transaction:
-                self.raw.execute("SAVEPOINT herald_lastval")
-            row = self.raw.execute("SELECT lastval()").fetchone()
-            if in_transaction:
-                self.raw.execute("RELEASE SAVEPOINT herald_lastval")
-        except pg_errors.ObjectNotInPrerequisiteState:
-            if in_transaction:
-                self.raw.execute("ROLLBACK TO SAVEPOINT herald_lastval")
-            return None
-        return None if row is None else int(row[0])
-
-
-def as_sqlite_error(exc: psycopg.Error) -> Exception:
-    """``exc`` as the :mod:`sqlite3` exception SQLite raises for the same failure, worded as
-    SQLite words it where callers read the text; connection and transaction-rollback errors
-    (see :data:`PASS_THROUGH`) are returned unchanged."""
-    sqlstate = exc.sqlstate or ""
-    if sqlstate[:2] in PASS_THROUGH or isinstance(exc, psycopg.InterfaceError):
-        return exc
-    diag = exc.diag
-    table = diag.table_name or "?"
-    if isinstance(exc, pg_errors.UniqueViolation):
-        return sqlite3.IntegrityError(
-            f"UNIQUE constraint failed: {table} ({diag.constraint_name or 'key'})"
-        )
-    if isinstance(exc, pg_errors.NotNullViolation):
-        return sqlite3.IntegrityError(f"NOT NULL constraint failed: {table}.{diag.column_name}")
-    if isinstance(exc, pg_errors.CheckViolation):
-        return sqlite3.IntegrityError(f"CHECK constraint failed: {diag.constraint_name}")
-    if isinstance(exc, pg_errors.ForeignKeyViolation):
-        return sqlite3.IntegrityError("FOREIGN KEY constraint failed")
-    if isinstance(exc, psycopg.IntegrityError):
-        return sqlite3.IntegrityError(diag.message_primary or str(exc))
-    error = sqlite3.OperationalError(diag.message_primary or str(exc))
-    if sqlstate == DISK_FULL_SQLSTATE:
-        # As SQLite reports a full disk, so the state database's disk-full handling (and
-        # anything that tells SQLITE_FULL apart) takes it as one.
-        error.sqlite_errorcode = sqlite3.SQLITE_FULL
-        error.sqlite_errorname = "SQLITE_FULL"
-    return error
+            if not pending and then is None:
+                cursor.execute(sql, parameters)
+                return
+            # Bound already: a literal % in them must survive the binding of sql's own.
+            before = pending if parameters is None else [p.replace("%", "%%") for p in pending]
+            after = [then] if then is not None else []
+            cursor.execute("; ".join([*before, sql, *after]), parameters)
+            for _ in pending:
+                cursor.nextset()
+        except psycopg.Error as exc:
+            raise state_error(exc) from exc

@@ -1,5 +1,5 @@
-"""The state schema on PostgreSQL: the SQLite migrations of :mod:`gateway.state.schema`,
-rewritten by :mod:`gateway.state.pgsql`, applied under an advisory lock.
+"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.pgmigrations`
+(PostgreSQL's twins of :mod:`gateway.state.schema`'s), applied under an advisory lock.
 
 Replicas may start together: each takes the same session-level advisory lock before it
 reads the schema version, so exactly one applies a missing version and the others, once
@@ -13,12 +13,10 @@ import logging
 import time
 from typing import Final
 
-import psycopg
-
-from gateway.state.errors import SchemaError
+from gateway.state.errors import SchemaError, StateError, StateUnavailableError
 from gateway.state.pgconn import PgConnection
-from gateway.state.pgsql import UnsupportedSQLError, translate_migration
-from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, MIGRATIONS
+from gateway.state.pgmigrations import MIGRATIONS
+from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +70,7 @@ def _apply(conn: PgConnection, location: str, version: int) -> None:
             if statement == JOB_QUEUE_SCHEMA:
                 _apply_job_queue_schema(conn)
                 continue
-            translated = translate_migration(statement)
-            if translated is not None:
-                conn.execute_native(translated)
+            conn.execute_native(statement)
         conn.execute_native(
             "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
             [version, time.time()],
@@ -84,7 +80,7 @@ def _apply(conn: PgConnection, location: str, version: int) -> None:
         if conn.closed:
             raise  # the connection is gone: the database is unavailable, not the schema bad
         conn.execute_native("ROLLBACK")
-        if isinstance(exc, UnsupportedSQLError | psycopg.Error):
+        if isinstance(exc, StateError) and not isinstance(exc, StateUnavailableError):
             raise SchemaError(f"{location}: migration to version {version} failed: {exc}") from exc
         raise
     log.info("state database %s: migrated to schema version %d", location, version)
@@ -99,4 +95,4 @@ def _apply_job_queue_schema(conn: PgConnection) -> None:
     from procrastinate.schema import SchemaManager
 
     # Without parameters: the schema is many statements, and its '%' are literal.
-    conn.raw.execute(SchemaManager.get_schema())
+    conn.execute_native(SchemaManager.get_schema())

@@ -10,10 +10,10 @@ leave room for clock skew between hosts (NTP keeps it well under a second).
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from dataclasses import dataclass
 
 from gateway.state._sql import Database
+from gateway.state.connection import Connection
 
 #: The ``IN (…)`` of replicas alive at a cut-off (one parameter: the cut-off). Claims by a
 #: replica outside it (dead, stopped, or never registered) may be taken over.
@@ -45,8 +45,8 @@ class ReplicasTable:
     async def register(self, replica_id: str, *, host: str, pid: int, now: float) -> None:
         """This replica starts: its row, new or again (a restart under the same id)."""
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        def run(conn: Connection) -> None:
+            conn.queue(
                 "INSERT INTO replicas (replica_id, host, pid, started_at, heartbeat_at)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (replica_id) DO UPDATE SET"
                 " host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
@@ -60,8 +60,8 @@ class ReplicasTable:
         """Move the heartbeat to ``now``; False when the row is gone or marked stopped
         (then the replica registers again)."""
 
-        def run(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute(
+        def run(conn: Connection) -> bool:
+            cursor = conn.last(
                 "UPDATE replicas SET heartbeat_at = ? WHERE replica_id = ? AND stopped_at IS NULL",
                 (now, replica_id),
             )
@@ -72,17 +72,15 @@ class ReplicasTable:
     async def stop(self, replica_id: str, now: float) -> None:
         """A clean stop: peers take over what it claimed at once, without waiting."""
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE replicas SET stopped_at = ? WHERE replica_id = ?", (now, replica_id)
-            )
+        def run(conn: Connection) -> None:
+            conn.queue("UPDATE replicas SET stopped_at = ? WHERE replica_id = ?", (now, replica_id))
 
         await self._db.write(run)
 
     async def list(self) -> builtins.list[ReplicaRecord]:
         """Every replica ever registered, most recent heartbeat first."""
 
-        def run(conn: sqlite3.Connection) -> builtins.list[ReplicaRecord]:
+        def run(conn: Connection) -> builtins.list[ReplicaRecord]:
             rows = conn.execute(
                 "SELECT replica_id, host, pid, started_at, heartbeat_at, stopped_at"
                 " FROM replicas ORDER BY heartbeat_at DESC, replica_id"

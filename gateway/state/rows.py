@@ -8,7 +8,6 @@ items mirror their columns one to one (field name = column name) so that generic
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Literal, get_args
@@ -16,6 +15,7 @@ from typing import Any, Final, Literal, get_args
 import orjson
 
 from gateway.llm import Usage
+from gateway.state.connection import Row
 
 SessionKind = Literal["main", "chat", "subagent"]
 RunStatus = Literal[
@@ -78,7 +78,7 @@ class Origin:
         }
 
 
-def origin_from_columns(row: sqlite3.Row | dict[str, Any]) -> Origin | None:
+def origin_from_columns(row: Row | dict[str, Any]) -> Origin | None:
     """The origin stored in ``origin_*`` columns, or None when there is none."""
     if row["origin_channel"] is None:
         return None
@@ -114,7 +114,7 @@ ORIGIN_COLUMNS: Final = (
 USAGE_COLUMNS: Final = ("usage_input", "usage_output", "usage_cache_read", "usage_cache_write")
 
 
-def usage_from_columns(row: sqlite3.Row | dict[str, Any]) -> Usage:
+def usage_from_columns(row: Row | dict[str, Any]) -> Usage:
     return Usage(
         input=row["usage_input"],
         output=row["usage_output"],
@@ -173,7 +173,7 @@ SESSION_COLUMNS: Final = (
 )
 
 
-def session_from_row(row: sqlite3.Row) -> SessionRecord:
+def session_from_row(row: Row) -> SessionRecord:
     return SessionRecord(
         key=row["key"],
         session_id=row["session_id"],
@@ -371,14 +371,14 @@ OUTBOX_COLUMNS: Final = field_names(OutboxRecord)
 BATCH_COLUMNS: Final = field_names(BatchRecord)
 
 
-def run_from_row(row: sqlite3.Row) -> RunRecord:
+def run_from_row(row: Row) -> RunRecord:
     values = {name: row[name] for name in RUN_COLUMNS}
     values["model_applied"] = bool(values["model_applied"])
     values["delivery"] = Delivery(values["delivery"])
     return RunRecord(**values)
 
 
-def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
+def outbox_from_row(row: Row) -> OutboxRecord:
     values = {name: row[name] for name in OUTBOX_COLUMNS}
     ids = values["message_ids"]
     values["message_ids"] = tuple(orjson.loads(ids)) if ids else ()
@@ -386,7 +386,7 @@ def outbox_from_row(row: sqlite3.Row) -> OutboxRecord:
     return OutboxRecord(**values)
 
 
-def batch_from_row(row: sqlite3.Row) -> BatchRecord:
+def batch_from_row(row: Row) -> BatchRecord:
     values = {name: row[name] for name in BATCH_COLUMNS}
     values["run_ids"] = tuple(orjson.loads(values["run_ids"]))
     return BatchRecord(**values)

@@ -11,7 +11,6 @@ checks it against the transition table and raises on an illegal one.
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -20,9 +19,9 @@ from gateway.state._sql import (
     column_list,
     in_clause,
     insert_sql,
-    integrity_error,
     update_assignments,
 )
+from gateway.state.connection import Connection
 from gateway.state.errors import RecordConflictError, RecordNotFoundError
 from gateway.state.lifecycle import (
     announce_item,
@@ -51,15 +50,18 @@ _FINISH_ALLOWED = frozenset(RUN_COLUMNS) - {"run_id"}
 
 
 def move(
-    conn: sqlite3.Connection,
+    conn: Connection,
     runs: Sequence[RunRecord],
     new: Delivery,
+    *,
+    last: bool = False,
     **also: Any,
 ) -> builtins.list[RunRecord]:
     """Move each of ``runs`` (as this transaction read them) to delivery ``new``, with the
     columns ``also`` set in the same statement; the rows as written. Raises
     :class:`~gateway.state.lifecycle.IllegalTransitionError` before writing anything when
-    one of the moves is not in the table."""
+    one of the moves is not in the table. ``last``: the write's last statement (sent with
+    its COMMIT on PostgreSQL)."""
     if not runs:
         return []
     for run in runs:
@@ -68,28 +70,23 @@ def move(
         "runs", {"delivery": new, **also}, frozenset(RUN_COLUMNS)
     )
     marks, ids = in_clause([run.run_id for run in runs])
-    rows = conn.execute(
-        f"UPDATE runs SET {assignments} WHERE run_id IN {marks} RETURNING {_RUN_COLUMNS}",
-        [*values, *ids],
-    ).fetchall()
+    sql = f"UPDATE runs SET {assignments} WHERE run_id IN {marks} RETURNING {_RUN_COLUMNS}"
+    rows = (conn.last if last else conn.execute)(sql, [*values, *ids]).fetchall()
     by_id = {r.run_id: r for r in map(run_from_row, rows)}
     return [by_id[run.run_id] for run in runs if run.run_id in by_id]
 
 
-def select_runs(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[RunRecord]:
+def select_runs(conn: Connection, where: str, params: Sequence[Any]) -> list[RunRecord]:
     """The runs matching ``where``, in the caller's transaction."""
     return [run_from_row(row) for row in conn.execute(f"{_RUN_SELECT} WHERE {where}", params)]
 
 
-def insert_item(conn: sqlite3.Connection, item: OutboxRecord) -> None:
+def insert_item(conn: Connection, item: OutboxRecord) -> None:
     """Queue ``item`` in the outbox inside the caller's transaction."""
-    try:
-        conn.execute(
-            insert_sql("outbox", _OUTBOX_INSERT),
-            [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
-        )
-    except sqlite3.IntegrityError as exc:
-        raise integrity_error("outbox", exc) from exc
+    conn.queue(
+        insert_sql("outbox", _OUTBOX_INSERT),
+        [to_column_value(getattr(item, name)) for name in _OUTBOX_INSERT],
+    )
 
 
 class RunEndsTable:
@@ -118,7 +115,7 @@ class RunEndsTable:
         replica. With ``archive_due_at``, the run's child session (unless archived) is due
         for archiving then, in the same write."""
 
-        def run(conn: sqlite3.Connection) -> RunRecord:
+        def run(conn: Connection) -> RunRecord:
             current = _run(conn, run_id)
             if current.finished:  # a final run never changes; a second completion is refused
                 raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
@@ -141,7 +138,7 @@ class RunEndsTable:
             after = returned_run(conn, sql, [*values, run_id], run_id)
             count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
             if archive_due_at is not None:
-                conn.execute(
+                conn.queue(
                     "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
                     (archive_due_at, after.child_session_key),
                 )
@@ -156,7 +153,7 @@ class RunEndsTable:
         """A ``wait`` on replica ``by`` began: its live runs are held for it."""
         marks, ids = in_clause(run_ids)
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: Connection) -> None:
             live = select_runs(
                 conn,
                 f"run_id IN {marks} AND delivery = 'live' AND status NOT IN {_FINAL_MARKS}",
@@ -172,7 +169,7 @@ class RunEndsTable:
         later, and a held announce is dropped with them."""
         marks, ids = in_clause(run_ids)
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             pending = select_runs(conn, f"run_id IN {marks} AND delivery = 'pending'", ids)
             held = select_runs(
                 conn,
@@ -196,7 +193,7 @@ class RunEndsTable:
         completions on from now) to let go with :meth:`release_final`."""
         marks, ids = in_clause(run_ids)
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             held = select_runs(conn, f"run_id IN {marks} AND delivery = 'held'", ids)
             move(conn, [r for r in held if not r.finished], Delivery.LIVE, held_by=None)
             final = [r for r in held if r.finished]
@@ -216,7 +213,7 @@ class RunEndsTable:
         from now, and its announce (``item``) is queued with it. None when it is no longer
         held (a wait took it meanwhile)."""
 
-        def run(conn: sqlite3.Connection) -> RunRecord | None:
+        def run(conn: Connection) -> RunRecord | None:
             current = _run(conn, run_id)
             if current.delivery != Delivery.HELD or not current.finished:
                 return None
@@ -233,9 +230,9 @@ class RunEndsTable:
         """The completion was written into the requester's history; False if it had been
         taken (consumed) or delivered meanwhile, or a batch or a wait has it instead."""
 
-        def run(conn: sqlite3.Connection) -> bool:
+        def run(conn: Connection) -> bool:
             pending = select_runs(conn, "run_id = ? AND delivery = 'pending'", [run_id])
-            return bool(move(conn, pending, Delivery.DELIVERED))
+            return bool(move(conn, pending, Delivery.DELIVERED, last=True))
 
         return await self._db.write(run)
 
@@ -250,16 +247,16 @@ class RunEndsTable:
             " UNION SELECT r.run_id, r.status FROM runs r"
             f" JOIN routed p ON r.parent_run_id = p.run_id WHERE p.status IN {marks})"
             f" {_RUN_SELECT} WHERE run_id IN (SELECT run_id FROM routed)"
-            " AND delivery = 'pending' ORDER BY ended_at, run_id"
+            " AND delivery = 'pending' ORDER BY ended_at NULLS FIRST, run_id"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, [session_key, *statuses])]
 
         return await self._db.read(run)
 
 
-def _run(conn: sqlite3.Connection, run_id: str) -> RunRecord:
+def _run(conn: Connection, run_id: str) -> RunRecord:
     row = conn.execute(f"{_RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
     if row is None:
         raise RecordNotFoundError("runs", run_id)

@@ -8,7 +8,6 @@ started_at=now)``.
 from __future__ import annotations
 
 import builtins
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,10 +17,10 @@ from gateway.state._sql import (
     column_list,
     in_clause,
     insert_sql,
-    integrity_error,
     returned_row,
     update_assignments,
 )
+from gateway.state.connection import Connection
 from gateway.state.errors import ChildLimitError, RecordNotFoundError
 from gateway.state.rows import (
     FINISHED_STATUSES,
@@ -59,7 +58,7 @@ class RunsTable:
         final raises :class:`ChildLimitError` instead (checked in the same transaction)."""
         write = _insert_run(run, max_live_siblings, returning=True)
 
-        def run_insert(conn: sqlite3.Connection) -> RunRecord:
+        def run_insert(conn: Connection) -> RunRecord:
             row = write(conn)
             if row is None:  # pragma: no cover - RETURNING gives the row just inserted
                 raise RecordNotFoundError("runs", run.run_id)
@@ -73,7 +72,7 @@ class RunsTable:
         child_session: SessionRecord,
         *,
         max_live_siblings: int,
-        also: Callable[[sqlite3.Connection], None] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> None:
         """Record a spawn: the run's new session and the run, in one transaction (both rows
         or neither), as :meth:`insert` checks them; an existing session key raises
@@ -84,11 +83,10 @@ class RunsTable:
         session_values = [columns[name] for name in SESSION_COLUMNS]
         write = _insert_run(run, max_live_siblings)
 
-        def spawn_insert(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(_SESSION_INSERT, session_values)
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("sessions", exc) from exc
+        def spawn_insert(conn: Connection) -> None:
+            # Sent with the live count's upsert, and the run's row with the COMMIT: on
+            # PostgreSQL the spawn is two round trips (a duplicate key still raises).
+            conn.queue(_SESSION_INSERT, session_values)
             write(conn)
             if also is not None:
                 also(conn)
@@ -98,7 +96,7 @@ class RunsTable:
     async def get(self, run_id: str) -> RunRecord | None:
         """The run with ``run_id``, or None."""
 
-        def run(conn: sqlite3.Connection) -> RunRecord | None:
+        def run(conn: Connection) -> RunRecord | None:
             row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
             return run_from_row(row) if row is not None else None
 
@@ -108,8 +106,8 @@ class RunsTable:
         """A ``running`` run that is not executing (it yielded) ends ``outcome``: it becomes
         ``announcing`` with that outcome; False when it is no longer ``running``."""
 
-        def run(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute(
+        def run(conn: Connection) -> bool:
+            cursor = conn.last(
                 "UPDATE runs SET status = 'announcing', outcome = ?, ended_at = ?"
                 " WHERE run_id = ? AND status = 'running'",
                 (outcome, now, run_id),
@@ -132,25 +130,29 @@ class RunsTable:
             else None
         )
 
-        def run(conn: sqlite3.Connection) -> RunRecord:
-            try:
-                if live_to_live is not None:
-                    rows = conn.execute(live_to_live, [*values, run_id, *_FINISHED]).fetchall()
-                    if rows:
-                        return run_from_row(rows[0])
-                before = (
-                    conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                    if status is not None
-                    else None
-                )
-                after = returned_run(conn, sql, [*values, run_id], run_id)
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("runs", exc) from exc
+        def live_only(conn: Connection) -> RunRecord | None:
+            rows = conn.last(live_to_live or sql, [*values, run_id, *_FINISHED]).fetchall()
+            return run_from_row(rows[0]) if rows else None  # none: nothing was written
+
+        def run(conn: Connection) -> RunRecord:
+            if status is None:  # no count moves: one statement, sent with the COMMIT
+                rows = conn.last(sql, [*values, run_id]).fetchall()
+                if len(rows) != 1:
+                    raise RecordNotFoundError("runs", run_id)
+                return run_from_row(rows[0])
+            before = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            after = returned_run(conn, sql, [*values, run_id], run_id)
             if before is not None:
                 delta = is_live(after.status) - is_live(before[0])
                 count_live(conn, after.parent_session_key, delta)
             return after
 
+        if live_to_live is not None:
+            # Almost always the case, in one round trip on PostgreSQL; a run already final
+            # (or missing) writes nothing here and takes the general write.
+            moved = await self._db.write(live_only)
+            if moved is not None:
+                return moved
         return await self._db.write(run)
 
     async def add_usage(
@@ -165,8 +167,11 @@ class RunsTable:
         )
         params = (usage.input, usage.output, usage.cache_read, usage.cache_write)
 
-        def run(conn: sqlite3.Connection) -> RunRecord:
-            return returned_run(conn, sql, (*params, cost_usd, cost_usd, run_id), run_id)
+        def run(conn: Connection) -> RunRecord:
+            rows = conn.last(sql, (*params, cost_usd, cost_usd, run_id)).fetchall()
+            if len(rows) != 1:  # nothing was written
+                raise RecordNotFoundError("runs", run_id)
+            return run_from_row(rows[0])
 
         return await self._db.write(run)
 
@@ -203,7 +208,7 @@ class RunsTable:
             sql += " LIMIT ?"
             params.append(max(0, limit))
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, params)]
 
         return await self._db.read(run)
@@ -223,7 +228,7 @@ class RunsTable:
             " ORDER BY depth, created_at, run_id"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, (value,))]
 
         return await self._db.read(run)
@@ -243,7 +248,7 @@ class RunsTable:
             " ORDER BY created_at, run_id LIMIT ?"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, [*items, max(0, limit)])]
 
         return await self._db.read(run)
@@ -264,7 +269,7 @@ class RunsTable:
             " JOIN runs r ON r.run_id = up.run_id WHERE up.n > 0 ORDER BY up.n DESC"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, (run_id,))]
 
         return await self._db.read(run)
@@ -281,7 +286,7 @@ class RunsTable:
             f" AND status NOT IN {marks} ORDER BY depth, created_at, run_id"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, [run_id, *statuses])]
 
         return await self._db.read(run)
@@ -297,7 +302,7 @@ class RunsTable:
             " AND s.archive_due_at IS NULL ORDER BY r.created_at, r.run_id"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[RunRecord]:
+        def run(conn: Connection) -> builtins.list[RunRecord]:
             return [run_from_row(row) for row in conn.execute(sql, statuses)]
 
         return await self._db.read(run)
@@ -305,7 +310,7 @@ class RunsTable:
 
 def _insert_run(
     run: RunRecord, max_live_siblings: int | None, *, returning: bool = False
-) -> Callable[[sqlite3.Connection], Any]:
+) -> Callable[[Connection], Any]:
     """The write inserting ``run`` (and counting it live); with ``returning`` it gives the
     inserted row."""
     sql = insert_sql("runs", RUN_COLUMNS) + (f" RETURNING {_COLUMNS}" if returning else "")
@@ -314,7 +319,7 @@ def _insert_run(
 
     live = is_live(run.status)
 
-    def write(conn: sqlite3.Connection) -> Any:
+    def write(conn: Connection) -> Any:
         if parent is not None and live:
             # Counted first: the new count is the room check (the whole write rolls back
             # when it is refused), one statement instead of a read and an upsert.
@@ -323,10 +328,10 @@ def _insert_run(
                 raise ChildLimitError(parent, max_live_siblings)
         elif max_live_siblings is not None and parent is not None:
             _require_room(conn, parent, max_live_siblings)
-        try:
-            rows = conn.execute(sql, values).fetchall()
-        except sqlite3.IntegrityError as exc:
-            raise integrity_error("runs", exc) from exc
+        if not returning:  # nothing to read: it goes with the COMMIT on PostgreSQL
+            conn.queue(sql, values)
+            return None
+        rows = conn.execute(sql, values).fetchall()
         return rows[0] if rows else None
 
     return write
@@ -334,7 +339,7 @@ def _insert_run(
 
 _LIVE_COUNT_SQL = (
     "INSERT INTO live_runs (parent_session_key, live) VALUES (?, ?)"
-    " ON CONFLICT (parent_session_key) DO UPDATE SET live = live + excluded.live"
+    " ON CONFLICT (parent_session_key) DO UPDATE SET live = live_runs.live + excluded.live"
 )
 _LIVE_COUNT_RETURNING_SQL = f"{_LIVE_COUNT_SQL} RETURNING live"
 
@@ -344,27 +349,25 @@ def is_live(status: str) -> bool:
     return status not in FINISHED_STATUSES
 
 
-def count_live(conn: sqlite3.Connection, parent_session_key: str | None, delta: int) -> None:
+def count_live(conn: Connection, parent_session_key: str | None, delta: int) -> None:
     """Move ``parent_session_key``'s count of live runs by ``delta``, in the caller's
     transaction: every write that inserts a run or changes its status calls it."""
     if parent_session_key is not None and delta:
-        conn.execute(_LIVE_COUNT_SQL, (parent_session_key, delta))
+        conn.queue(_LIVE_COUNT_SQL, (parent_session_key, delta))
 
 
-def _live_children(conn: sqlite3.Connection, parent_session_key: str) -> int:
+def _live_children(conn: Connection, parent_session_key: str) -> int:
     row = conn.execute(
         "SELECT live FROM live_runs WHERE parent_session_key = ?", (parent_session_key,)
     ).fetchone()
     return int(row[0]) if row is not None else 0
 
 
-def _require_room(conn: sqlite3.Connection, parent_session_key: str, limit: int) -> None:
+def _require_room(conn: Connection, parent_session_key: str, limit: int) -> None:
     if _live_children(conn, parent_session_key) >= limit:
         raise ChildLimitError(parent_session_key, limit)
 
 
-def returned_run(
-    conn: sqlite3.Connection, sql: str, params: Iterable[Any], run_id: str
-) -> RunRecord:
+def returned_run(conn: Connection, sql: str, params: Iterable[Any], run_id: str) -> RunRecord:
     """The run an ``UPDATE … RETURNING`` of one run gave (RecordNotFoundError if none)."""
     return run_from_row(returned_row(conn, sql, params, "runs", run_id))

@@ -8,11 +8,11 @@ ones arrive, so the table holds about one window's worth of events.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 
 from gateway.state._sql import Database, in_clause
+from gateway.state.connection import Connection
 
 
 class SeenTable:
@@ -30,18 +30,20 @@ class SeenTable:
         if not unique:
             return True
 
-        def run(conn: sqlite3.Connection) -> bool:
+        def run(conn: Connection) -> bool:
             at = time.time() if now is None else now
-            conn.execute("DELETE FROM seen_keys WHERE expires_at < ?", (at,))
+            conn.queue("DELETE FROM seen_keys WHERE expires_at < ?", (at,))
             marks, values = in_clause(unique)
             seen = conn.execute(
                 f"SELECT 1 FROM seen_keys WHERE key IN {marks} LIMIT 1", values
             ).fetchone()
-            conn.executemany(
-                "INSERT INTO seen_keys (key, expires_at) VALUES (?, ?) ON CONFLICT (key) "
-                "DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
-                [(key, at + ttl_seconds) for key in unique],
+            later = conn.dialect.larger("seen_keys.expires_at", "excluded.expires_at")
+            upsert = (
+                "INSERT INTO seen_keys (key, expires_at) VALUES (?, ?) ON CONFLICT (key)"
+                f" DO UPDATE SET expires_at = {later}"
             )
+            for key in unique:  # with the COMMIT, on PostgreSQL
+                conn.queue(upsert, (key, at + ttl_seconds))
             return seen is None
 
         return await self._db.write(run)
@@ -49,7 +51,7 @@ class SeenTable:
     async def count(self) -> int:
         """Rows held, expired ones not yet deleted included."""
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: Connection) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM seen_keys").fetchone()[0])
 
         return await self._db.read(run)

@@ -13,14 +13,14 @@ claim whose rename was never recorded (its replica died in between) is found by
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from gateway.llm import Usage
-from gateway.state._sql import Database, column_list, insert_sql, integrity_error
+from gateway.state._sql import Database, column_list, insert_sql
+from gateway.state.connection import Connection
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
@@ -60,6 +60,8 @@ class SessionsTable:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        #: ``updated_at`` moved to a time, never back (both NOT NULL: see Dialect.larger).
+        self._later = db.dialect.larger("updated_at", "?")
         self._cache: OrderedDict[str, SessionRecord] = OrderedDict()
         #: Cache changes made by writes (a read in flight across one is not cached).
         self._changes = 0
@@ -93,11 +95,8 @@ class SessionsTable:
         values = session_to_columns(record)
         sql = insert_sql("sessions", values) + " ON CONFLICT (key) DO NOTHING"
 
-        def run(conn: sqlite3.Connection) -> tuple[SessionRecord, bool]:
-            try:
-                created = conn.execute(sql, list(values.values())).rowcount == 1
-            except sqlite3.IntegrityError as exc:
-                raise integrity_error("sessions", exc) from exc
+        def run(conn: Connection) -> tuple[SessionRecord, bool]:
+            created = conn.execute(sql, list(values.values())).rowcount == 1
             row = conn.execute(f"{_SELECT} WHERE key = ?", (record.key,)).fetchone()
             return session_from_row(row), created
 
@@ -125,7 +124,7 @@ class SessionsTable:
     async def get_many(self, keys: Sequence[str]) -> dict[str, SessionRecord]:
         """The sessions among ``keys`` that exist, by key (one read, in chunks)."""
 
-        def run(conn: sqlite3.Connection) -> dict[str, SessionRecord]:
+        def run(conn: Connection) -> dict[str, SessionRecord]:
             found: dict[str, SessionRecord] = {}
             for start in range(0, len(keys), _CHUNK):
                 chunk = keys[start : start + _CHUNK]
@@ -167,7 +166,7 @@ class SessionsTable:
             sql += " LIMIT ?"
             params.append(max(0, limit))
 
-        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+        def run(conn: Connection) -> builtins.list[SessionRecord]:
             return [session_from_row(row) for row in conn.execute(sql, params)]
 
         return await self._db.read(run)
@@ -190,7 +189,7 @@ class SessionsTable:
             "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
             " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
             " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END,"
-            " updated_at = MAX(updated_at, ?) WHERE key = ?"
+            f" updated_at = {self._later} WHERE key = ?"
         )
         counts = (usage.input, usage.output, usage.cache_read, usage.cache_write)
         params = (*counts, cost_usd, cost_usd, now, key)
@@ -199,11 +198,11 @@ class SessionsTable:
         returning = f"{sql} RETURNING {column_list(SESSION_COLUMNS)}"
         run_params = (*counts, cost_usd, cost_usd, run_id)
 
-        def run(conn: sqlite3.Connection) -> tuple[SessionRecord, bool]:
+        def run(conn: Connection) -> tuple[SessionRecord, bool]:
             rows = conn.execute(returning, params).fetchall()
             if len(rows) != 1:
                 raise RecordNotFoundError("sessions", key)
-            found = conn.execute(_RUN_USAGE_SQL, run_params).rowcount == 1
+            found = conn.last(_RUN_USAGE_SQL, run_params).rowcount == 1
             return session_from_row(rows[0]), found
 
         record, found = await self._db.write(run)
@@ -218,7 +217,7 @@ class SessionsTable:
         """Record where the session's chat is (the last inbound message's origin)."""
         columns = origin_columns(origin)
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        sql = f"UPDATE sessions SET {assignments}, updated_at = MAX(updated_at, ?) WHERE key = ?"
+        sql = f"UPDATE sessions SET {assignments}, updated_at = {self._later} WHERE key = ?"
         now = time.time() if at is None else at
         return await self._update_returning(key, sql, (*columns.values(), now, key))
 
@@ -227,7 +226,7 @@ class SessionsTable:
         ``/new``); its key, origin and usage totals stay. Raises :class:`RecordNotFoundError`
         for an unknown or archived key."""
         sql = (
-            "UPDATE sessions SET session_id = ?, created_at = ?, updated_at = MAX(updated_at, ?),"
+            f"UPDATE sessions SET session_id = ?, created_at = ?, updated_at = {self._later},"
             " archive_due_at = NULL WHERE key = ? AND archived_at IS NULL"
         )
         return await self._update_returning(key, sql, (session_id, at, at, key))
@@ -248,7 +247,7 @@ class SessionsTable:
         """Move ``updated_at`` forward to ``at`` (default now)."""
         now = time.time() if at is None else at
         return await self._update_returning(
-            key, "UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE key = ?", (now, key)
+            key, f"UPDATE sessions SET updated_at = {self._later} WHERE key = ?", (now, key)
         )
 
     async def set_archive_due(self, key: str, due_at: float | None) -> SessionRecord:
@@ -271,7 +270,7 @@ class SessionsTable:
         if not keys:
             return []
 
-        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+        def run(conn: Connection) -> builtins.list[SessionRecord]:
             claimed: builtins.list[SessionRecord] = []
             for start in range(0, len(keys), _CHUNK):
                 chunk = keys[start : start + _CHUNK]
@@ -296,7 +295,7 @@ class SessionsTable:
             return
         params = [(key, replica_id) for key in keys]
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: Connection) -> None:
             conn.executemany(
                 "UPDATE sessions SET archive_claimed_by = NULL, archive_claimed_at = NULL"
                 " WHERE key = ? AND archive_claimed_by = ? AND archived_at IS NULL",
@@ -324,7 +323,7 @@ class SessionsTable:
             params.append(cutoff)
         which = f" AND ({' OR '.join(where)})" if where else ""
 
-        def run(conn: sqlite3.Connection) -> builtins.list[str]:
+        def run(conn: Connection) -> builtins.list[str]:
             rows = conn.execute(
                 "UPDATE sessions SET archive_claimed_by = NULL, archive_claimed_at = NULL"
                 " WHERE archive_claimed_by IS NOT NULL AND archived_at IS NULL"
@@ -351,7 +350,7 @@ class SessionsTable:
         )
         params = [(at, path, key) for key, at, path in entries]
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: Connection) -> int:
             return conn.executemany(sql, params).rowcount
 
         try:
@@ -374,7 +373,7 @@ class SessionsTable:
             params.append(after)
         sql += " ORDER BY archive_due_at"
 
-        def run(conn: sqlite3.Connection) -> builtins.list[tuple[str, float]]:
+        def run(conn: Connection) -> builtins.list[tuple[str, float]]:
             return [(row[0], row[1]) for row in conn.execute(sql, params)]
 
         return await self._db.read(run)
@@ -386,7 +385,7 @@ class SessionsTable:
             " AND archive_due_at <= ? ORDER BY archive_due_at"
         )
 
-        def run(conn: sqlite3.Connection) -> builtins.list[SessionRecord]:
+        def run(conn: Connection) -> builtins.list[SessionRecord]:
             return [session_from_row(row) for row in conn.execute(sql, (now,))]
 
         return await self._db.read(run)
@@ -396,8 +395,8 @@ class SessionsTable:
         the same statement)."""
         returning = f"{sql} RETURNING {column_list(SESSION_COLUMNS)}"
 
-        def run(conn: sqlite3.Connection) -> SessionRecord:
-            rows = conn.execute(returning, params).fetchall()
+        def run(conn: Connection) -> SessionRecord:
+            rows = conn.last(returning, params).fetchall()  # none: nothing was written
             if len(rows) != 1:
                 raise RecordNotFoundError("sessions", key)
             return session_from_row(rows[0])
@@ -405,6 +404,6 @@ class SessionsTable:
         return self._written(await self._db.write(run))
 
 
-def _one(conn: sqlite3.Connection, column: str, value: str) -> SessionRecord | None:
+def _one(conn: Connection, column: str, value: str) -> SessionRecord | None:
     row = conn.execute(f"{_SELECT} WHERE {column} = ?", (value,)).fetchone()
     return session_from_row(row) if row is not None else None

@@ -10,12 +10,12 @@ ended is deleted with :meth:`SteersTable.drop`.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from gateway.state._sql import Database
+from gateway.state.connection import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class SteersTable:
         """Keep ``message`` for ``run_id`` if it is running and fewer than ``limit`` of its
         steers wait; the record, or why not."""
 
-        def run(conn: sqlite3.Connection) -> SteerRecord | Refusal:
+        def run(conn: Connection) -> SteerRecord | Refusal:
             row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None or row[0] != "running":
                 return "not_running"
@@ -65,7 +65,7 @@ class SteersTable:
     async def waiting(self, run_id: str) -> list[SteerRecord]:
         """The steers of ``run_id`` not yet written into its conversation, oldest first."""
 
-        def run(conn: sqlite3.Connection) -> list[SteerRecord]:
+        def run(conn: Connection) -> list[SteerRecord]:
             rows = conn.execute(
                 "SELECT steer_id, run_id, message, created_at FROM steers WHERE run_id = ?"
                 " ORDER BY steer_id",
@@ -82,8 +82,8 @@ class SteersTable:
         values = list(steer_ids)
         marks = "(" + ", ".join("?" for _ in values) + ")"
 
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(f"DELETE FROM steers WHERE steer_id IN {marks}", values)
+        def run(conn: Connection) -> None:
+            conn.queue(f"DELETE FROM steers WHERE steer_id IN {marks}", values)
 
         await self._db.write(run)
 
@@ -93,12 +93,12 @@ class SteersTable:
         Called once the run is no longer ``running``, so no steer can be added meanwhile:
         a read first spares the usual run, which left none, a write transaction."""
 
-        def count(conn: sqlite3.Connection) -> int:
+        def count(conn: Connection) -> int:
             row = conn.execute("SELECT COUNT(*) FROM steers WHERE run_id = ?", (run_id,))
             return int(row.fetchone()[0])
 
-        def run(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("DELETE FROM steers WHERE run_id = ?", (run_id,)).rowcount)
+        def run(conn: Connection) -> int:
+            return int(conn.last("DELETE FROM steers WHERE run_id = ?", (run_id,)).rowcount)
 
         if not await self._db.read(count):
             return 0

@@ -13,7 +13,6 @@ typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,6 +38,7 @@ from gateway.state import (
     StateDB,
     StateError,
 )
+from gateway.state.connection import Connection
 from gateway.subagents.child import spawned_event
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.manager import RunManager
@@ -104,7 +104,7 @@ class SpawnRequest:
     occurrence_at: float | None = None
     #: Written in the run's own transaction (an isolated spawn only): the occurrence and its
     #: job's next fire time, so a crash keeps both or neither.
-    record_with: Callable[[sqlite3.Connection], None] | None = None
+    record_with: Callable[[Connection], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

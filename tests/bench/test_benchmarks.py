@@ -103,13 +103,15 @@ def test_cluster_rows() -> None:
     # Real replicas on a PostgreSQL server of the benchmark's own; the failover part waits
     # out the default stalled-worker timeout (30 s), so this takes about a minute.
     rows = cluster.run(**cluster.QUICK)
-    check_rows(rows, 6)
+    check_rows(rows, 7)
     figures = [row["figure"] for row in rows]
     assert figures[0] == "runs/s, 2 replicas vs 1 (16 runs, model 0.2 s, width 8 each)"
     assert "CPU ms per run, replicas + PostgreSQL, 2 replicas vs 1" in figures[1]
-    assert "spawn accept p50 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[2]
-    assert "spawn accept p99 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[3]
-    resumed, discord = rows[4], rows[5]
+    assert "CPU ms per run, 2 replicas + PostgreSQL vs one process on SQLite" in figures[2]
+    assert rows[2]["goal"] == "ratio <= 3"
+    assert "spawn accept p50 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[3]
+    assert "spawn accept p99 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[4]
+    resumed, discord = rows[5], rows[6]
     assert "kill -9 to first run resumed on a survivor (3 replicas, 12 runs" in resumed["figure"]
     assert (resumed["baseline"], resumed["goal"]) == (60.0, "herald <= 60")
     assert "kill -9 of Discord's holder to a survivor's IDENTIFY" in discord["figure"]

@@ -39,6 +39,8 @@ from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.routes import route_defs
 from gateway.constants import STATE_DB_NAME
 from gateway.state import DiskFullError, Origin, RunRecord, StateDB
+from gateway.state.connection import Connection
+from gateway.state.sqlite import SqliteConnection
 from tests import postgres
 from tests.faults._support import chat_context, duplicates, spawn_runs, wait_final
 from tests.gateway.harness import TEST_SCRIPT, Harness, running_gateway
@@ -63,7 +65,7 @@ def script() -> dict[str, Any]:
     return rules
 
 
-def _limit(conn: sqlite3.Connection, pages: int) -> None:
+def _limit(conn: Connection, pages: int) -> None:
     conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
@@ -190,7 +192,7 @@ async def test_runs_stranded_by_a_full_disk_finish_after_a_restart(
 
     def full_writer(self: StateDB) -> sqlite3.Connection:
         conn = open_writer(self)
-        _limit(conn, 1)
+        _limit(SqliteConnection(conn), 1)
         return conn
 
     monkeypatch.setattr(StateDB, "_open_writer", full_writer)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from channels.memory import MemoryChannel
 from gateway.delivery import MAX_ATTEMPTS, UNCERTAIN, Outbox
 from gateway.delivery.outbox import BASE_DELAY, MAX_DELAY
 from gateway.state import OutboxRecord, StateDB
+from gateway.state.connection import Connection
 from tests.gateway.delivery._support import HANG_GUARD_SECONDS, Settled, queued_announce
 
 #: The backoff's jitter scales a delay down by at most this share.
@@ -428,8 +428,11 @@ async def test_a_cut_off_send_to_a_channel_no_longer_enabled_is_uncertain(
 # tests/gateway/state/test_diskfull.py). Raising the limit is an operator freeing space.
 
 
-def _limit(pages: int) -> Callable[[sqlite3.Connection], None]:
-    return lambda conn: conn.execute(f"PRAGMA max_page_count = {pages}").close()
+def _limit(pages: int) -> Callable[[Connection], None]:
+    def limit(conn: Connection) -> None:
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    return limit
 
 
 class FillingChannel(MemoryChannel):

@@ -4,7 +4,6 @@ where the behaviour is the backend's promise and not SQLite's own, on PostgreSQL
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from gateway.state import (
     pgschema,
 )
 from gateway.state import db as db_module
+from gateway.state.connection import Connection
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
 from tests.gateway.state.conftest import StateTarget
 
@@ -40,7 +40,7 @@ async def open_db() -> AsyncIterator[Opener]:
         await db.close()
 
 
-def _tables(conn: sqlite3.Connection) -> set[str]:
+def _tables(conn: Connection) -> set[str]:
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     return {row[0] for row in rows}
 
@@ -103,7 +103,7 @@ async def test_write_rolls_back_when_the_function_raises(state_target: StateTarg
     db = await state_target.open()
     await db.write(lambda c: c.execute("CREATE TABLE t (x INTEGER)"))
 
-    def insert_then_fail(conn: sqlite3.Connection) -> None:
+    def insert_then_fail(conn: Connection) -> None:
         conn.execute("INSERT INTO t VALUES (1)")
         raise KeyError("boom")
 
@@ -120,7 +120,7 @@ async def test_read_only_sees_writes_of_a_running_writer(state_target: StateTarg
     assert await reader.read(lambda c: c.execute("SELECT x FROM t").fetchone()[0]) == 7
     with pytest.raises(ReadOnlyStateError):
         await reader.write(lambda c: c.execute("INSERT INTO t VALUES (8)"))
-    with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
+    with pytest.raises(ReadOnlyStateError, match=r"readonly|read-only"):
         await reader.read(lambda c: c.execute("INSERT INTO t VALUES (8)"))
     assert "read-only" in repr(reader)
 
@@ -149,7 +149,7 @@ async def test_close_lets_queued_writes_finish(state_target: StateTarget) -> Non
     db = await state_target.open()
     await db.write(lambda c: c.execute("CREATE TABLE t (x INTEGER)"))
 
-    def insert(n: int) -> Callable[[sqlite3.Connection], object]:
+    def insert(n: int) -> Callable[[Connection], object]:
         return lambda c: c.execute("INSERT INTO t VALUES (?)", (n,))
 
     inserts = asyncio.gather(*(db.write(insert(n)) for n in range(20)))

@@ -28,7 +28,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.state import DiskFullError, SessionRecord, StateDB, diskfull
+from gateway.state import ConstraintError, DiskFullError, SessionRecord, StateDB, diskfull
+from gateway.state.connection import Connection
 from gateway.state.diskfull import Headroom
 from gateway.state.pg import PgStateDB
 from tests import postgres
@@ -53,7 +54,7 @@ def session(label: str | None = None) -> SessionRecord:
     )
 
 
-def _limit(conn: sqlite3.Connection, pages: int) -> int:
+def _limit(conn: Connection, pages: int) -> int:
     conn.execute(f"PRAGMA max_page_count = {pages}")
     return int(conn.execute("PRAGMA max_page_count").fetchone()[0])
 
@@ -122,13 +123,15 @@ async def test_a_write_the_disk_refuses_raises_disk_full_and_keeps_nothing(
     refused = session(label=BIG)
     with pytest.raises(DiskFullError, match="is full") as caught:
         await db.sessions.create(refused)
-    # The refusal itself, not the failed ROLLBACK after SQLite had already rolled back.
+    # The driver's refusal itself, not the failed ROLLBACK after SQLite had already rolled
+    # back: SQLite's SQLITE_FULL, or PostgreSQL's disk_full as the server sent it.
     cause = caught.value.__cause__
-    assert isinstance(cause, sqlite3.OperationalError)
-    assert cause.sqlite_errorcode == sqlite3.SQLITE_FULL
-    if state_target.url is not None:  # PostgreSQL's own refusal, as the server sent it
-        assert isinstance(cause.__cause__, psycopg.errors.DiskFull)
-        assert cause.__cause__.sqlstate == "53100"
+    if state_target.url is None:
+        assert isinstance(cause, sqlite3.OperationalError)
+        assert cause.sqlite_errorcode == sqlite3.SQLITE_FULL
+    else:
+        assert isinstance(cause, psycopg.errors.DiskFull)
+        assert cause.sqlstate == "53100"
         assert postgres.DISK_FULL_MESSAGE in str(caught.value)
     assert await db.sessions.get(refused.key) is None
     assert db.space.full
@@ -163,7 +166,7 @@ async def test_a_failed_commit_leaves_no_transaction_open(sqlite_db: StateDB) ->
 
     # A COMMIT can fail (on a real full disk it is where the WAL grows); a deferred foreign
     # key is a refusal at COMMIT that real SQLite gives on demand.
-    def orphan_run(conn: sqlite3.Connection) -> None:
+    def orphan_run(conn: Connection) -> None:
         conn.execute("PRAGMA defer_foreign_keys = ON")
         conn.execute(
             "INSERT INTO runs (run_id, child_session_key, child_session_id,"
@@ -171,7 +174,7 @@ async def test_a_failed_commit_leaves_no_transaction_open(sqlite_db: StateDB) ->
             " VALUES ('r1', 'agent:main:subagent:none', 's', 'main', 'main', 't', 'queued', 1)"
         )
 
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(ConstraintError, match="FOREIGN KEY"):
         await db.write(orphan_run)
     # Every later write would otherwise fail: "cannot start a transaction within a transaction".
     _, created = await db.sessions.create(session())

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from gateway.state import StateDB
 from gateway.state._group import MAX_GROUP, WriteGroups
+from gateway.state.connection import Connection
 
 Kind = Literal["ok", "raise", "abort"]
 HOLD_SECONDS = 30.0  # a guard against a hung test, never a statement about speed
@@ -52,7 +53,7 @@ async def writer_held(db: StateDB) -> AsyncIterator[None]:
     """Hold the writer thread inside a write; release it (and let that write commit) on exit."""
     started, release = threading.Event(), threading.Event()
 
-    def block(conn: sqlite3.Connection) -> None:
+    def block(conn: Connection) -> None:
         started.set()
         release.wait(HOLD_SECONDS)
 
@@ -65,8 +66,8 @@ async def writer_held(db: StateDB) -> AsyncIterator[None]:
         await blocker
 
 
-def insert(owner: str, calls: list[str] | None = None) -> Callable[[sqlite3.Connection], str]:
-    def write(conn: sqlite3.Connection) -> str:
+def insert(owner: str, calls: list[str] | None = None) -> Callable[[Connection], str]:
+    def write(conn: Connection) -> str:
         if calls is not None:
             calls.append(owner)
         conn.execute("INSERT INTO t (owner) VALUES (?)", (owner,))
@@ -76,11 +77,11 @@ def insert(owner: str, calls: list[str] | None = None) -> Callable[[sqlite3.Conn
     return write
 
 
-def failing(owner: str, kind: Kind) -> Callable[[sqlite3.Connection], str]:
+def failing(owner: str, kind: Kind) -> Callable[[Connection], str]:
     """A write that inserts its row, then fails; ``abort`` ends the whole transaction first
     (as SQLite does by itself on a full disk)."""
 
-    def write(conn: sqlite3.Connection) -> str:
+    def write(conn: Connection) -> str:
         conn.execute("INSERT INTO t (owner) VALUES (?)", (owner,))
         if kind == "abort":
             conn.execute("ROLLBACK")

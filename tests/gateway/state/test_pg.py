@@ -5,7 +5,6 @@ lost database is reported, then used again when it returns; the password stays s
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -13,7 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from gateway.state import StateUnavailableError
+from gateway.state import ConstraintError, StateError, StateUnavailableError
+from gateway.state.connection import Connection
 from gateway.state.pg import PgStateDB
 from gateway.state.pgschema import MIGRATION_LOCK
 from gateway.state.schema import LATEST_VERSION
@@ -52,7 +52,7 @@ async def test_concurrent_read_modify_writes_of_two_replicas_lose_nothing(
         await one.write(lambda c: c.execute("CREATE TABLE counter (n INTEGER NOT NULL)"))
         await one.write(lambda c: c.execute("INSERT INTO counter VALUES (0)"))
 
-        def increment(conn: sqlite3.Connection) -> None:
+        def increment(conn: Connection) -> None:
             # Read, then write what was read plus one: the pattern of a run's completion.
             n = conn.execute("SELECT n FROM counter").fetchone()[0]
             conn.execute("UPDATE counter SET n = ?", (n + 1,))
@@ -133,36 +133,104 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
 
         monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
 
-        def insert_two(conn: sqlite3.Connection) -> tuple[int, int]:
+        def insert_two(conn: Connection) -> tuple[int, int]:
             first = conn.execute("INSERT INTO t VALUES (?) RETURNING n", (1,)).fetchone()
-            return first[0], conn.execute("INSERT INTO t VALUES (?)", (2,)).rowcount
+            second = conn.execute("INSERT INTO t VALUES (?)", (2,)).rowcount
+            conn.queue("INSERT INTO t VALUES (?)", (3,))
+            conn.queue("INSERT INTO t VALUES (?)", (4,))
+            return first[0], second
 
         # The first statement's rows and the second's count, not BEGIN's.
         assert await db.write(insert_two) == (1, 1)
-        # BEGIN travels with the first statement: three round trips, not four.
+        # BEGIN travels with the first statement, queued ones with the COMMIT: three round
+        # trips for four statements, a BEGIN and a COMMIT.
         assert sent == [
             "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s) RETURNING n",
             "INSERT INTO t VALUES (%s)",
-            "COMMIT",
+            "INSERT INTO t VALUES (3); INSERT INTO t VALUES (4); COMMIT",
         ]
         sent.clear()
 
-        def nothing(conn: sqlite3.Connection) -> str:
+        def only_queued(conn: Connection) -> None:
+            conn.queue("INSERT INTO t VALUES (?)", (5,))
+
+        await db.write(only_queued)
+        assert sent == ["BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (5); COMMIT"]
+        sent.clear()
+
+        def nothing(conn: Connection) -> str:
             return "no statement"
 
         assert await db.write(nothing) == "no statement"
         assert sent == []  # nothing ran: no BEGIN, no COMMIT either
 
-        def fails(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO t VALUES (?)", (3,))
-            conn.execute("INSERT INTO t VALUES (NULL)")
+        def fails(conn: Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (?)", (6,))
+            conn.queue("INSERT INTO t VALUES (NULL)")  # refused at the COMMIT
 
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(ConstraintError):
             await db.write(fails)
         assert sent[-1] == "ROLLBACK"
         rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
-        assert [row[0] for row in rows] == [1, 2]  # the failed write kept nothing
+        assert [row[0] for row in rows] == [1, 2, 3, 4, 5]  # the failed write kept nothing
+        sent.clear()
+
+        def last_one(conn: Connection) -> int:
+            conn.queue("DELETE FROM t WHERE n = ?", (5,))
+            return int(conn.last("UPDATE t SET n = n WHERE n < ?", (3,)).rowcount)
+
+        # Its last statement goes with the COMMIT: one round trip for the whole write.
+        assert await db.write(last_one) == 2
+        assert sent == [
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; DELETE FROM t WHERE n = 5;"
+            " UPDATE t SET n = n WHERE n < %s; COMMIT"
+        ]
+
+        def after_last(conn: Connection) -> None:
+            conn.last("DELETE FROM t WHERE n = ?", (4,))
+            conn.execute("DELETE FROM t WHERE n = ?", (3,))
+
+        with pytest.raises(StateError, match="after the write's last"):
+            await db.write(after_last)  # refused, not run outside the transaction
+        rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
+        assert [row[0] for row in rows] == [1, 2, 3]
         monkeypatch.undo()
-        assert await db.write(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 2
+        assert await db.write(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 3
     finally:
         await db.close()
+
+
+async def test_both_migration_sets_make_the_same_tables_and_columns(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from gateway.state import StateDB
+    from gateway.state.pgmigrations import MIGRATIONS as PG_MIGRATIONS
+    from gateway.state.schema import MIGRATIONS
+
+    assert [len(v) for v in PG_MIGRATIONS] == [len(v) for v in MIGRATIONS]
+    lite = await StateDB.open(tmp_path / "herald.db")
+    pg = await PgStateDB.connect(pg_url, replica_id="cols", state_dir=tmp_path)
+    try:
+        lite_columns = await lite.read(
+            lambda c: {
+                (str(t), str(col))
+                for t, col in c.execute(
+                    "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p"
+                    " WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite%'"
+                )
+            }
+        )
+        pg_columns = await pg.read(
+            lambda c: {
+                (str(t), str(col))
+                for t, col in c.execute(
+                    "SELECT table_name, column_name FROM information_schema.columns"
+                    " WHERE table_schema = current_schema()"
+                    " AND table_name NOT LIKE 'procrastinate%'"
+                )
+            }
+        )
+        assert pg_columns == lite_columns
+    finally:
+        await lite.close()
+        await pg.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from gateway.state import (
 )
 from gateway.state import db as db_module
 from gateway.state._sql import insert_sql
+from gateway.state.connection import Connection
 from gateway.state.rows import RUN_COLUMNS, to_column_value
 from gateway.state.schema import MIGRATIONS
 
@@ -192,7 +192,7 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
         for n, (child, status) in enumerate(zip(children, statuses, strict=True))
     ]
 
-    def insert_old(conn: sqlite3.Connection) -> None:  # as the older code did: no count kept
+    def insert_old(conn: Connection) -> None:  # as the older code did: no count kept
         # Only the columns the older schema has (later migrations add more).
         present = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
         columns = [name for name in RUN_COLUMNS if name in present]

@@ -7,21 +7,23 @@ makes these writes: the spawn; its start; its turn's usage (session and run toge
 its ``announcing`` outcome; the announce turn's usage; its final status (with its live
 count, its announce queued and its child's archive time); its completion marked delivered;
 the outbox's claim, ``sending`` mark and delivered mark. Ten; it was thirteen when a
-turn's usage took two writes and the archive time one more.
+turn's usage took two writes and the archive time one more. On PostgreSQL a bound on the
+round trips of those writes and of the run's reads is pinned too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 
 from gateway.state import Origin
+from gateway.state.connection import Connection
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import FAST_TIMING, Harness, running_gateway
 
@@ -31,6 +33,10 @@ CHAT_KEY = "agent:main:memory:channel:c1"
 ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
 #: Write transactions of one run, spawn to delivered announce and written completion.
 MAX_WRITES_PER_RUN = 10
+#: Messages from the state layer to PostgreSQL per run, reads and writes together: 27 when
+#: measured (its ten writes each end with their COMMIT travelling with a statement), 41 when
+#: every COMMIT and every unread statement was a round trip of its own.
+MAX_ROUND_TRIPS_PER_RUN = 30
 RUNS = 3
 #: No heartbeat (and no outbox poll) while runs are counted: in a cluster they write on
 #: their own schedule, not a run's.
@@ -49,8 +55,8 @@ class WriteCounter:
         self.writes: Counter[str] = Counter()
         self.counting = False
 
-    def wrap(self, write: Callable[[Callable[[sqlite3.Connection], T]], Any]) -> Any:
-        async def counted(fn: Callable[[sqlite3.Connection], T]) -> T:
+    def wrap(self, write: Callable[[Callable[[Connection], T]], Any]) -> Any:
+        async def counted(fn: Callable[[Connection], T]) -> T:
             if self.counting:
                 self.writes[fn.__qualname__.removesuffix(".<locals>.run")] += 1
             result: T = await write(fn)
@@ -89,3 +95,25 @@ async def test_a_run_costs_at_most_ten_write_transactions(
     # A run's end is one write: its final status, its announce and its child's archive time.
     assert counter.writes["RunEndsTable.finish_run"] == RUNS, counter.writes
     assert "SessionsTable._update_returning" not in counter.writes, counter.writes
+
+
+@pytest.mark.postgres
+async def test_a_run_costs_few_round_trips_to_postgresql(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every message the state layer sends PostgreSQL is one ClientCursor.execute (reads
+    # and writes; a write's BEGIN, queued statements and COMMIT travel with others).
+    sent = Counter[str]()
+    execute = psycopg.ClientCursor.execute
+
+    def counted(cursor: psycopg.ClientCursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        sent[" ".join(str(query).split()[:3])] += 1
+        return execute(cursor, query, *args, **kw)
+
+    async with running_gateway(tmp_path, database_url=pg_url, timing=QUIET) as gw:
+        await run_once(gw, "task: warm-up")
+        monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+        for n in range(RUNS):
+            await run_once(gw, f"task: n{n}")
+        monkeypatch.undo()
+    assert sum(sent.values()) <= MAX_ROUND_TRIPS_PER_RUN * RUNS, sent
