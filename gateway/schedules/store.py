@@ -177,7 +177,7 @@ class JobsTable:
         if target is not None:
             where, params = "created_by = ? OR to_target = ?", [session_key, target]
 
-        def read(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+        def read(conn: Connection) -> builtins.list[JobRecord]:
             rows = conn.execute(f"{_SELECT} WHERE {where} ORDER BY job_id", params).fetchall()
             return [_job(row) for row in rows]
 

@@ -93,7 +93,7 @@ class InboundTable:
             separators=(",", ":"),
         )
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: Connection) -> None:
             conn.execute(
                 "UPDATE inbound SET streamed = ? WHERE inbound_id = ?", (payload, inbound_id)
             )

@@ -333,6 +333,9 @@ _V14: Final = (
     "NULLS FIRST) WHERE job_id IS NOT NULL",
 )
 
+#: The chat message a turn's reply is streamed in, kept with its inbound message.
+_V15: Final = ('ALTER TABLE inbound ADD COLUMN streamed TEXT COLLATE "C"',)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
@@ -348,4 +351,5 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V12,
     _V13,
     _V14,
+    _V15,
 )
