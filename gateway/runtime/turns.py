@@ -171,7 +171,7 @@ class ChatTurns:
         try:
             await self._answer(key, work, inbound, kind, inbound_id)
         except asyncio.CancelledError as stop:
-            cut_off = self._cut_off(stop)
+            cut_off = self._cut_off(stop, inbound_id)
             raise
         finally:
             # A turn the gateway's stop cut off keeps its row: it is resumed from the
@@ -179,12 +179,12 @@ class ChatTurns:
             if inbound_id is not None and not cut_off:
                 await asyncio.shield(self._handled(inbound_id))
 
-    def _cut_off(self, stop: asyncio.CancelledError) -> bool:
-        """Whether ``stop`` is the gateway's own clean stop ending the turn after the drain,
-        rather than a person's ``/stop`` or a lost session lock."""
-        return self._session_lane.closed and not {STOP_REQUESTED, SESSION_LOCK_LOST} & set(
-            stop.args
-        )
+    def _cut_off(self, stop: asyncio.CancelledError, inbound_id: str | None) -> bool:
+        """Whether ``stop`` is the gateway's own clean stop ending, after the drain, a turn
+        whose message is recorded (so it can be resumed), rather than a person's ``/stop``
+        or a lost session lock."""
+        asked = {STOP_REQUESTED, SESSION_LOCK_LOST} & set(stop.args)
+        return inbound_id is not None and self._session_lane.closed and not asked
 
     async def _handled(self, inbound_id: str) -> None:
         """The message is in the transcript, or was answered: not to be run again."""
@@ -216,7 +216,7 @@ class ChatTurns:
                         reply = await work(stream)
                         reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
-                        if self._cut_off(stop):  # said again when it is resumed
+                        if self._cut_off(stop, inbound_id):  # answered once resumed
                             if stream is not None:
                                 await asyncio.shield(stream.close())
                             raise
