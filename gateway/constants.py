@@ -18,6 +18,12 @@ EXIT_UNAVAILABLE: Final = 69
 #: EX_TEMPFAIL: another gateway runs on this state directory; try again later.
 EXIT_TEMPFAIL: Final = 75
 
+#: Seconds a stopping gateway waits, after its drain, for HTTP requests still in flight
+#: before it cancels them (aiohttp's default is 60, past systemd's stop timeout): a
+#: request that came in as the port closed may never be read (the client times out and
+#: retries elsewhere), and a long poll is asked again.
+HTTP_STOP_SECONDS: Final = 3.0
+
 #: Session, agent and chat ids after normalising.
 ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from channels import ChannelStartError
 from gateway.app import build_app
-from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE
+from gateway.constants import EXIT_CONFIG, EXIT_UNAVAILABLE, HTTP_STOP_SECONDS
 from gateway.reload import SettingsHolder
 from gateway.sdnotify import Notifier
 from gateway.state import StateUnavailableError
@@ -62,7 +62,9 @@ async def serve(
     notifier = notifier or Notifier.from_env()
     settings = holder.current
     app = build_app(holder, config_dir=config_dir)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=HTTP_STOP_SECONDS
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 

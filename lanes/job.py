@@ -104,8 +104,9 @@ class JobHandle(Generic[T]):
         """True once the job has ended (done, failed or cancelled)."""
         return self._state is not QUEUED and self._state is not RUNNING
 
-    def cancel(self) -> bool:
-        """Cancel the job: a queued job never starts, a running job's task is cancelled.
+    def cancel(self, msg: str | None = None) -> bool:
+        """Cancel the job: a queued job never starts, a running job's task is cancelled
+        (with ``msg``, which the job's ``CancelledError`` carries, as ``Task.cancel``'s).
 
         Returns True when a cancellation was made or requested, False when the job had
         already ended (or its task had finished). A running job that catches the
@@ -115,7 +116,7 @@ class JobHandle(Generic[T]):
             self._lane._cancel_queued(self)
             return True
         if self._state is RUNNING and self._task is not None:
-            return self._task.cancel()
+            return self._task.cancel(msg)
         return False
 
     def result(self) -> T:

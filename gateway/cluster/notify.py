@@ -12,6 +12,15 @@ dedicated connection for every topic; when that connection is lost it is opened 
 handler is called with None (what was notified meanwhile is looked up again). Notices carry
 the schema, so clusters sharing a database in different schemas ignore each other's, and
 the sending replica, which ignores its own.
+
+**Versions.** A rolling restart runs old and new releases side by side, so every notice says
+which wire format it is in: :data:`NOTICE_VERSION`, in the channel's name and in each
+payload (``"v"``). :func:`encode_notice` and :func:`decode_notice` are the one place that
+knows the format. A payload of a version this replica does not read (a newer replica's) is
+never guessed at: it is taken as a gap, and every handler looks everything up again (at most
+once per ``poll``), as after a lost connection, so nothing it named is missed. A release that
+changes the format raises the version; one whose notices older replicas must not hear at all
+also listens on its predecessor's channel (:data:`CHANNELS`) while a restart may mix them.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 import orjson
@@ -33,8 +43,12 @@ from gateway.constants import CLUSTER_POLL_SECONDS
 
 log = logging.getLogger(__name__)
 
-#: The notification channel of every replica.
-CHANNEL: Final = "herald_notices"
+#: The notices' wire format (module docstring): in the channel's name and every payload.
+NOTICE_VERSION: Final = 1
+#: The notification channel this release sends on.
+CHANNEL: Final = f"herald_notices_v{NOTICE_VERSION}"
+#: The channels it listens on: its own (and, after a format change, its predecessor's).
+CHANNELS: Final = (CHANNEL,)
 #: First delay before opening a lost LISTEN connection again (then doubling, up to poll).
 RECONNECT_FIRST_SECONDS: Final = 0.2
 #: The web chat's topic: a client whose history file grew.
@@ -55,6 +69,60 @@ class NoticeSendError(Exception):
     """The other replicas could not be told (the message names the database, masked)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One notice: ``ref`` changed under ``topic``, told by ``replica`` of the cluster in
+    ``schema``."""
+
+    schema: str
+    replica: str
+    topic: str
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A notice in a format this replica does not read (``version``: its ``"v"``, None when
+    it has none), from ``replica`` of the cluster in ``schema`` where those could be read."""
+
+    version: object
+    schema: str | None
+    replica: str | None
+
+
+def encode_notice(notice: Notice) -> str:
+    """The payload of ``notice`` in this release's format."""
+    note = {
+        "v": NOTICE_VERSION,
+        "s": notice.schema,
+        "r": notice.replica,
+        "t": notice.topic,
+        "c": notice.ref,
+    }
+    return orjson.dumps(note).decode()
+
+
+def decode_notice(payload: str) -> Notice | Unreadable | None:
+    """The notice in ``payload``: a :class:`Notice`, :class:`Unreadable` for a JSON object of
+    another version (or a malformed one of this version), None for anything that is no
+    notice at all."""
+    try:
+        note = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(note, dict):
+        return None
+    schema, replica = note.get("s"), note.get("r")
+    fields = (schema, replica, note.get("t"), note.get("c"))
+    if note.get("v") == NOTICE_VERSION and all(isinstance(f, str) for f in fields):
+        return Notice(*(str(f) for f in fields))
+    return Unreadable(
+        note.get("v"),
+        schema if isinstance(schema, str) else None,
+        replica if isinstance(replica, str) else None,
+    )
+
+
 class PgNotices:
     """This replica's notices: a connection to listen, one to notify, handlers by topic."""
 
@@ -67,6 +135,9 @@ class PgNotices:
         self._listener: asyncio.Task[None] | None = None
         self._sender: Connection | None = None
         self._sending = asyncio.Lock()
+        #: An unreadable notice was heard: every handler looks everything up again.
+        self._stale = False
+        self._unreadable_logged: set[str] = set()
         #: True while the LISTEN connection is open (tests and logs).
         self.listening = False
 
@@ -106,13 +177,12 @@ class PgNotices:
         :class:`NoticeSendError` when the database could not be reached."""
         async with self._sending:
             try:
-                conn = self._sender
-                if conn is None or conn.closed or conn.broken:
+                conn, schema = self._sender, self._schema
+                if conn is None or conn.closed or conn.broken or schema is None:
                     conn = self._sender = await connect(self._url, self._replica, "notify")
-                    self._schema = await _schema(conn)
-                note = {"s": self._schema, "r": self._replica, "t": topic, "c": ref}
-                payload = orjson.dumps(note)
-                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload.decode()))
+                    schema = self._schema = await _schema(conn)
+                payload = encode_notice(Notice(schema, self._replica, topic, ref))
+                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             except (psycopg.Error, OSError) as exc:
                 sender, self._sender = self._sender, None
                 if sender is not None:
@@ -134,7 +204,8 @@ class PgNotices:
             conn: Connection | None = None
             try:
                 conn = await connect(self._url, self._replica, "listen")
-                await conn.execute(f"LISTEN {CHANNEL}")
+                for channel in CHANNELS:
+                    await conn.execute(f"LISTEN {channel}")
                 schema = await _schema(conn)
                 self.listening = True
                 if failures:
@@ -145,6 +216,10 @@ class PgNotices:
                 while True:
                     async for note in conn.notifies(timeout=self._poll):
                         await self._heard(note.payload, schema)
+                    if self._stale:  # unreadable notices: at most one look-up per poll
+                        self._stale = False
+                        for topic, handler in list(self._handlers.items()):
+                            await _call(handler, None, topic)
                     async with asyncio.timeout(self._poll):  # a silent connection: still alive?
                         await conn.execute("SELECT 1")
             except (psycopg.Error, OSError, TimeoutError) as exc:
@@ -160,18 +235,29 @@ class PgNotices:
             await asyncio.sleep(backoff(failures, base=RECONNECT_FIRST_SECONDS, cap=self._poll))
 
     async def _heard(self, payload: str, schema: str) -> None:
-        try:
-            note = orjson.loads(payload)
-        except orjson.JSONDecodeError:
+        note = decode_notice(payload)
+        if note is None or note.schema not in (schema, None) or note.replica == self._replica:
+            return  # no notice; another cluster's (another schema of the database); its own
+        if isinstance(note, Unreadable):
+            self._unreadable(note)
             return
-        if not isinstance(note, dict) or note.get("s") != schema:
-            return  # another cluster's notice (another schema of the database)
-        ref, topic = note.get("c"), note.get("t")
-        if note.get("r") == self._replica or not isinstance(ref, str) or not isinstance(topic, str):
-            return  # its own, or not a notice this version reads
-        handler = self._handlers.get(topic)
+        handler = self._handlers.get(note.topic)
         if handler is not None:
-            await _call(handler, ref, topic)
+            await _call(handler, note.ref, note.topic)
+
+    def _unreadable(self, note: Unreadable) -> None:
+        """A notice this release cannot read (a newer replica's, during a rolling restart):
+        what it named is looked up again, as after a gap."""
+        self._stale = True
+        version = repr(note.version)
+        if version not in self._unreadable_logged:
+            self._unreadable_logged.add(version)
+            log.warning(
+                "notices: a notice of version %s (this replica reads %d); looking up again",
+                version,
+                NOTICE_VERSION,
+                extra={"replica": self._replica, "from": note.replica},
+            )
 
 
 class PgWebchatRelay:

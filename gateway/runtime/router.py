@@ -144,12 +144,14 @@ class Router:
             text = await self._commands.run(command, session)
             await self._replier.reply(origin, text, "notice")
             return False
+        kept = inbound_id is not None
         if resume and inbound_id is not None:
             ident = inbound_id
             return await self._queue(
                 session,
                 origin,
                 lambda: self._turns.submit_resume(session, message, ident, streamed=streamed),
+                kept,
             )
         return await self._queue(
             session,
@@ -157,19 +159,32 @@ class Router:
             lambda: self._turns.submit_turn(
                 session, message.text, message, inbound_id, streamed=streamed
             ),
+            kept,
         )
 
     async def _queue(
-        self, session: SessionRecord, origin: Origin, submit: Callable[[], object]
+        self,
+        session: SessionRecord,
+        origin: Origin,
+        submit: Callable[[], object],
+        kept: bool = False,
     ) -> bool:
         """Queue a turn (or a session command) on the session's lane; tell the chat when the
-        gateway cannot take it. Whether it was queued."""
+        gateway cannot take it. Whether it was queued, or left recorded (``kept``: the
+        message has its ``inbound`` row) for a replica that runs it."""
         try:
             submit()
         except LaneFullError:
             logger.warning("turn refused: lanes full", extra={"session": session.key})
             await self._replier.reply(origin, BUSY_REPLY, "notice")
         except LaneClosed:
+            if kept and self._replica_id is not None:
+                # A message that reached a replica as it stopped: a live replica takes its
+                # row over once this one is marked stopped (or it runs it itself on restart).
+                logger.info(
+                    "turn left to another replica: stopping", extra={"session": session.key}
+                )
+                return True
             await self._replier.reply(origin, STOPPING_REPLY, "notice")
         else:
             return True

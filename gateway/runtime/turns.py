@@ -33,6 +33,10 @@ LOCK_LOST_REPLY = (
 )
 
 
+#: The cancellation message of a turn stopped on request (``/stop``, the API).
+STOP_REQUESTED = "stop requested"
+
+
 #: The transcript ``meta`` key of a user message: its row in ``inbound``.
 INBOUND_META = "inbound"
 
@@ -175,11 +179,24 @@ class ChatTurns:
         inbound_id: str | None,
         streamed: StreamedMessage | None,
     ) -> None:
+        cut_off = False
         try:
             await self._answer(key, work, inbound, kind, inbound_id, streamed)
+        except asyncio.CancelledError as stop:
+            cut_off = self._cut_off(stop, inbound_id)
+            raise
         finally:
-            if inbound_id is not None:
+            # A turn the gateway's stop cut off keeps its row: it is resumed from the
+            # transcript at the next start or, in a cluster, by a live replica.
+            if inbound_id is not None and not cut_off:
                 await asyncio.shield(self._handled(inbound_id))
+
+    def _cut_off(self, stop: asyncio.CancelledError, inbound_id: str | None) -> bool:
+        """Whether ``stop`` is the gateway's own clean stop ending, after the drain, a turn
+        whose message is recorded (so it can be resumed), rather than a person's ``/stop``
+        or a lost session lock."""
+        asked = {STOP_REQUESTED, SESSION_LOCK_LOST} & set(stop.args)
+        return inbound_id is not None and self._session_lane.closed and not asked
 
     async def _handled(self, inbound_id: str) -> None:
         """The message is in the transcript, or was answered: not to be run again."""
@@ -212,6 +229,10 @@ class ChatTurns:
                         reply = await work(stream)
                         reply_to = inbound_id if kind == "reply" else None
                     except asyncio.CancelledError as stop:
+                        if self._cut_off(stop, inbound_id):  # answered once resumed
+                            if stream is not None:
+                                await asyncio.shield(stream.close())
+                            raise
                         lost = SESSION_LOCK_LOST in stop.args
                         text = LOCK_LOST_REPLY if lost else STOPPED_REPLY
                         if (origin := await self._reply_to(key, inbound)) is not None:
@@ -277,7 +298,8 @@ class ChatTurns:
 
     def stop(self, key: str) -> int:
         """Cancel the session's queued and running turns; returns how many."""
-        return sum(1 for handle in list(self._turns.get(key, ())) if handle.cancel())
+        handles = list(self._turns.get(key, ()))
+        return sum(1 for handle in handles if handle.cancel(STOP_REQUESTED))
 
     async def close(self, drain_seconds: float) -> None:
         """Refuse new turns; let running turns finish for ``drain_seconds``, then cancel."""

@@ -103,7 +103,7 @@ def test_cluster_rows() -> None:
     # Real replicas on a PostgreSQL server of the benchmark's own; the failover part waits
     # out the default stalled-worker timeout (30 s), so this takes about a minute.
     rows = cluster.run(**cluster.QUICK)
-    check_rows(rows, 7)
+    check_rows(rows, 8)
     figures = [row["figure"] for row in rows]
     assert figures[0] == "runs/s, 2 replicas vs 1 (16 runs, model 0.2 s, width 8 each)"
     assert "CPU ms per run, replicas + PostgreSQL, 2 replicas vs 1" in figures[1]
@@ -116,6 +116,7 @@ def test_cluster_rows() -> None:
     assert (resumed["baseline"], resumed["goal"]) == (60.0, "herald <= 60")
     assert "kill -9 of Discord's holder to a survivor's IDENTIFY" in discord["figure"]
     assert (discord["baseline"], discord["goal"]) == (30.0, "herald <= 30")
+    assert figures[7] == "runs/s, 2 replicas vs 1 (8 runs, model 1 s, width 8 each)"
 
 
 def test_fanin_rows() -> None:

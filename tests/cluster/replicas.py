@@ -14,6 +14,8 @@ import contextlib
 import json
 import random
 import re
+import signal
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +30,8 @@ from tests.gateway.daemon_process import HANG_GUARD_SECONDS, HERALD, Daemon, cle
 CHANNEL = "C1"
 #: Where an announce names the run's child session.
 CHILD_KEY = re.compile(r"sessionKey (agent:main:subagent:[0-9a-f-]{36})")
+#: Slack gives up on a request after this long and retries it (the same event id).
+SLACK_TIMEOUT_SECONDS = 3.0
 #: What a job's answer (and so its announce) carries: batch and job number.
 RESULT = re.compile(r"result (\d+)-(\d+)")
 
@@ -154,6 +158,16 @@ class Cluster:
         """``kill -9``: no drain, no goodbye to the database."""
         await self.daemon(index).kill()
 
+    async def terminate(self, index: int) -> int:
+        """``SIGTERM``, as systemd stops a unit: the replica drains and exits; its status."""
+        daemon = self.daemon(index)
+        daemon.process.send_signal(signal.SIGTERM)
+        try:
+            return await daemon.wait_exit()
+        except TimeoutError:
+            tail = "\n".join(daemon.raw[-60:])
+            raise AssertionError(f"replica {index} did not stop; its log ends:\n{tail}") from None
+
     async def close(self) -> None:
         for daemon in self.daemons:
             if daemon is not None:
@@ -204,6 +218,31 @@ class Cluster:
         status = await self.slack.send_event(f"{self.url(index)}/slack/events", event)
         assert status == 200, f"replica {index} answered {status}"
         return str(event["ts"]), index
+
+    async def balanced(self, event: dict[str, Any], *, first: int | None = None) -> int:
+        """Send the signed ``event`` as a load balancer in front of the replicas would: to a
+        live replica picked at random (``first``, when given, is picked first: one the
+        balancer does not know is stopping), and again to another (as Slack's retry of the
+        same event id) when the one picked refuses the connection, answers an error or does
+        not answer within Slack's timeout (it is stopping); the replica that answered 200."""
+        event_id = f"Ev{uuid.uuid4().hex[:10].upper()}"
+        tries = 0
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while True:
+                index = first if first is not None and not tries else self.rng.choice(self.live())
+                url = f"{self.url(index)}/slack/events"
+                retry = tries or None
+                tries += 1
+                try:
+                    async with asyncio.timeout(SLACK_TIMEOUT_SECONDS):
+                        status = await self.slack.send_event(
+                            url, event, event_id=event_id, retry_num=retry
+                        )
+                except (aiohttp.ClientConnectionError, TimeoutError):
+                    status = 0
+                if status == 200:
+                    return index
+                await asyncio.sleep(0.05)
 
     async def reply_in_thread(self, thread_ts: str, text: str, *, to: int) -> None:
         event = self.slack.message(f"<@{BOT_USER_ID}> {text}", channel=CHANNEL, thread_ts=thread_ts)

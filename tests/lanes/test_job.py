@@ -97,6 +97,24 @@ async def test_a_running_job_is_cancelled_through_its_task(make_lane: MakeLane) 
     assert lane.active == 0
 
 
+async def test_a_cancellation_carries_the_message_it_was_given(make_lane: MakeLane) -> None:
+    lane = make_lane()
+    started = asyncio.Event()
+
+    async def job() -> tuple[object, ...]:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as stop:
+            return stop.args  # why it was cancelled: the job may answer differently
+        return ()
+
+    handle = lane.submit(job)
+    await started.wait()
+    assert handle.cancel("asked to stop") is True
+    assert await handle == ("asked to stop",)
+
+
 async def test_a_job_that_swallows_cancellation_ends_done(make_lane: MakeLane) -> None:
     lane = make_lane()
     started = asyncio.Event()

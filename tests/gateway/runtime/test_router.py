@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from channels.memory import MemoryChannel
-from gateway.runtime import HELP_TEXT
+from gateway.delivery import Replier
+from gateway.runtime import HELP_TEXT, ChatCommands, ChatTurns, Router
 from gateway.runtime.router import STOPPING_REPLY
 from tests.fakes.openai import FakeOpenAI, HeldReplies, last_user_text
 from tests.gateway.harness import (
@@ -138,3 +140,23 @@ async def test_a_message_is_recorded_until_its_turn_ended_and_a_command_never_is
     async with asyncio.timeout(HANG_GUARD_SECONDS):
         while await gw.db.inbound.pending():  # noqa: ASYNC110 - cleared just after the reply
             await asyncio.sleep(0.01)
+
+
+async def test_a_stopping_replica_leaves_the_message_recorded_for_a_live_one(
+    gw: Harness, make_turns: MakeTurns, make_commands: Callable[[ChatTurns], ChatCommands]
+) -> None:
+    turns = make_turns()
+    router = Router(
+        holder=gw.holder,
+        store=gw.store,
+        turns=turns,
+        commands=make_commands(turns),
+        replier=Replier(gw.channels),
+        journal=gw.db.inbound,
+        replica_id="stopping",
+    )
+    await turns.close(0)
+    await router.handle_inbound(gw.channel.inbound("are you there?", chat_id="late"))
+    assert gw.channel.sent == []  # no "send that again": another replica answers it
+    (record,) = await gw.db.inbound.pending()
+    assert (record.message.text, record.claimed_by) == ("are you there?", "stopping")

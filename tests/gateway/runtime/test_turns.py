@@ -161,3 +161,18 @@ async def test_a_turn_out_of_iterations_says_how_many_calls_it_made(
         await gw.say("look around")
         reply = await gw.reply()
     assert reply.text == "Let me look.\n\n(stopped after 2 model calls without a final answer)"
+
+
+async def test_a_turn_the_gateways_stop_cuts_off_stays_recorded_to_be_resumed(
+    gw: Harness, model: FakeOpenAI
+) -> None:
+    held = HeldReplies(model, echo)  # never released: the drain ends before the reply
+    model.responder = held
+    await gw.say("slow one")
+    await arrived(held)
+    await gw.turns.close(0)
+    # Not "Stopped.": nobody asked it to stop. The message stays recorded, so the next start
+    # (or, in a cluster, a live replica) resumes its turn from the transcript.
+    assert gw.channel.sent == []
+    (record,) = await gw.db.inbound.pending()
+    assert record.message.text == "slow one"
