@@ -97,7 +97,9 @@ QUICK: dict[str, Any] = {
     "per_batch": 4,
     "calls": 200,
     "clients": 8,
-    "failover_batches": 3,
+    # No failover part: it waits out the default stalled-worker timeout (30 s) and the
+    # Discord lock's, whatever its size; tests/cluster/test_failover.py holds the promise.
+    "failover_batches": 0,
     "io_replicas": (1, 2),
     "io_batches": 2,
     "io_per_batch": 4,
@@ -468,7 +470,8 @@ async def _measure(
     try:
         rows = await _throughput(server, replicas, batches, per_batch)
         rows += await _accept(server, calls, clients)
-        rows += await _failover(server, failover_batches, per_batch)
+        if failover_batches:
+            rows += await _failover(server, failover_batches, per_batch)
         io_replicas, io_batches, io_per_batch = io
         rows += await _throughput(
             server,

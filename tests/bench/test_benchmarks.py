@@ -100,10 +100,10 @@ def test_queued_rows() -> None:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_cluster_rows() -> None:
-    # Real replicas on a PostgreSQL server of the benchmark's own; the failover part waits
-    # out the default stalled-worker timeout (30 s), so this takes about a minute.
+    # Real replicas on a PostgreSQL server of the benchmark's own; the quick run leaves out
+    # the failover part (it waits out the cluster's default timeouts, half a minute each).
     rows = cluster.run(**cluster.QUICK)
-    check_rows(rows, 8)
+    check_rows(rows, 6)
     figures = [row["figure"] for row in rows]
     assert figures[0] == "runs/s, 2 replicas vs 1 (16 runs, model 0.2 s, width 8 each)"
     assert "CPU ms per run, replicas + PostgreSQL, 2 replicas vs 1" in figures[1]
@@ -111,12 +111,7 @@ def test_cluster_rows() -> None:
     assert rows[2]["goal"] == "ratio <= 3"
     assert "spawn accept p50 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[3]
     assert "spawn accept p99 ms, PostgreSQL vs SQLite (200 calls, 8 clients)" in figures[4]
-    resumed, discord = rows[5], rows[6]
-    assert "kill -9 to first run resumed on a survivor (3 replicas, 12 runs" in resumed["figure"]
-    assert (resumed["baseline"], resumed["goal"]) == (60.0, "herald <= 60")
-    assert "kill -9 of Discord's holder to a survivor's IDENTIFY" in discord["figure"]
-    assert (discord["baseline"], discord["goal"]) == (30.0, "herald <= 30")
-    assert figures[7] == "runs/s, 2 replicas vs 1 (8 runs, model 1 s, width 8 each)"
+    assert figures[5] == "runs/s, 2 replicas vs 1 (8 runs, model 1 s, width 8 each)"
 
 
 def test_fanin_rows() -> None:

@@ -269,7 +269,9 @@ Orchestration.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestOrchestration = Orchestration.TestCase
-PostgresOrchestration.TestCase.settings = Orchestration.TestCase.settings
+# Half the examples on PostgreSQL: each needs a fresh schema, and the machine's logic is
+# the same; what the backend adds (its dialect, its locking) shows in any example.
+PostgresOrchestration.TestCase.settings = settings(Orchestration.TestCase.settings, max_examples=20)
 TestPostgresOrchestration = pytest.mark.postgres(
     pytest.mark.usefixtures("postgres_server")(PostgresOrchestration.TestCase)
 )
