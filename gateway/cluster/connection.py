@@ -9,9 +9,12 @@ then frees the replica's locks for another to take.
 
 from __future__ import annotations
 
-from typing import Final
+import select
+from typing import Any, Final
 
 import psycopg
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool
 
 from configbase import redact_url
 
@@ -59,6 +62,25 @@ async def connect(
         await conn.close()
         raise
     return conn
+
+
+async def check_idle(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A pool's ``check``: psycopg_pool's own (an empty query, one round trip) only when the
+    socket of a connection idle in the pool has something to read.
+
+    An idle connection is sent nothing by the server unless it is going away: a restart, a
+    terminated backend or a dropped socket leaves a message or an end of file to read, and
+    then the round trip finds the connection broken and the pool replaces it. A silent
+    socket is handed out as it is, saving a round trip on every use (about five per run).
+    A connection that dies between this check and its use fails its statement, as it could
+    after the round trip too."""
+    if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        await AsyncConnectionPool.check_connection(conn)
+        return
+    poll = select.poll()
+    poll.register(conn.pgconn.socket, select.POLLIN)
+    if poll.poll(0):
+        await AsyncConnectionPool.check_connection(conn)
 
 
 def describe(url: str, exc: BaseException) -> str:

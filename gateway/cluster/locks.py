@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from configbase import redact_url, url_password
 from gateway.backoff import backoff
+from gateway.cluster.connection import check_idle
 from gateway.constants import SESSION_LOCK_LOST
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,9 @@ class SessionLocks:
             open=False,
             name="herald-session-locks",
             # A connection the server dropped while idle (a restart) is replaced on the way
-            # out of the pool, not found broken by the lock statement.
-            check=AsyncConnectionPool.check_connection,
+            # out of the pool, not found broken by the lock statement; a silent one is
+            # handed out without a round trip.
+            check=check_idle,
             kwargs={"autocommit": True, "application_name": name},
         )
         self._held: dict[str, int] = {}
