@@ -138,7 +138,8 @@ class WebchatStream(ReplyStream):
         self.turn_id = turn_id
         self._pending = ""
         self._reset = False
-        self._scheduled = False
+        #: The call of :meth:`_flush` to come, if one is due.
+        self._timer: asyncio.Handle | None = None
         self._closed = False
         self._replaced = False
         self._last_frame = -FRAME_INTERVAL
@@ -163,18 +164,21 @@ class WebchatStream(ReplyStream):
         self._schedule()
 
     def _schedule(self) -> None:
-        if self._scheduled:
+        if self._timer is not None:
             return
-        self._scheduled = True
         loop = asyncio.get_running_loop()
         wait = self._last_frame + FRAME_INTERVAL - loop.time()
         if wait > 0:
-            loop.call_later(wait, self._flush)
+            self._timer = loop.call_later(wait, self._flush)
         else:  # the first piece, or the first after a pause: at once
-            loop.call_soon(self._flush)
+            self._timer = loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._scheduled = False
+        if self._timer is not None:
+            # Flushed before its time (the final reply, or the close): the loop need not
+            # wake for it.
+            self._timer.cancel()
+            self._timer = None
         self._last_frame = asyncio.get_running_loop().time()
         if self._closed or self._replaced or (not self._pending and not self._reset):
             return
