@@ -200,9 +200,12 @@ class WebchatChannel(Channel):
             )
         self._refresh(client)
         traced = _traced_message_id(message)
-        if traced is not None and (stream := self._streams.get(traced)) is not None:
+        stream = self._streams.get(traced) if traced is not None else None
+        if stream is not None:
             stream.flush()  # its last piece before the final reply that replaces it
         message_id = self._record(client, message.kind, message.text, message.run_id, traced)
+        if stream is not None:
+            stream.replaced()  # so no end frame: the pages dropped the growing text
         log.debug(
             "web chat message",
             extra={

@@ -8,7 +8,9 @@ seconds: a fast model never floods a page's queue, and the page draws no more of
 the eye can follow. A page that opens while a
 turn is being written gets the text so far (:meth:`ClientState.attach` replays it), and one
 where the turn ended without a reply of that id (stopped, or nothing to say) drops the
-growing text at the ``end`` frame.
+growing text at the ``end`` frame. Once the final reply is on the pages it takes the growing
+text's place by itself, so no ``end`` frame follows it (on a fast model that was a third of
+a turn's frames, each a wake-up and a write for the server and the page alike).
 
 In a cluster the client's pages may be open on other replicas too. The stream then also
 publishes its text through the :class:`~channels.webchat.relay.Relay` (:class:`RelayFeed`),
@@ -136,8 +138,10 @@ class WebchatStream(ReplyStream):
         self.turn_id = turn_id
         self._pending = ""
         self._reset = False
-        self._scheduled = False
+        #: The call of :meth:`_flush` to come, if one is due.
+        self._timer: asyncio.Handle | None = None
         self._closed = False
+        self._replaced = False
         self._last_frame = -FRAME_INTERVAL
         self.frames = 0
         client.streams[turn_id] = ""
@@ -148,32 +152,35 @@ class WebchatStream(ReplyStream):
         return f"<WebchatStream {self.turn_id} chars={shown}{state}>"
 
     def append(self, text: str) -> None:
-        if self._closed or not text:
+        if self._closed or self._replaced or not text:
             return
         self._pending += text
         self._schedule()
 
     def replace(self, text: str) -> None:
-        if self._closed:
+        if self._closed or self._replaced:
             return
         self._pending, self._reset = text, True
         self._schedule()
 
     def _schedule(self) -> None:
-        if self._scheduled:
+        if self._timer is not None:
             return
-        self._scheduled = True
         loop = asyncio.get_running_loop()
         wait = self._last_frame + FRAME_INTERVAL - loop.time()
         if wait > 0:
-            loop.call_later(wait, self._flush)
+            self._timer = loop.call_later(wait, self._flush)
         else:  # the first piece, or the first after a pause: at once
-            loop.call_soon(self._flush)
+            self._timer = loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._scheduled = False
+        if self._timer is not None:
+            # Flushed before its time (the final reply, or the close): the loop need not
+            # wake for it.
+            self._timer.cancel()
+            self._timer = None
         self._last_frame = asyncio.get_running_loop().time()
-        if self._closed or (not self._pending and not self._reset):
+        if self._closed or self._replaced or (not self._pending and not self._reset):
             return
         text, reset = self._pending, self._reset
         self._pending, self._reset = "", False
@@ -191,13 +198,21 @@ class WebchatStream(ReplyStream):
         if self._feed is not None:
             self._feed.final()
 
+    def replaced(self) -> None:
+        """The final reply, with this turn's id, is in the client's history and on its
+        pages: it has taken the growing text's place, so nothing more of it is shown."""
+        self._replaced = True
+        self._pending, self._reset = "", False
+        self._client.streams.pop(self.turn_id, None)
+
     async def close(self) -> None:
         if self._closed:
             return
         self._flush()
         self._closed = True
         self._on_close(self)
-        self._client.streams.pop(self.turn_id, None)
-        self._client.broadcast(delta_frame(self.turn_id, "", end=True))
+        if not self._replaced:  # the pages still show growing text: drop it
+            self._client.streams.pop(self.turn_id, None)
+            self._client.broadcast(delta_frame(self.turn_id, "", end=True))
         if self._feed is not None:
             self._feed.end()

@@ -237,13 +237,17 @@ async def post_stream(
             if response.content_type != EVENT_STREAM:
                 raw = await response.read()
                 return assembler.whole(_json_object(raw, provider, model, secret))
-            async for event in read_events(response.content):
-                assembler.feed(event)
-                if assembler.complete:
-                    await _drain(response)
-                    break
-            else:
-                assembler.ended()
+            # Closed here, not by the garbage collector: a generator left at the end mark
+            # would be finalised through the loop's self-pipe, a write and a wake-up more
+            # per model call.
+            async with contextlib.aclosing(read_events(response.content)) as events:
+                async for event in events:
+                    assembler.feed(event)
+                    if assembler.complete:
+                        await _drain(response)
+                        break
+                else:
+                    assembler.ended()
     if not assembler.complete:
         error = ProviderConnectionError(
             provider, model, "the stream ended before the answer was complete", retryable=True

@@ -6,7 +6,7 @@ assembler is (:class:`StreamAssembler`: it hands text on as it arrives and build
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ class SseEvent:
     data: str
 
 
-async def read_events(content: aiohttp.StreamReader) -> AsyncIterator[SseEvent]:
+async def read_events(content: aiohttp.StreamReader) -> AsyncGenerator[SseEvent, None]:
     """The events of an SSE body, per the WHATWG rules Herald needs: ``field: value`` lines
     (CRLF or LF), several ``data:`` lines joined by newlines, comments (``:``) skipped, a
     blank line ends an event. An event cut off by the end of the body is dropped, as the

@@ -57,8 +57,11 @@ async def test_pieces_reach_the_page_then_the_final_reply_carries_the_turn_id(
     assert sent.message_ids == (stream.turn_id,)
     message = await page.next_of("message")
     assert (message["id"], message["text"]) == (stream.turn_id, "Hello, world.")
+    stream.append(" More?")  # nothing of the turn after its final reply
     await stream.close()
-    assert await page.next() == {"type": "delta", "turnId": stream.turn_id, "text": "", "end": True}
+    # The final reply took the growing text's place: no more frames of the turn, no end.
+    await webchat.channel.send(dataclasses.replace(final("later"), reply_to=None))
+    assert (await page.next())["text"] == "later"
     # Another client's page saw none of it.
     await webchat.channel.send(dataclasses.replace(final("for bob"), chat_id=BOB, reply_to=None))
     assert (await other.next_of("message"))["text"] == "for bob"

@@ -86,13 +86,13 @@ async def test_text_shows_before_the_model_is_done_then_one_final_message(
         final = rest[-1]
         assert final["text"] == STORY
         assert final["id"] == first["turnId"]
-        assert await page.next_of("delta") == {
-            "type": "delta",
-            "turnId": first["turnId"],
-            "text": "",
-            "end": True,
-        }
         assert fake.requests[0].body["stream"] is True
+        # The final message took the growing text's place: no frame of the turn follows.
+        fake.reply_text("Yes.")
+        await page.send({"type": "message", "text": "thanks"})
+        later = await frames_until(page, is_reply)
+        assert [f for f in later if f.get("turnId") == first["turnId"]] == []
+        assert later[-1]["text"] == "Yes."
 
 
 async def test_a_tool_round_shows_a_status_line_and_the_next_text_follows(
