@@ -7,8 +7,11 @@ when that is writable (root). Nothing here is required: without a place, :func:`
 says so and the sandbox falls back to ``RLIMIT_NPROC``.
 
 A command's cgroup is made before it starts, the command's first process moves itself in
-(writing ``0`` to ``cgroup.procs`` before it execs), and :meth:`PidsCgroup.close` kills
-whatever is left and removes the directory.
+(a shell writes ``0`` to ``cgroup.procs``, then execs the command: :meth:`PidsCgroup.argv`),
+and :meth:`PidsCgroup.close` kills whatever is left and removes the directory. The move is
+done by that shell rather than by a Python ``preexec_fn``: a function to run in the child
+makes Python fork the whole gateway instead of starting the child the cheap way (vfork),
+which cost ~12 ms a command against ~1 ms for the shell.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import itertools
 import logging
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -35,6 +39,11 @@ _counter = itertools.count(1)
 #: gone at the first try).
 _CLOSE_TRIES: Final = 2000
 _CLOSE_PAUSE: Final = 0.001
+#: Moves the shell itself into the cgroup whose ``cgroup.procs`` is ``$0``, then becomes the
+#: command: what the command starts is counted from its first process on. The command never
+#: runs outside the cgroup (126: could not enter it; the shell's message names the file).
+_ENTER_SCRIPT: Final = 'echo 0 >"$0" || exit 126; exec "$@"'
+SHELL: Final = "/bin/sh"
 
 Version = Literal["v1", "v2"]
 
@@ -162,13 +171,9 @@ class PidsCgroup:
     def __repr__(self) -> str:
         return f"<PidsCgroup {self.path}>"
 
-    def enter(self) -> None:
-        """Move the calling process in (run in the child, before exec)."""
-        fd = os.open(self.procs, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+    def argv(self, command: Sequence[str]) -> list[str]:
+        """``command`` started inside this cgroup (the path is Herald's own, never a user's)."""
+        return [SHELL, "-c", _ENTER_SCRIPT, self.procs, *command]
 
     def members(self) -> list[int]:
         try:

@@ -135,6 +135,7 @@ class ExecTool(Tool[ExecParams]):
             argv = bwrap_argv(argv, workdir=cwd, config=self.config.sandbox, bwrap=bwrap)
             env = sandbox_environment(env, cwd)
             limits = Limits.open(self.config.sandbox)  # a mkdir on cgroupfs: never blocks long
+            argv = limits.wrap(argv)
         try:
             return await self._run(argv, cwd, env, limits, timeout)
         finally:
@@ -153,7 +154,6 @@ class ExecTool(Tool[ExecParams]):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if limits is None else limits.preexec(),
             )
         except OSError as exc:
             raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None

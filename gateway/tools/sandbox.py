@@ -27,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -185,7 +185,7 @@ def process_limit() -> str:
 @dataclass(slots=True)
 class Limits:
     """One command's pids cgroup, where there is a place for one: made by :meth:`open`,
-    entered by the command's first process (:meth:`preexec`), removed by :meth:`close`.
+    entered by the command's first process (:meth:`wrap`), removed by :meth:`close`.
     The other limits are :func:`limit_argv`'s."""
 
     cgroup: PidsCgroup | None = None
@@ -202,10 +202,9 @@ class Limits:
             logger.warning("exec: cannot make a pids cgroup under %s: %s", parent.path, exc)
             return cls()
 
-    def preexec(self) -> Callable[[], None] | None:
-        """What the child runs before exec (None without a cgroup: then Python may start
-        the child the cheap way, with vfork)."""
-        return None if self.cgroup is None else self.cgroup.enter
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside the cgroup (unchanged without one)."""
+        return argv if self.cgroup is None else self.cgroup.argv(argv)
 
     async def close(self) -> None:
         if self.cgroup is not None:
