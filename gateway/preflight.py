@@ -9,22 +9,26 @@ a directory, a database or a socket exists:
 - the state directory is a directory, or can be made: not a file, not under a file, not on
   a kernel file system such as ``/proc``, its nearest existing parent writable;
 - every scripted provider's rules file exists and is valid;
-- with ``exec`` allowed and its sandbox on, bubblewrap is installed; the sandbox's
-  ``readOnly`` paths exist and hold neither the state directory nor the config file.
+- with ``exec`` allowed and its sandbox on, or a stdio MCP server sandboxed, bubblewrap is
+  installed and starts; each sandbox's ``readOnly`` paths exist and hold neither the state
+  directory nor the config file; a sandboxed server's program is inside its sandbox.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from difflib import get_close_matches
 from pathlib import Path
 
 from gateway.config import LoadedSettings
 from gateway.errors import ConfigError, ConfigIssue
+from gateway.mcp.config import McpServerConfig
 from gateway.providers import ScriptError, default_script_path, load_script
+from gateway.sandboxconfig import SandboxLimits
 from gateway.settings import HeraldSettings
 from gateway.tools import policy_issues, tools_for_agent
-from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, find_bwrap, probe
+from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, SYSTEM_DIRS, find_bwrap, probe
 from gateway.wiring import build_tools
 
 #: Kernel file systems: nothing Herald writes belongs there.
@@ -143,37 +147,55 @@ def exec_allowed(settings: HeraldSettings) -> bool:
 
 
 def sandbox_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
-    """``readOnly`` paths that do not exist or would show the state directory or the config
-    file to commands; where ``exec`` is allowed, bubblewrap missing or unable to start."""
+    """For ``exec`` (when allowed) and each sandboxed stdio MCP server: ``readOnly`` paths
+    that do not exist or would show the state directory or the config file; a server's
+    program outside what its sandbox shows; bubblewrap missing or unable to start."""
+    issues: list[ConfigIssue] = []
+    #: (key, what asks for a sandbox, how to do without, its limits): the bubblewrap checks.
+    uses: list[tuple[str, str, str, SandboxLimits]] = []
     sandbox = settings.agent.tools.exec.sandbox
-    if not sandbox.enabled:
-        return []
-    issues = _readonly_issues(settings, config_file)
-    if issues or not exec_allowed(settings):
+    if sandbox.enabled:
+        key = "agent.tools.exec.sandbox"
+        issues += _readonly_issues(settings, config_file, sandbox, f"{key}.readOnly")
+        if exec_allowed(settings):
+            why = f"exec is allowed and its sandbox is on ({sandbox.mode!r})"
+            uses.append((f"{key}.mode", why, 'set mode "off" to run commands unsandboxed', sandbox))
+    for name, server in settings.mcp.enabled_servers().items():
+        if server.sandbox is None:
+            continue
+        key = f"mcp.servers.{name}"
+        issues += _readonly_issues(settings, config_file, server.sandbox, f"{key}.sandbox.readOnly")
+        issues += _program_issues(key, server)
+        why = f"MCP server {name!r} runs in a sandbox"
+        uses.append((f"{key}.sandbox", why, "set its sandbox to false", server.sandbox))
+    if issues or not uses:
         return issues
-    key = "agent.tools.exec.sandbox.mode"
     if find_bwrap() is None:
-        message = (
-            f"exec is allowed and its sandbox is on ({sandbox.mode!r}), but bubblewrap is "
-            f"not installed: install the {BWRAP_PACKAGE} package (apt-get install "
-            f'{BWRAP_PACKAGE}), or set mode "off" to run commands unsandboxed'
-        )
-        return [ConfigIssue(message, key=key)]
-    # Where user namespaces are refused (a hardened unit, a container), every command
-    # would fail: say so now, once, with the fix.
-    if (complaint := probe(sandbox)) is not None:
-        message = f"exec is allowed, but bubblewrap cannot start a sandbox here: {complaint}"
+        return [
+            ConfigIssue(
+                f"{why}, but bubblewrap is not installed: install the {BWRAP_PACKAGE} package "
+                f"(apt-get install {BWRAP_PACKAGE}), or {without}",
+                key=key,
+            )
+            for key, why, without, _ in uses
+        ]
+    # Where user namespaces are refused (a hardened unit, a container), every sandboxed
+    # program would fail: say so now, once, with the fix.
+    key, why, _, limits = uses[0]
+    if (complaint := probe(limits)) is not None:
+        subject = "exec is allowed" if key.startswith("agent.") else why
+        message = f"{subject}, but bubblewrap cannot start a sandbox here: {complaint}"
         return [ConfigIssue(f"{message}; fix: {SANDBOX_FIX}", key=key)]
     return []
 
 
-def _readonly_issues(settings: HeraldSettings, config_file: Path | None) -> list[ConfigIssue]:
-    sandbox = settings.agent.tools.exec.sandbox
+def _readonly_issues(
+    settings: HeraldSettings, config_file: Path | None, sandbox: SandboxLimits, key: str
+) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     hidden = [("the state directory", settings.gateway.resolved_state_dir())]
     if config_file is not None:
         hidden.append(("the config file", config_file.resolve()))
-    key = "agent.tools.exec.sandbox.readOnly"
     for raw in sandbox.read_only:
         path = Path(raw)
         if not path.exists():
@@ -184,3 +206,31 @@ def _readonly_issues(settings: HeraldSettings, config_file: Path | None) -> list
             if real == secret or real in secret.parents:
                 issues.append(ConfigIssue(f"{raw} holds {what} ({secret})", key=key))
     return issues
+
+
+def _program_issues(key: str, server: McpServerConfig) -> list[ConfigIssue]:
+    """A sandboxed server's program, and what its path links to, must be where its sandbox
+    shows them: the system directories, its readOnly paths, its cwd. A program not found
+    at all is left to the start, which reports it as for an unsandboxed server."""
+    if server.command is None or server.sandbox is None:
+        return []
+    found = shutil.which(server.command)
+    if found is None:
+        return []
+    shown = [Path(p) for p in (*SYSTEM_DIRS, *server.sandbox.read_only)]
+    if server.cwd:
+        shown.append(Path(os.path.expanduser(server.cwd)))
+    program = Path(os.path.abspath(found))
+    outside = [p for p in (program, program.resolve()) if not _inside(p, shown)]
+    if not outside:
+        return []
+    message = (
+        f"{outside[0]} (the server's program) is outside its sandbox, which shows /usr, "
+        f"/bin, /lib*, its cwd and its readOnly paths: add {outside[0].parent} to "
+        f"{key}.sandbox.readOnly"
+    )
+    return [ConfigIssue(message, key=f"{key}.command")]
+
+
+def _inside(path: Path, places: list[Path]) -> bool:
+    return any(path.is_relative_to(place) for place in places)

@@ -38,6 +38,7 @@ from gateway.constants import (
     REPLICA_ID_PATTERN,
 )
 from gateway.mcp.config import McpConfig, policy_problems
+from gateway.sandboxconfig import SandboxConfig
 from gateway.schedules.config import KeyPath, SchedulesConfig, job_problems
 
 logger = logging.getLogger(__name__)
@@ -120,43 +121,6 @@ class ToolPolicyConfig(ConfigModel):
     `tools.allow` names it (or its group)."""
     deny: list[str] = []
     """Tools refused, by name or group; a denied tool stays refused whatever `allow` says."""
-
-
-class SandboxConfig(ConfigModel):
-    """``agent.tools.exec.sandbox``: what an `exec` command may see and use."""
-
-    mode: Literal["auto", "bwrap", "off"] = "auto"
-    """`"bwrap"`: every command runs under bubblewrap (Debian's `bubblewrap`), seeing only
-    its workspace, the system's programs and a private `/tmp`; `"auto"`: the same (allowing
-    `exec` without bubblewrap installed is a config error); `"off"`: commands run as
-    Herald's own user, seeing all it sees (the state database, the config, every
-    workspace)."""
-    network: bool = False
-    """Let commands reach the network; false: their own network namespace, loopback only."""
-    memory_mb: PositiveInt = 1024
-    """Address space a command's process may have, in MiB (`RLIMIT_AS`, per process)."""
-    cpu_seconds: PositiveInt = 120
-    """CPU seconds a command's process may use (`RLIMIT_CPU`, per process)."""
-    max_processes: PositiveInt = 256
-    """Processes and threads a command may have at once (a pids cgroup where Herald may make
-    one, else `RLIMIT_NPROC`; `herald doctor` says which)."""
-    max_file_mb: PositiveInt = 1024
-    """Size a command may write a file to, in MiB (`RLIMIT_FSIZE`)."""
-    read_only: list[str] = []
-    """Extra host paths (absolute) commands may read, at the same path."""
-
-    @field_validator("read_only")
-    @classmethod
-    def _absolute(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            if not os.path.isabs(path):
-                raise ValueError(f"{path!r} is not an absolute path")
-        return [os.path.normpath(path) for path in paths]
-
-    @property
-    def enabled(self) -> bool:
-        """Whether commands run under bubblewrap (``auto`` and ``bwrap``)."""
-        return self.mode != "off"
 
 
 class ExecConfig(ConfigModel):

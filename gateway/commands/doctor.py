@@ -167,12 +167,14 @@ async def check_mcp_server(name: str, server: McpServerConfig) -> Finding:
     report = await probe(name, server)
     subject = f"mcp server {name}"
     if report.ok:
-        return Finding("ok", subject, f"{server.transport}: {len(report.tools)} tools")
+        return Finding("ok", subject, f"{server.shown_transport}: {len(report.tools)} tools")
     where = "command, args and cwd" if server.transport == "stdio" else "url and headers"
+    if server.sandbox is not None:
+        where = "command, args, cwd and sandbox.readOnly (what its sandbox shows)"
     return Finding(
         "FAIL",
         subject,
-        f"{server.transport}: {report.error}",
+        f"{server.shown_transport}: {report.error}",
         f"check mcp.servers.{name}'s {where}; `herald mcp probe {name}` tries again "
         "(the gateway runs without this server's tools meanwhile)",
     )

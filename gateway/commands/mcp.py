@@ -63,7 +63,7 @@ def list_command(args: argparse.Namespace) -> int:
             )
         else:
             state = f"failed: {report.error}"
-        print(f"{name:<{width}}  {server.transport:<5}  {state}")
+        print(f"{name:<{width}}  {server.shown_transport:<5}  {state}")
     return 0
 
 
@@ -78,7 +78,7 @@ def probe_command(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(servers)) or "none"
         print(f"herald: no MCP server {args.name!r} (configured: {known})", file=sys.stderr)
         return 2
-    print(f"{args.name}: {server.transport} {server.describe()}")
+    print(f"{args.name}: {server.shown_transport} {server.describe()}")
     report = asyncio.run(probe(args.name, server, seconds=args.timeout))
     if not report.ok:
         print(f"failed: {report.error}", file=sys.stderr)

@@ -13,10 +13,11 @@ from typing import Annotated, Final
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from configbase import ConfigModel
+from gateway.sandboxconfig import SandboxLimits
 
 #: A server's name: it prefixes its tools' names, so it stays short and plain.
 SERVER_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-STDIO_FIELDS: Final = ("command", "args", "env", "cwd")
+STDIO_FIELDS: Final = ("command", "args", "env", "cwd", "sandbox")
 HTTP_FIELDS: Final = ("url", "headers")
 
 
@@ -32,7 +33,15 @@ class McpServerConfig(ConfigModel):
     (it never sees Herald's other variables). Values are secrets: masked in `config show`
     and logs."""
     cwd: str | None = None
-    """stdio: the program's working directory; null: Herald's own."""
+    """stdio: the program's working directory; null: Herald's own (in a sandbox: its
+    private `/tmp`)."""
+    sandbox: SandboxLimits | None = None
+    """stdio: run the program under bubblewrap, as `exec` commands run: it sees the
+    system's programs, its `readOnly` paths and its `cwd` (read-write), never Herald's
+    state, config or home. `true` takes the defaults; an object sets `network` (false:
+    loopback only), `memoryMb`, `maxProcesses`, `maxFileMb` and `readOnly` (the program
+    and its interpreter must be in `/usr` or there). No CPU-time limit: the server lives as
+    long as the gateway."""
     url: Annotated[str, Field(pattern=r"^https?://")] | None = None
     """Streamable HTTP: the server's endpoint (`https://mcp.example.com/mcp`)."""
     headers: dict[str, SecretStr] = {}
@@ -63,10 +72,25 @@ class McpServerConfig(ConfigModel):
             raise ValueError("needs `command` (a stdio server) or `url` (a Streamable HTTP one)")
         return data
 
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_switch(cls, value: object) -> object:
+        # `true` is the defaults, `false` none: the switch is the short way to write both.
+        if value is True:
+            return {}
+        if value is False:
+            return None
+        return value
+
     @property
     def transport(self) -> str:
         """``"stdio"`` or ``"http"``."""
         return "stdio" if self.command is not None else "http"
+
+    @property
+    def shown_transport(self) -> str:
+        """The transport as people read it: ``stdio``, ``stdio, sandboxed`` or ``http``."""
+        return "stdio, sandboxed" if self.sandbox is not None else self.transport
 
     def describe(self) -> str:
         """Where the server is, without secrets: the command line or the URL."""

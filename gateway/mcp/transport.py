@@ -6,9 +6,11 @@ one-off probes of ``herald mcp probe`` and ``herald doctor`` (:mod:`gateway.mcp.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self, TextIO
 
@@ -20,6 +22,15 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from gateway.mcp.config import McpServerConfig
+from gateway.sandboxconfig import SandboxLimits
+from gateway.tools.sandbox import (
+    BWRAP,
+    BWRAP_PACKAGE,
+    Limits,
+    bwrap_argv,
+    find_bwrap,
+    sandbox_environment,
+)
 
 #: What a stdio server gets of Herald's environment, besides the few neutral variables the
 #: SDK's stdio client always passes (HOME, LOGNAME, PATH, SHELL, TERM, USER): never secrets.
@@ -115,12 +126,13 @@ async def open_session(
     cannot start, ``McpError`` and transport errors for a server that does not answer.
     """
     if config.command is not None:
-        params = StdioServerParameters(
-            command=config.command,
-            args=list(config.args),
-            env=stdio_environment(config, environ),
-            cwd=expand_home(config.cwd),
-        )
+        argv = [config.command, *config.args]
+        env = stdio_environment(config, environ)
+        cwd = expand_home(config.cwd)
+        if config.sandbox is not None:
+            argv, env = await _sandboxed(stack, argv, env, cwd, config.sandbox)
+            cwd = None  # bubblewrap itself may start anywhere: the server's is --chdir's
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)
         if errlog is None:
             read, write = await stack.enter_async_context(stdio_client(params))
         else:
@@ -137,6 +149,28 @@ async def open_session(
     )
     await session.initialize()
     return session
+
+
+async def _sandboxed(
+    stack: AsyncExitStack,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    limits: SandboxLimits,
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` and ``env`` for the server under bubblewrap, its pids cgroup (if any) made
+    now and removed by ``stack`` after the process ended."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise FileNotFoundError(
+            errno.ENOENT, f"the sandbox needs bubblewrap (Debian package {BWRAP_PACKAGE})", BWRAP
+        )
+    workdir = Path(cwd) if cwd else None
+    group = Limits.open(limits)
+    # Pushed before the process is started, so that it runs after the process ended.
+    stack.push_async_callback(group.close)
+    wrapped = group.wrap(bwrap_argv(argv, workdir=workdir, config=limits, bwrap=bwrap))
+    return wrapped, sandbox_environment(env, workdir)
 
 
 async def list_all_tools(session: ClientSession) -> list[types.Tool]:

@@ -132,7 +132,10 @@ class ExecTool(Tool[ExecParams]):
                     f"the exec sandbox needs bubblewrap, which is not installed "
                     f"(Debian package {BWRAP_PACKAGE})"
                 )
-            argv = bwrap_argv(argv, workdir=cwd, config=self.config.sandbox, bwrap=bwrap)
+            sandbox = self.config.sandbox
+            argv = bwrap_argv(
+                argv, workdir=cwd, config=sandbox, cpu_seconds=sandbox.cpu_seconds, bwrap=bwrap
+            )
             env = sandbox_environment(env, cwd)
             limits = Limits.open(self.config.sandbox)  # a mkdir on cgroupfs: never blocks long
             argv = limits.wrap(argv)

@@ -1,10 +1,11 @@
 """The sandbox a command runs in: bubblewrap's namespaces and mounts, and the limits.
 
-:func:`bwrap_argv` builds the bubblewrap command line for any command (``exec`` uses it, and
-so can anything else that starts a program on an agent's behalf). The sandbox sees only:
+:func:`bwrap_argv` builds the bubblewrap command line for any program started on an agent's
+behalf: ``exec``'s commands and sandboxed stdio MCP servers. The sandbox sees only:
 the system's programs and libraries (``/usr``, ``/bin``, ``/lib*``) and the few ``/etc``
-files programs need, read-only; the ``readOnly`` paths, read-only; the working directory,
-read-write; a fresh ``/tmp``, a minimal ``/dev`` and its own read-only ``/proc``. It gets
+files programs need, read-only; the ``readOnly`` paths, read-only; the working directory
+(when there is one), read-write; a fresh ``/tmp``, a minimal ``/dev`` and its own read-only
+``/proc``. It gets
 new mount, PID, IPC, UTS and (unless ``network``) network namespaces, a new session (no
 terminal to inject input into), and dies with its parent.
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gateway.settings import SandboxConfig
+from gateway.sandboxconfig import SandboxConfig, SandboxLimits
 from gateway.tools._cgroups import PidsCgroup, PidsParent, pids_parent
 
 logger = logging.getLogger(__name__)
@@ -90,13 +91,15 @@ def find_bwrap() -> str | None:
 def bwrap_argv(
     argv: Sequence[str],
     *,
-    workdir: Path,
-    config: SandboxConfig,
+    workdir: Path | None,
+    config: SandboxLimits,
+    cpu_seconds: int | None = None,
     bwrap: str = BWRAP,
     as_root: bool | None = None,
 ) -> list[str]:
     """The command line that runs ``argv`` under bubblewrap in ``workdir`` (bound read-write
-    at its own path and made the working directory), within ``config``'s limits.
+    at its own path and made the working directory; None: the private ``/tmp`` is), within
+    ``config``'s limits and, when given, ``cpu_seconds`` of CPU per process.
 
     ``as_root`` (default: whether this process is root) drops every capability in the
     sandbox: bubblewrap keeps root's otherwise. The environment is the caller's to give; a
@@ -119,32 +122,36 @@ def bwrap_argv(
     for path in config.read_only:
         args += ["--ro-bind", path, path]
     # Last, so that a readOnly path holding the workspace does not cover it.
-    place = str(workdir)
-    args += ["--bind", place, place, "--chdir", place]
+    if workdir is None:
+        args += ["--chdir", SANDBOX_HOME]
+    else:
+        place = str(workdir)
+        args += ["--bind", place, place, "--chdir", place]
     # The sandbox's own root (where bubblewrap made the mount points) is read-only too: a
     # write outside the workspace and /tmp fails rather than landing in memory.
-    args += ["--remount-ro", "/", "--", *limit_argv(config), *argv]
+    args += ["--remount-ro", "/", "--", *limit_argv(config, cpu_seconds), *argv]
     return args
 
 
-def limit_argv(config: SandboxConfig) -> list[str]:
-    """``prlimit`` with ``config``'s limits, ready to run a command (``--`` last).
+def limit_argv(config: SandboxLimits, cpu_seconds: int | None = None) -> list[str]:
+    """``prlimit`` with ``config``'s limits (and ``cpu_seconds``, when given), ready to run
+    a command (``--`` last).
 
     No limit asks for more than this process's hard limit, which an unprivileged process
     may not raise. SIGXCPU comes at the CPU limit, SIGKILL a second later; no core dumps.
     """
     prlimit = shutil.which(PRLIMIT) or f"/usr/bin/{PRLIMIT}"
-    cpu = _capped(resource.RLIMIT_CPU, config.cpu_seconds)
-    cpu_hard = _capped(resource.RLIMIT_CPU, config.cpu_seconds + 1)
-    return [
+    args = [
         prlimit,
         f"--as={_capped(resource.RLIMIT_AS, config.memory_mb * MIB)}",
-        f"--cpu={cpu}:{cpu_hard}",
         f"--fsize={_capped(resource.RLIMIT_FSIZE, config.max_file_mb * MIB)}",
         "--core=0",
         f"--nproc={_capped(resource.RLIMIT_NPROC, config.max_processes)}",
-        "--",
     ]
+    if cpu_seconds is not None:
+        cpu = _capped(resource.RLIMIT_CPU, cpu_seconds)
+        args.append(f"--cpu={cpu}:{_capped(resource.RLIMIT_CPU, cpu_seconds + 1)}")
+    return [*args, "--"]
 
 
 def _capped(which: int, limit: int) -> int:
@@ -160,10 +167,11 @@ def _system_dir(path: str) -> list[str]:
     return []
 
 
-def sandbox_environment(environ: dict[str, str], workdir: Path) -> dict[str, str]:
+def sandbox_environment(environ: dict[str, str], workdir: Path | None) -> dict[str, str]:
     """``environ`` (already scrubbed) for a sandboxed command: HOME and TMPDIR in its
-    private /tmp, PWD its working directory."""
-    return environ | {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_HOME, "PWD": str(workdir)}
+    private /tmp, PWD its working directory (that /tmp without one)."""
+    place = SANDBOX_HOME if workdir is None else str(workdir)
+    return environ | {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_HOME, "PWD": place}
 
 
 @functools.cache
@@ -191,7 +199,7 @@ class Limits:
     cgroup: PidsCgroup | None = None
 
     @classmethod
-    def open(cls, config: SandboxConfig) -> Limits:
+    def open(cls, config: SandboxLimits) -> Limits:
         """The cgroup of one command, when there is a place for it (a mkdir: never slow)."""
         parent = _pids_parent()
         if parent is None:
@@ -223,7 +231,7 @@ def limit_note(code: int | None, config: SandboxConfig) -> str | None:
     return None
 
 
-def probe(config: SandboxConfig) -> str | None:
+def probe(config: SandboxLimits) -> str | None:
     """Start ``true`` in the sandbox ``config`` describes, in a scratch directory: None if
     it ran, else why not (bubblewrap's own words). Blocks for the few milliseconds it takes.
     """

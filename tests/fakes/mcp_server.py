@@ -1,6 +1,7 @@
 """An MCP server written with the official SDK (``MCPServer``), for the failure paths the
 reference servers never take: slow calls, ``isError``, a crash, images, a tool list that
-changes, the environment a stdio server sees.
+changes, the environment a stdio server sees, and (for the sandbox) what files and ports it
+can reach.
 
 Run as ``python -m tests.fakes.mcp_server [--http PORT] [--marks DIR] [--name NAME]``:
 stdio by default, Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` with ``--http``. Marks
@@ -15,6 +16,7 @@ import asyncio
 import base64
 import json
 import os
+import socket
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, Image, MCPServer
@@ -68,6 +70,23 @@ def build(name: str, marks: Path | None) -> MCPServer:
     def environment() -> str:
         """The server's environment as JSON."""
         return json.dumps(dict(os.environ))
+
+    @server.tool()
+    def read(path: str) -> str:
+        """The text of the file at ``path``; an error result when it cannot be read."""
+        try:
+            return Path(path).read_text()
+        except OSError as exc:
+            raise ToolError(f"cannot read {path}: {exc.strerror}") from None
+
+    @server.tool()
+    def connect(port: int) -> str:
+        """Open a TCP connection to 127.0.0.1:``port``; an error result when it fails."""
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        except OSError as exc:
+            raise ToolError(f"cannot connect to port {port}: {exc.strerror}") from None
+        return "connected"
 
     @server.tool()
     async def grow(tool: str, ctx: Context) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from gateway.llm import ToolCall
-from gateway.settings import ExecConfig, SandboxConfig
+from gateway.sandboxconfig import SandboxConfig
+from gateway.settings import ExecConfig
 from gateway.tools import ToolOutput, ToolRegistry
 from gateway.tools.exec import ExecTool, scrubbed_environment
 from tests.gateway.tools.conftest import MakeCtx

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from gateway.llm import ToolCall
-from gateway.settings import ExecConfig, HeraldSettings, SandboxConfig
+from gateway.sandboxconfig import SandboxConfig
+from gateway.settings import ExecConfig, HeraldSettings
 from gateway.tools import ToolContext, ToolOutput, ToolRegistry
 from gateway.tools.exec import ExecTool
 from gateway.tools.sandbox import bwrap_argv
