@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +17,9 @@ from gateway.constants import EXIT_CONFIG
 from gateway.mcp.config import McpServerConfig
 from gateway.mcp.probe import probe
 from gateway.mcp.results import result_text
-from tests.gateway.daemon_process import HERALD, clean_env, free_port, write_config
-from tests.gateway.mcp.conftest import ROOT, fake_stdio
+from tests.gateway.mcp.conftest import fake_stdio
 from tests.gateway.mcp.test_connection import connected
+from tests.gateway.test_preflight import config, herald
 
 #: What the fake server's interpreter needs besides its cwd (the checkout, which holds the
 #: virtual environment): the Python installation the environment was made from.
@@ -110,21 +109,8 @@ async def test_the_official_time_server_works_in_the_sandbox() -> None:
 
 def check(tmp_path: Path, servers: dict[str, Any]) -> str:
     """``herald config check`` of a config with ``servers``: its output (it must exit 78)."""
-    data = {
-        "gateway": {"port": free_port(), "stateDir": str(tmp_path / "state")},
-        "channels": {"webchat": {"enabled": False}},
-        "mcp": {"servers": servers},
-    }
-    path = write_config(tmp_path / "herald.json", data)
-    done = subprocess.run(
-        [*HERALD, "config", "check", "--config", str(path)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
+    path = config(tmp_path, tmp_path / "state", mcp={"servers": servers})
+    done = herald("config", "check", "--config", str(path))
     output = done.stdout + done.stderr
     assert done.returncode == EXIT_CONFIG, output
     assert "Traceback" not in output
