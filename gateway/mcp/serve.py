@@ -33,8 +33,9 @@ from gateway.sessions import (
     SessionKey,
     SessionNotFoundError,
     SessionRefError,
-    account_of,
+    accounts_of,
     agent_of_channel,
+    chat_session,
     parse_target,
     session_view,
 )
@@ -95,17 +96,13 @@ def build_server(app: web.Application) -> MCPServer:
         if to is None:
             session = await store.ensure(SessionKey.main(settings.routing.default_agent))
         else:
-            channels = channels_of(app)
-            enabled = {name: account_of(name, ch) for name, ch in channels.items()}
+            enabled = accounts_of(channels_of(app))
             try:
                 target = parse_target(to, enabled)
             except ChatTargetError as exc:
                 raise ToolError(f"to: {exc}") from None
-            origin = target.origin(enabled[target.channel])
-            key = target.session_key(agent_of_channel(settings, target.channel))
-            session = await store.ensure(key, origin=origin)
-            if session.origin != origin:
-                session = await store.set_origin(session.key, origin)
+            agent = agent_of_channel(settings, target.channel)
+            session = await chat_session(store, target, enabled[target.channel], agent)
         ctx = app[CONTEXTS].for_session(session, origin=session.origin)
         request = SpawnRequest(
             task=task,

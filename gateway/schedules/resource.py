@@ -21,7 +21,7 @@ from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.schedules.tool import SCHEDULE_JOBS
-from gateway.sessions import account_of, parse_target
+from gateway.sessions import accounts_of, chat_session, parse_target
 from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord, SessionRecord
 from gateway.tools import ToolContext
@@ -72,14 +72,9 @@ def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
 
 async def _chat_session(app: web.Application, job: JobRecord) -> SessionRecord:
     """The chat's own session for the job's agent, its origin the job's target."""
-    enabled = {name: account_of(name, ch) for name, ch in channels_of(app).items()}
+    enabled = accounts_of(channels_of(app))
     target = parse_target(job.to_target, enabled)
-    origin = target.origin(enabled[target.channel])
-    store = app[SESSION_STORE]
-    session = await store.ensure(target.session_key(job.agent_id), origin=origin)
-    if session.origin != origin:
-        session = await store.set_origin(session.key, origin)
-    return session
+    return await chat_session(app[SESSION_STORE], target, enabled[target.channel], job.agent_id)
 
 
 async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
@@ -123,9 +118,7 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         section=lambda: settings_of(app).schedules,
         agents=lambda: settings_of(app).routing.agents,
         default_agent=lambda: settings_of(app).routing.default_agent,
-        enabled_channels=lambda: {
-            name: account_of(name, ch) for name, ch in channels_of(app).items()
-        },
+        enabled_channels=lambda: accounts_of(channels_of(app)),
     )
     app[TOOL_SERVICES][SCHEDULE_JOBS] = service
     pending: set[asyncio.Task[None]] = set()

@@ -46,7 +46,9 @@ from gateway.sessions.targets import (
     ChatTarget,
     ChatTargetError,
     account_of,
+    accounts_of,
     agent_of_channel,
+    chat_session,
     parse_target,
 )
 from gateway.sessions.transcript import (
@@ -96,10 +98,12 @@ __all__ = [
     "TranscriptWriterClosedError",
     "UnsafePathError",
     "account_of",
+    "accounts_of",
     "agent_of_channel",
     "archived_path",
     "aread_transcript",
     "chat_messages_from_records",
+    "chat_session",
     "current_transcript_path",
     "describe_session",
     "encode_line",

@@ -30,7 +30,9 @@ from gateway.sessions.keys import SessionKey
 from gateway.state.rows import Origin  # not the package: it imports settings, which call here
 
 if TYPE_CHECKING:  # the settings import the state, which this package builds on
+    from gateway.sessions.store import SessionStore
     from gateway.settings import HeraldSettings
+    from gateway.state.rows import SessionRecord
 
 #: The channels a target may name, and the shape of their chat and thread ids.
 _CHAT_IDS: Final[Mapping[str, re.Pattern[str]]] = {
@@ -123,6 +125,24 @@ def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
                 f"chat target {text!r:.80}: {thread_id!r:.40} is no {channel} thread id"
             )
     return ChatTarget(channel, chat_id, thread_id if slash else None)
+
+
+def accounts_of(channels: Mapping[str, Channel]) -> dict[str, str]:
+    """The running channels by name, each with the account its announces are sent as: what
+    :func:`parse_target` takes as ``enabled``."""
+    return {name: account_of(name, channel) for name, channel in channels.items()}
+
+
+async def chat_session(
+    store: SessionStore, target: ChatTarget, account: str, agent_id: str
+) -> SessionRecord:
+    """The chat's own session for ``agent_id`` (made if new), its origin the target's, so
+    an announce to it reaches that chat and thread."""
+    origin = target.origin(account)
+    session = await store.ensure(target.session_key(agent_id), origin=origin)
+    if session.origin != origin:
+        session = await store.set_origin(session.key, origin)
+    return session
 
 
 def account_of(name: str, channel: Channel) -> str:
