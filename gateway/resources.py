@@ -15,6 +15,7 @@ sub-agent runs, then flush the outbox. Teardown then closes channels, and the re
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -24,7 +25,14 @@ from aiohttp import web
 
 from channels import Channel
 from gateway.agent import Conversations, ToolContexts, ToolInvoker, TurnFactory
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SCHEDULES, SESSION_STORE, TOOL_INVOKER
+from gateway.api.keys import (
+    RUN_CONTROL,
+    RUN_RECORDS,
+    SCHEDULES,
+    SESSION_STORE,
+    TARGET_SESSIONS,
+    TOOL_INVOKER,
+)
 from gateway.archive import ArchiveScheduler
 from gateway.cluster import Heartbeat, Reaper
 from gateway.delivery import Outbox, Replier
@@ -88,6 +96,7 @@ from gateway.wiring import (
     cluster_notices,
     refreshing_guard,
     settings_of,
+    target_session,
     tool_services,
 )
 
@@ -187,6 +196,7 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
         tools=tools.get,
         contexts=app[CONTEXTS],
     )
+    app[TARGET_SESSIONS] = functools.partial(target_session, app)
     app[TURN_FACTORY] = TurnFactory(
         holder=holder,
         store=app[SESSION_STORE],

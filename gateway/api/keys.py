@@ -16,7 +16,7 @@ from gateway.agent import ToolInvoker
 from gateway.metrics import MetricsHost
 from gateway.schedules.service import Schedules
 from gateway.sessions import SessionStore
-from gateway.state import RunsTable
+from gateway.state import RunsTable, SessionRecord
 from gateway.subagents import StoppedTree
 
 
@@ -24,6 +24,13 @@ class RunControl(Protocol):
     """Stopping a run and every run under it (:class:`gateway.subagents.RunManager`)."""
 
     async def abort_tree(self, run_id: str) -> StoppedTree: ...
+
+
+class TargetSessions(Protocol):
+    """The chat's own session a chat target names (made if new, its origin the target's);
+    :class:`~gateway.sessions.ChatTargetError` for a target that cannot be used now."""
+
+    async def __call__(self, target: str) -> SessionRecord: ...
 
 
 class ReadinessProbe(Protocol):
@@ -62,6 +69,7 @@ RUN_CONTROL = web.AppKey("run_control", RunControl)
 #: Scheduled jobs (set once the scheduler runs).
 SCHEDULES = web.AppKey("schedules", Schedules)
 TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
+TARGET_SESSIONS = web.AppKey("target_sessions", TargetSessions)
 READINESS = web.AppKey("readiness", ReadinessProbe)
 DATABASE = web.AppKey("database", DatabaseProbe)
 DISK_FULL = web.AppKey("disk_full", DiskProbe)

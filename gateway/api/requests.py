@@ -127,6 +127,15 @@ class InvokeRequest(BaseModel):
         "(default: the default agent's main session)",
         examples=["agent:main:main"],
     )
+    to: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="run as if called from the chat this chat target names, in that chat's "
+        "own session: slack:C0123[/<thread ts>], discord:<channel id>, webchat:<clientId> "
+        "(a sessions_spawn announces there); not with sessionKey",
+        examples=["slack:C0123456789"],
+    )
 
 
 class Params(BaseModel):

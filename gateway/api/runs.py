@@ -1,7 +1,8 @@
 """``POST /v1/tools/invoke`` and the sub-agent run routes.
 
-- ``POST /v1/tools/invoke`` runs a tool as if called from a session (default: the default
-  agent's main session) → ``{"ok", "result"}``; unknown tool 404, a tool the session may
+- ``POST /v1/tools/invoke`` runs a tool as if called from a session (``sessionKey``, or
+  ``to``: the chat's own session of a chat target; default: the default agent's main
+  session) → ``{"ok", "result"}``; unknown tool 404, a tool the session may
   not use 403, invalid arguments 400 naming the JSON path of the problem (``args.task``).
 - ``GET /v1/runs``, ``GET /v1/runs/{runId}`` (with ``children``: the runs its session
   spawned, oldest first), ``POST /v1/runs/{runId}/abort`` (202, and the runs spawned under
@@ -24,10 +25,16 @@ from aiohttp import web
 from gateway.agent import InvokeError, ToolNotAllowedError
 from gateway.agent import SessionNotFoundError as NoSessionError
 from gateway.api.errors import json_error
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.api.keys import (
+    RUN_CONTROL,
+    RUN_RECORDS,
+    SESSION_STORE,
+    TARGET_SESSIONS,
+    TOOL_INVOKER,
+)
 from gateway.api.requests import InvokeRequest, RunPath, RunsQuery
 from gateway.api.routing import reply
-from gateway.sessions import SessionKey, SessionKeyError, SessionStore
+from gateway.sessions import ChatTargetError, SessionKey, SessionKeyError, SessionStore
 from gateway.shapes import InvokeResult, Run, RunDetail, RunList
 from gateway.state import RunRecord
 from gateway.subagents import RunFinishedError, RunNotFoundError, run_detail, run_view
@@ -60,6 +67,14 @@ async def _detail(request: web.Request, run: RunRecord) -> RunDetail:
 async def invoke(request: web.Request, body: InvokeRequest) -> web.Response:
     invoker = request.app[TOOL_INVOKER]
     key = body.session_key
+    if body.to is not None:
+        if key is not None:
+            message = "give sessionKey or to (a chat target), not both"
+            return json_error(400, "invalid_field", message, field="to")
+        try:
+            key = SessionKey.parse((await request.app[TARGET_SESSIONS](body.to)).key)
+        except ChatTargetError as exc:
+            return json_error(400, "invalid_field", str(exc), field="to")
     if key is None:
         try:
             key = SessionKey.parse(invoker.default_session_key())

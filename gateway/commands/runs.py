@@ -8,8 +8,9 @@ its session was archived, the renamed file, and when).
 ``spawn`` and ``runs abort`` go through the running gateway's HTTP API
 (``POST /v1/tools/invoke``, ``POST /v1/runs/{id}/abort``), so the run is owned by the
 daemon. ``spawn`` says where the run's result will go: the chat of the requester session
-(``--session``), or nowhere when that session has no chat — the default agent's main
-session, used without ``--session``, has none. ``--wait`` polls ``GET /v1/runs/{id}``
+(``--session``), the chat a chat target names (``--to slack:C0123``: that chat's own
+session), or nowhere when the session has no chat — the default agent's main session, used
+without either, has none. ``--wait`` polls ``GET /v1/runs/{id}``
 until the run is final and prints its result.
 """
 
@@ -100,9 +101,10 @@ def add_commands(subparsers: Any) -> None:
         "spawn",
         help="start a sub-agent through the running gateway",
         description="Start a sub-agent through the running gateway. Its result is announced "
-        "to the chat of the requester session (--session); without --session the requester "
-        "is the default agent's main session, which has no chat: the result is then kept on "
-        "the run (herald runs show) and printed by --wait.",
+        "to the chat a chat target names (--to) or to the chat of the requester session "
+        "(--session); without either the requester is the default agent's main session, "
+        "which has no chat: the result is then kept on the run (herald runs show) and "
+        "printed by --wait.",
     )
     spawn.add_argument("task", help="what the sub-agent should do")
     spawn.add_argument("--label")
@@ -110,7 +112,15 @@ def add_commands(subparsers: Any) -> None:
     spawn.add_argument("--model", help="model override, <provider>/<model id>")
     spawn.add_argument("--timeout", type=float, dest="run_timeout_seconds")
     spawn.add_argument("--cleanup", choices=("keep", "delete"))
-    spawn.add_argument(
+    requester = spawn.add_mutually_exclusive_group()
+    requester.add_argument(
+        "--to",
+        dest="target",
+        metavar="TARGET",
+        help="chat target: the result is announced there, and the chat's own session is the "
+        "requester (slack:C0123[/<thread ts>], discord:<channel id>, webchat:<clientId>)",
+    )
+    requester.add_argument(
         "--session",
         dest="session_key",
         help="requester session key: the result is announced to its chat and thread "
@@ -344,6 +354,8 @@ def spawn_command(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"tool": "sessions_spawn", "args": spawn_args}
     if args.session_key:
         body["sessionKey"] = args.session_key
+    if args.target:
+        body["to"] = args.target
     try:
         return asyncio.run(_spawn(url, headers, body, wait=args.wait))
     except aiohttp.ClientError as exc:
@@ -369,7 +381,8 @@ async def _spawn(url: str, headers: dict[str, str], body: dict[str, Any], *, wai
         if result.get("warning"):
             print(f"warning: {result['warning']}")
         run = await _get_run(http, url, run_id)
-        print(_destination(run, wait=wait, session_given="sessionKey" in body))
+        given = "sessionKey" in body or "to" in body
+        print(_destination(run, wait=wait, session_given=given))
         while wait and run["status"] not in FINISHED_STATUSES:
             await asyncio.sleep(POLL_SECONDS)
             run = await _get_run(http, url, run_id)

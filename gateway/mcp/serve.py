@@ -33,10 +33,6 @@ from gateway.sessions import (
     SessionKey,
     SessionNotFoundError,
     SessionRefError,
-    accounts_of,
-    agent_of_channel,
-    chat_session,
-    parse_target,
     session_view,
 )
 from gateway.settings import HeraldSettings
@@ -47,7 +43,7 @@ from gateway.subagents import (
     SpawnRequest,
     run_view,
 )
-from gateway.wiring import CONTEXTS, SUBAGENTS, channels_of, settings_of
+from gateway.wiring import CONTEXTS, SUBAGENTS, settings_of, target_session
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +92,10 @@ def build_server(app: web.Application) -> MCPServer:
         if to is None:
             session = await store.ensure(SessionKey.main(settings.routing.default_agent))
         else:
-            enabled = accounts_of(channels_of(app))
             try:
-                target = parse_target(to, enabled)
+                session = await target_session(app, to)
             except ChatTargetError as exc:
                 raise ToolError(f"to: {exc}") from None
-            agent = agent_of_channel(settings, target.channel)
-            session = await chat_session(store, target, enabled[target.channel], agent)
         ctx = app[CONTEXTS].for_session(session, origin=session.origin)
         request = SpawnRequest(
             task=task,

@@ -16,14 +16,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.api.keys import SCHEDULES, SESSION_STORE
+from gateway.api.keys import SCHEDULES
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.schedules.tool import SCHEDULE_JOBS
-from gateway.sessions import accounts_of, chat_session, parse_target
+from gateway.sessions import accounts_of
 from gateway.settings import HeraldSettings
-from gateway.state import OutboxRecord, SessionRecord
+from gateway.state import OutboxRecord
 from gateway.tools import ToolContext
 from gateway.wiring import (
     CONTEXTS,
@@ -35,6 +35,7 @@ from gateway.wiring import (
     TOOL_SERVICES,
     channels_of,
     settings_of,
+    target_session,
 )
 
 logger = logging.getLogger(__name__)
@@ -70,13 +71,6 @@ def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
     return out
 
 
-async def _chat_session(app: web.Application, job: JobRecord) -> SessionRecord:
-    """The chat's own session for the job's agent, its origin the job's target."""
-    enabled = accounts_of(channels_of(app))
-    target = parse_target(job.to_target, enabled)
-    return await chat_session(app[SESSION_STORE], target, enabled[target.channel], job.agent_id)
-
-
 async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
     """The scheduler, from after the channels start until before they stop."""
     db = app[STATE]
@@ -84,11 +78,11 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
     await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
 
     async def requester(job: JobRecord) -> ToolContext:
-        session = await _chat_session(app, job)
+        session = await target_session(app, job.to_target, job.agent_id)
         return app[CONTEXTS].for_session(session, origin=session.origin)
 
     async def notify(job: JobRecord, text: str) -> None:
-        origin = (await _chat_session(app, job)).origin
+        origin = (await target_session(app, job.to_target, job.agent_id)).origin
         if origin is None:  # pragma: no cover - a target always gives one
             return
         item = OutboxRecord(

@@ -18,7 +18,13 @@ from aiohttp import web
 from channels import Channel, OutboundMessage
 from channels.memory import MemoryChannel
 from gateway import wiring
-from gateway.api.keys import RUN_CONTROL, RUN_RECORDS, SESSION_STORE, TOOL_INVOKER
+from gateway.api.keys import (
+    RUN_CONTROL,
+    RUN_RECORDS,
+    SESSION_STORE,
+    TARGET_SESSIONS,
+    TOOL_INVOKER,
+)
 from gateway.api.routes import route_defs
 from gateway.app import build_app
 from gateway.cluster import QueueTiming
@@ -209,6 +215,7 @@ def api_app(gw: Harness) -> web.Application:
     app[RUN_RECORDS] = gw.app[RUN_RECORDS]
     app[RUN_CONTROL] = gw.app[RUN_CONTROL]
     app[TOOL_INVOKER] = gw.app[TOOL_INVOKER]
+    app[TARGET_SESSIONS] = gw.app[TARGET_SESSIONS]
     return app
 
 

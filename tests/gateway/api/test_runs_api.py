@@ -106,6 +106,15 @@ async def test_invoke_errors_name_the_field(tmp_path: Path) -> None:
                 "sessionKey",
             ),
             ({"tool": "exec", "args": {"command": "true"}}, 403, "tool_not_allowed", "tool"),
+            ({"tool": "ls", "to": "slack:C0123456789"}, 400, "invalid_field", "to"),
+            ({"tool": "ls", "to": "irc:#herald"}, 400, "invalid_field", "to"),
+            ({"tool": "ls", "to": ""}, 400, "invalid_field", "to"),
+            (
+                {"tool": "ls", "to": "webchat:a", "sessionKey": "agent:main:main"},
+                400,
+                "invalid_field",
+                "to",
+            ),
         ]
         for body, status, code, field in cases:
             got_status, got = await invoke(client, body)

@@ -114,9 +114,40 @@ async def test_spawn_from_a_chat_session_says_which_chat_gets_the_result(tmp_pat
         "--session SESSION_KEY requester session key: the result is announced to its chat" in words
     )
     assert (
-        "without --session the requester is the default agent's main session, which has no chat"
+        "without either the requester is the default agent's main session, which has no chat"
         in words
     )
+
+
+async def test_spawn_to_a_chat_target_announces_there(tmp_path: Path) -> None:
+    port = free_port()
+    path = gateway_config(tmp_path, port, channels={"webchat": {"enabled": True}})
+    async with herald("run", "--config", str(path), port=port) as daemon:
+        await daemon.wait_healthy()
+        code, out, err = await cli(
+            "spawn", "task: for the page", "--to", "webchat:page-1", "--wait", "-c", str(path)
+        )
+        assert code == 0, err
+        first, where, status, result = out.splitlines()
+        run_id = first.split()[2]
+        assert where == (
+            "result: announced to webchat chat page-1 (session agent:main:webchat:page-1)"
+        )
+        assert (status, result) == ("status: done", "done: for the page")
+        shown = await run_when(path, run_id, lambda run: run["announce"]["state"] != "queued")
+        assert shown["announce"]["state"] == "delivered"
+        # A target that cannot be used is named, and nothing is spawned.
+        code, _, err = await cli("spawn", "task: x", "--to", "slack:C0123456789", "-c", str(path))
+        assert code == 1
+        assert "channel 'slack' is not enabled (enabled: webchat)" in err
+        assert err.rstrip().endswith("(to)")
+        code, out, _ = await cli("runs", "list", "--json", "-c", str(path))
+        assert [run["runId"] for run in json.loads(out)] == [run_id]
+    code, _, err = await cli(
+        "spawn", "x", "--to", "webchat:a", "--session", "agent:main:main", "-c", str(path)
+    )
+    assert code == 2
+    assert "not allowed with argument" in err
 
 
 async def test_runs_abort_through_the_gateway(tmp_path: Path) -> None:
