@@ -35,6 +35,7 @@ import orjson
 
 from gateway.llm import ChatMessage, Usage
 from gateway.sessions.archiving import Archiver, RetiredSessions
+from gateway.sessions.conversations import ConversationReader
 from gateway.sessions.errors import InvalidIdError, SessionArchivedError, SessionNotFoundError
 from gateway.sessions.keys import SessionKey, SessionKind, new_session_id
 from gateway.sessions.locate import Location, locate, location_of
@@ -43,7 +44,6 @@ from gateway.sessions.reading import Record, TranscriptReader, WindowStream
 from gateway.sessions.transcript import (
     TranscriptContents,
     aread_transcript,
-    chat_messages_from_records,
     encode_line,
     event_record,
     header_record,
@@ -100,6 +100,7 @@ class SessionStore:
         self._unwritten: OrderedDict[str, None] = OrderedDict()
         self._beginning: dict[str, asyncio.Task[None]] = {}
         self.reader = TranscriptReader()
+        self.conversations = ConversationReader()
         self._archiver = Archiver(
             self.state_dir,
             db,
@@ -460,8 +461,17 @@ class SessionStore:
         await self.writer.flush(report=False)
 
     async def chat_messages(self, key: str) -> builtins.list[ChatMessage]:
-        """The session's conversation for the model (dangling tool calls closed)."""
-        return chat_messages_from_records((await self.read(key)).records)
+        """The session's conversation for the model (dangling tool calls closed), read from
+        its transcript at the cost of what was written since the last read of it."""
+        record = await self.require(key)
+        path = self.current_path(record)
+        await self.writer.flush(report=False)
+        if path is None:
+            return []
+        try:
+            return await asyncio.to_thread(self.conversations.read, path)
+        except FileNotFoundError:
+            return []
 
     # -- archive (see gateway.sessions.archiving) -----------------------------------------
 

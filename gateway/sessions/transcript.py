@@ -38,7 +38,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -308,46 +308,73 @@ def chat_messages_from_records(
     everything before the messages it kept (:data:`COMPACTION_KIND`). Without it, every
     message line is returned as written.
     """
-    out: list[ChatMessage] = []
-    pending: dict[str, str] = {}  # open tool call id -> tool name
+    if not close_dangling:
+        messages = (chat_message_from_json(r.get("message") or {}) for r in _messages(records))
+        return [message for message in messages if message is not None]
+    fold = ConversationFold()
+    fold.feed(records)
+    return fold.conversation()
 
-    def close_pending() -> None:
-        for call_id, name in pending.items():
-            out.append(
-                ChatMessage(
-                    role="tool",
-                    content=INTERRUPTED_TOOL_RESULT,
-                    tool_call_id=call_id,
-                    tool_name=name,
-                    is_error=True,
-                )
-            )
-        pending.clear()
 
-    for record in records:
-        if record.get("type") != "message":
-            continue
-        message = chat_message_from_json(record.get("message") or {})
-        if message is None:
-            continue
-        if not close_dangling:
+def _messages(records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    return (record for record in records if record.get("type") == "message")
+
+
+class ConversationFold:
+    """The conversation a turn sends, built record by record: :meth:`feed` the records in
+    order (all at once, or as the transcript grows), ask :meth:`conversation` at any point.
+    What :func:`chat_messages_from_records` returns for the records fed so far."""
+
+    __slots__ = ("_out", "_pending")
+
+    def __init__(self) -> None:
+        self._out: list[ChatMessage] = []
+        #: Tool calls whose result has not been recorded yet: id → tool name.
+        self._pending: dict[str, str] = {}
+
+    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+        out, pending = self._out, self._pending
+        for record in _messages(records):
+            message = chat_message_from_json(record.get("message") or {})
+            if message is None:
+                continue
+            if message.role == "tool":
+                if message.tool_call_id in pending:
+                    pending.pop(message.tool_call_id)
+                    out.append(message)
+                continue
+            out.extend(_interrupted(pending))
+            pending.clear()
+            keep = _compaction_keep(record)
+            if keep is not None:
+                out[:] = [message, *out[max(0, len(out) - keep) :]] if keep else [message]
+                continue
             out.append(message)
-            continue
-        if message.role == "tool":
-            if message.tool_call_id in pending:
-                pending.pop(message.tool_call_id)
-                out.append(message)
-            continue
-        close_pending()
-        keep = _compaction_keep(record)
-        if keep is not None:
-            out[:] = [message, *out[max(0, len(out) - keep) :]] if keep else [message]
-            continue
-        out.append(message)
-        pending.update((c.id, c.name) for c in message.tool_calls)
-    if close_dangling:
-        close_pending()
-    return out
+            pending.update((c.id, c.name) for c in message.tool_calls)
+
+    def copy(self) -> ConversationFold:
+        """A fold that goes on from here independently of this one."""
+        twin = ConversationFold()
+        twin._out = self._out.copy()
+        twin._pending = self._pending.copy()
+        return twin
+
+    def conversation(self) -> list[ChatMessage]:
+        """The conversation so far (a new list), calls still open closed as interrupted."""
+        return [*self._out, *_interrupted(self._pending)]
+
+
+def _interrupted(pending: Mapping[str, str]) -> list[ChatMessage]:
+    return [
+        ChatMessage(
+            role="tool",
+            content=INTERRUPTED_TOOL_RESULT,
+            tool_call_id=call_id,
+            tool_name=name,
+            is_error=True,
+        )
+        for call_id, name in pending.items()
+    ]
 
 
 def _compaction_keep(record: Mapping[str, Any]) -> int | None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.sessions import TranscriptContents, read_transcript
+from gateway.llm import ChatMessage
+from gateway.sessions import read_transcript
 from tests.gateway.harness import TEST_SCRIPT, Harness, running_gateway
 
 CHAT_KEY = "agent:main:memory:channel:c1:thread:t1"
@@ -58,18 +59,18 @@ async def test_a_followup_does_not_read_the_conversation_back_from_disk(
     async with running_gateway(tmp_path, database_url=database_url, script=script()) as gw:
         await gw.say("hello", thread_id="t1")  # the conversation is loaded for this turn
         await gw.reply()
-        real_read = gw.store.read
+        real_load = gw.store.chat_messages
         read: list[str] = []
 
-        async def counted_read(key: str) -> TranscriptContents:
+        async def counted_load(key: str) -> list[ChatMessage]:
             read.append(key)
-            return await real_read(key)
+            return await real_load(key)
 
-        monkeypatch.setattr(gw.store, "read", counted_read)
+        monkeypatch.setattr(gw.store, "chat_messages", counted_load)
         await gw.say("fan", thread_id="t1")
         assert await followup(gw) == COMBINED
-        # Reading a whole transcript grows with the session's age; the follow-up has
-        # no need for it: the conversation is held between turns. In a cluster each turn
+        # Loading the conversation from the transcript costs a read; the follow-up has no
+        # need for it: the conversation is held between turns. In a cluster each turn
         # (the yielding one, the follow-up) loads it once under the session's lock, as
         # another replica may have written it since; the follow-up adds no read of its own.
         assert read.count(CHAT_KEY) == (2 if database_url is not None else 0)
