@@ -48,9 +48,11 @@ def preflight(loaded: LoadedSettings) -> None:
         *api_key_issues(settings),
     ]
     if issues:
+        # At the key's line in the file (or naming the variable or flag that set it).
+        placed = [loaded.place(issue) for issue in issues]
         located = [
             issue if issue.file else ConfigIssue(issue.message, file=where, key=issue.key)
-            for issue in issues
+            for issue in placed
         ]
         raise ConfigError(located)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,7 +22,14 @@ from gateway.config._environment import env_overrides
 from gateway.config._file import read_config_file
 from gateway.config._interpolation import unresolved_in, why_needed
 from gateway.config._issues import Reporter, channel_secret_issues, schema_issues
-from gateway.config._schema import KeyPath, annotation_at, canonical_keys, dotted, unwrap
+from gateway.config._schema import (
+    KeyPath,
+    annotation_at,
+    canonical_keys,
+    dotted,
+    undotted,
+    unwrap,
+)
 from gateway.constants import CONFIG_ENV
 from gateway.errors import ConfigError, ConfigIssue
 from gateway.settings import HeraldSettings
@@ -41,6 +48,15 @@ class LoadedSettings:
     config_dir: Path
     #: Dotted keys whose ``${VAR}`` was missing where the value is not needed (left unset).
     unset_secrets: frozenset[str]
+    #: Places issues found after loading (the start's checks) where their key was set.
+    reporter: Reporter | None = field(default=None, compare=False, repr=False)
+
+    def place(self, issue: ConfigIssue) -> ConfigIssue:
+        """``issue`` at its key's line in the file (or naming the variable or flag that set
+        the key); unchanged when it is placed already or names no key."""
+        if issue.file or issue.key is None or self.reporter is None:
+            return issue
+        return self.reporter.issue(undotted(issue.key), issue.message)
 
 
 def load_settings(
@@ -108,6 +124,7 @@ def load_settings(
         path=config_file.path if config_file else None,
         config_dir=config_file.path.parent if config_file else Path.cwd(),
         unset_secrets=frozenset(unset),
+        reporter=reporter,
     )
 
 

@@ -7,6 +7,7 @@ a value may be a secret. The schema itself is :class:`gateway.settings.HeraldSet
 
 from __future__ import annotations
 
+import re
 import types
 from difflib import get_close_matches
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -26,6 +27,14 @@ def dotted(path: KeyPath) -> str:
     for key in path:
         text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else key)
     return text
+
+
+def undotted(text: str) -> KeyPath:
+    """The key path :func:`dotted` wrote as ``text``."""
+    return tuple(int(index) if index else name for name, index in _DOTTED_PART.findall(text))
+
+
+_DOTTED_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def unwrap(annotation: Any) -> tuple[Any, bool]:

@@ -52,7 +52,8 @@ def test_a_typo_in_a_deny_list_is_a_config_error(tmp_path: Path) -> None:
     path = config(tmp_path, state, routing={"agents": agents, "defaultAgent": "main"})
     refused_by_both(
         path,
-        f"{path}: routing.agents.main.tools: unknown tool 'web-fetch'; did you mean 'web_fetch'?",
+        f"{path}:1:",  # at the key's line (the test's file is one line of JSON)
+        "routing.agents.main.tools: unknown tool 'web-fetch'; did you mean 'web_fetch'?",
         "routing.agents.main.subagents.allowAgents: unknown agent 'hlper'",
     )
     assert not state.exists()

@@ -5,6 +5,7 @@ allowed; the official reference server still works there; mistakes are config er
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -133,7 +134,8 @@ def test_sandbox_mistakes_are_config_errors_naming_the_key(tmp_path: Path) -> No
     assert "mcp.servers.missing.sandbox.readOnly" in output
     assert f"{tmp_path / 'nope'} does not exist" in output
     assert f"{tmp_path} holds the state directory" in output
-    assert "mcp.servers.outside.command" in output
+    # At the key's line in the file, as every config error is.
+    assert re.search(r"herald\.json:\d+:\d+: mcp\.servers\.outside\.command: ", output), output
     assert f"add {outside.parent} to mcp.servers.outside.sandbox.readOnly" in output
     # A sandbox is for a program Herald starts: an HTTP server has none.
     output = check(tmp_path, {"remote": {"url": "http://127.0.0.1:1/mcp", "sandbox": True}})
