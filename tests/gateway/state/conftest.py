@@ -70,6 +70,21 @@ async def db(state_target: StateTarget) -> StateDB:
     return await state_target.open()
 
 
+async def child_session(db: StateDB, parent: str) -> SessionRecord:
+    """A new sub-agent session whose parent is the session ``parent``."""
+    record = SessionRecord(
+        key=f"agent:main:subagent:{uuid.uuid4()}",
+        session_id=str(uuid.uuid4()),
+        agent_id="main",
+        kind="subagent",
+        created_at=1.0,
+        updated_at=1.0,
+        parent_key=parent,
+    )
+    stored, _ = await db.sessions.create(record)
+    return stored
+
+
 class Requester:
     """A chat session (:data:`REQUESTER`) in a test's database and the live sub-agent runs it
     spawns."""
@@ -95,17 +110,7 @@ class Requester:
         ids = []
         spawned = len(await self._db.runs.list(limit=1000))
         for n in range(runs):
-            child, _ = await self._db.sessions.create(
-                SessionRecord(
-                    key=f"agent:main:subagent:{uuid.uuid4()}",
-                    session_id=str(uuid.uuid4()),
-                    agent_id="main",
-                    kind="subagent",
-                    created_at=1.0,
-                    updated_at=1.0,
-                    parent_key=REQUESTER,
-                )
-            )
+            child = await child_session(self._db, REQUESTER)
             run = RunRecord(
                 run_id=f"{prefix}-{n}",
                 child_session_key=child.key,
