@@ -29,7 +29,8 @@ from channels.base import OutboundMessage, SentMessage
 from channels.discord._sdk import discord
 from channels.discord.errors import send_error
 from channels.discord.format import chunk_message
-from channels.streaming import StreamedMessage, StreamRecorder, ThrottledStream
+from channels.streaming import StreamedMessage, StreamRecorder
+from channels.throttled import ThrottledStream
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import OutboundMessage, SentMessage
 from channels.slack.delivery import Poster, announce_metadata, send_error
 from channels.slack.format import split_text, to_mrkdwn
-from channels.streaming import StreamedMessage, StreamRecorder, ThrottledStream
+from channels.streaming import StreamedMessage, StreamRecorder
+from channels.throttled import ThrottledStream
 
 log = logging.getLogger(__name__)
 
