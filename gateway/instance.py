@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from gateway.files import DIR_MODE
+
 LOCK_NAME: Final = "herald.lock"
 #: Where replicas of a cluster keep their locks, one file per replica id.
 REPLICAS_DIR: Final = "replicas"
@@ -34,8 +36,6 @@ REPLICAS_DIR: Final = "replicas"
 _REPLICA_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Enough for a pid and a config path (PATH_MAX is 4096).
 LOCK_TEXT_MAX: Final = 4200
-#: The state directory's mode when this creates it (owner only, as the sessions' folders).
-DIR_MODE: Final = 0o700
 
 
 class AlreadyRunningError(Exception):

@@ -339,13 +339,17 @@ class Lane:
 
     def _cancel_queued(self, handle: JobHandle[Any]) -> None:
         self._queue.remove(handle)
+        self._mark_cancelled(handle)
+        self._wake(handle)
+        self._check_idle()
+        self._pump()
+
+    def _mark_cancelled(self, handle: JobHandle[Any]) -> None:
+        """A queued job that will never start: cancelled, its factory dropped, counted."""
         handle._state = CANCELLED
         handle._factory = None
         handle._t_left = self._clock()
         self._cancelled += 1
-        self._wake(handle)
-        self._check_idle()
-        self._pump()
 
     @staticmethod
     def _wake(handle: JobHandle[Any]) -> None:
@@ -389,10 +393,7 @@ class Lane:
                 queued = self._queue.all()
             for handle in queued:
                 if cancel_queued:
-                    handle._state = CANCELLED
-                    handle._factory = None
-                    handle._t_left = self._clock()
-                    self._cancelled += 1
+                    self._mark_cancelled(handle)
                 self._wake(handle)
             self._check_idle()
             self._shutdown_task = asyncio.ensure_future(self._drain(max(drain_seconds, 0.0)))

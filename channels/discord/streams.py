@@ -18,7 +18,6 @@ and the final reply is delivered with the channel's usual errors and retries.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import secrets
@@ -30,7 +29,8 @@ from channels.base import OutboundMessage, SentMessage
 from channels.discord._sdk import discord
 from channels.discord.errors import send_error
 from channels.discord.format import chunk_message
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
+from channels.throttled import ThrottledStream
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ Target = discord.PartialMessageable
 _SHOW_ERRORS = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
 
 
-class DiscordStream(ReplyStream):
+class DiscordStream(ThrottledStream):
     """One turn's reply in one Discord chat, posted then edited; see the module docstring."""
+
+    _task_name = "discord-stream"
 
     def __init__(
         self,
@@ -58,59 +60,24 @@ class DiscordStream(ReplyStream):
         """``final`` is the reply this stream becomes (its text is not used): its delivery
         token gives each part's nonce, so a post repeated after a lost answer is one post.
         ``earlier``/``record``: see the module docstring."""
+        super().__init__(final, on_close=on_close, record=record, interval=interval)
         self._target = target
-        self.final = final
         self._mentions = allowed_mentions
-        self._on_close = on_close
-        self._interval = interval
-        self._text = ""
         #: (message id, content) of each posted part, in order; None: what a message posted
         #: before a crash shows is not known, so it is edited whatever the text.
         self.posted: list[tuple[str, str | None]] = []
         if earlier is not None and earlier.chat_id == final.chat_id:
             self.posted = [(message_id, None) for message_id in earlier.message_ids]
-        self._record = record
-        #: Posts and edits made while streaming (for the bench's count of API calls).
-        self.calls = 0
-        self._dirty = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
-        self._finished = False
-        #: When the chat was last asked to post or edit (loop time), for the interval.
-        self._last_call = -interval
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
         return f"<DiscordStream {self.final.reply_to} parts={len(self.posted)}{state}>"
 
-    def append(self, text: str) -> None:
-        self._text += text
-        self._kick()
-
-    def replace(self, text: str) -> None:
-        self._text = text
-        self._kick()
-
-    def _kick(self) -> None:
-        if self._closed:
-            return
-        self._dirty.set()
-        if self._task is None:
-            self._task = asyncio.create_task(self._write_loop(), name="discord-stream")
-
-    async def _write_loop(self) -> None:
-        while not self._closed:
-            await self._dirty.wait()
-            self._dirty.clear()
-            async with self._lock:
-                if self._closed:
-                    return
-                try:
-                    await self._show(chunk_message(self._text))
-                except _SHOW_ERRORS as exc:
-                    log.info("streamed Discord text not shown: %s", exc)
-            await asyncio.sleep(self._interval)
+    async def _show_round(self, text: str) -> None:
+        try:
+            await self._show(chunk_message(text))
+        except _SHOW_ERRORS as exc:
+            log.info("streamed Discord text not shown: %s", exc)
 
     async def _show(self, parts: list[str]) -> list[str]:
         """Make the posted messages read ``parts``: edit those that differ, post the rest.
@@ -160,20 +127,13 @@ class DiscordStream(ReplyStream):
         except Exception as exc:
             log.warning("streamed Discord message not recorded: %s", exc)
 
-    def _counted(self) -> None:
-        self.calls += 1
-        self._last_call = asyncio.get_running_loop().time()
-
     async def finish(self, message: OutboundMessage) -> SentMessage:
         """Turn the streamed messages into the final reply ``message`` (see the module
         docstring); raises ``ChannelSendError`` as a send does."""
         await self._stop_writing()
         self._finished = True
         parts = chunk_message(message.text)
-        # The final edit keeps to the interval too (a short wait, once per reply).
-        wait = self._last_call + self._interval - asyncio.get_running_loop().time()
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self._keep_interval()
         async with self._lock:
             try:
                 ids = await self._show(parts)
@@ -189,28 +149,7 @@ class DiscordStream(ReplyStream):
                 raise error from exc
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(ids))
 
-    async def _stop_writing(self) -> None:
-        """Stop the writer between rounds: a post or edit cut off in flight would leave
-        :attr:`posted` not knowing what the chat shows."""
-        self._closed = True
-        self._dirty.set()
-        task, self._task = self._task, None
-        if task is not None:
-            async with self._lock:  # the round in flight ends first
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def keep(self) -> None:
-        self._finished = True
-
-    async def close(self) -> None:
-        """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
-        takes back what it showed, so no half-written message or status line stays."""
-        await self._stop_writing()
-        self._on_close(self)
-        if self._finished:
-            return
-        self._finished = True
+    async def _take_back(self) -> None:
         for message_id, _ in reversed(self.posted):
             try:
                 await self._target.get_partial_message(int(message_id)).delete()

@@ -27,7 +27,6 @@ anew.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Literal
@@ -39,7 +38,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import OutboundMessage, SentMessage
 from channels.slack.delivery import Poster, announce_metadata, send_error
 from channels.slack.format import split_text, to_mrkdwn
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
+from channels.throttled import ThrottledStream
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,10 @@ MORE = " …"
 Mode = Literal["native", "edit"]
 
 
-class SlackStream(ReplyStream):
+class SlackStream(ThrottledStream):
     """One turn's reply in one Slack conversation; see the module docstring."""
+
+    _task_name = "slack-stream"
 
     def __init__(
         self,
@@ -72,16 +74,13 @@ class SlackStream(ReplyStream):
         """``recipient`` (user id, team id) is who reads a native stream in a channel;
         ``fallback``: when Slack refuses native, go on by edits (``auto``);
         ``earlier``/``record``: see the module docstring."""
+        super().__init__(final, on_close=on_close, record=record, interval=interval)
         self._client = client
         self._poster = poster
-        self.final = final
         self.mode: Mode = mode
         self._recipient = recipient
         self._fallback = fallback
         self._on_refused = on_refused
-        self._on_close = on_close
-        self._interval = interval
-        self._text = ""
         #: Native: the helper, and the text whose growth was appended so far.
         self._native: AsyncChatStream | None = None
         self._basis = ""
@@ -89,7 +88,6 @@ class SlackStream(ReplyStream):
         #: message posted before a crash).
         self.ts: str | None = None
         self._shown: str | None = ""
-        self._record = record
         #: A message a run before a crash posted, maybe still a native stream: stop it
         #: before the first edit.
         self._stale = False
@@ -100,45 +98,16 @@ class SlackStream(ReplyStream):
                 None,
                 True,
             )
-        self.calls = 0
-        self._dirty = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
-        self._finished = False
-        self._last_call = -interval
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
         return f"<SlackStream {self.mode} {self.final.reply_to} ts={self.ts}{state}>"
 
-    def append(self, text: str) -> None:
-        self._text += text
-        self._kick()
-
-    def replace(self, text: str) -> None:
-        self._text = text
-        self._kick()
-
-    def _kick(self) -> None:
-        if self._closed:
-            return
-        self._dirty.set()
-        if self._task is None:
-            self._task = asyncio.create_task(self._write_loop(), name="slack-stream")
-
-    async def _write_loop(self) -> None:
-        while not self._closed:
-            await self._dirty.wait()
-            self._dirty.clear()
-            async with self._lock:
-                if self._closed:
-                    return
-                try:
-                    await self._show(self._text)
-                except Exception as exc:
-                    log.info("streamed Slack text not shown: %s", send_error("stream", exc))
-            await asyncio.sleep(self._interval)
+    async def _show_round(self, text: str) -> None:
+        try:
+            await self._show(text)
+        except Exception as exc:
+            log.info("streamed Slack text not shown: %s", send_error("stream", exc))
 
     async def _show(self, text: str) -> None:
         if not text.strip():
@@ -224,10 +193,6 @@ class SlackStream(ReplyStream):
         except Exception as exc:
             log.warning("streamed Slack message not recorded: %s", exc)
 
-    def _counted(self) -> None:
-        self.calls += 1
-        self._last_call = asyncio.get_running_loop().time()
-
     async def finish(self, message: OutboundMessage) -> SentMessage:
         """Make the streamed message the final reply ``message``; raises
         ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual."""
@@ -235,9 +200,7 @@ class SlackStream(ReplyStream):
         self._finished = True
         if self.ts is None:
             return await self._poster.post(message)
-        wait = self._last_call + self._interval - asyncio.get_running_loop().time()
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self._keep_interval()
         chunks = self._poster.chunks(message)
         try:
             if self._native is not None:
@@ -274,28 +237,8 @@ class SlackStream(ReplyStream):
             return await self._poster.post(message)
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(ids))
 
-    async def _stop_writing(self) -> None:
-        """Stop the writer between rounds, so that what the chat shows is known."""
-        self._closed = True
-        self._dirty.set()
-        task, self._task = self._task, None
-        if task is not None:
-            async with self._lock:
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def keep(self) -> None:
-        self._finished = True
-
-    async def close(self) -> None:
-        """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
-        takes back what it showed, so no half-written message or status line stays."""
-        await self._stop_writing()
-        self._on_close(self)
+    async def _take_back(self) -> None:
         native, self._native = self._native, None
-        if self._finished:
-            return
-        self._finished = True
         try:
             if native is not None and native.ts is not None:
                 await native.stop()

@@ -14,6 +14,7 @@ PAGE: Final = "index.html"
 ASSETS: Final = {
     PAGE: "text/html",
     "app.js": "text/javascript",
+    "dom.js": "text/javascript",
     "runs.js": "text/javascript",
     "jobs.js": "text/javascript",
     "sessions.js": "text/javascript",

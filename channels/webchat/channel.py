@@ -1,12 +1,13 @@
 """The web chat channel: a page at ``/`` and a WebSocket at ``/webchat/ws`` on the gateway's app.
 
 Routes (added by :meth:`WebchatChannel.add_routes`): ``GET /`` the page,
-``GET /static/webchat/app.js``, ``runs.js``, ``jobs.js``, ``sessions.js`` and ``style.css``
-its assets (all public), and ``GET /webchat/ws`` the live socket, which the gateway's token
-middleware guards (browsers pass ``?token=``). A plain GET of ``/webchat/ws`` answers 426,
-so the page can ask with an ``Authorization`` header whether its token is accepted (401)
-before it opens the socket. The Sessions view of the page reads ``/v1/sessions`` and each
-session's ``/transcript`` with the same token, like any API client.
+``GET /static/webchat/app.js``, ``dom.js``, ``runs.js``, ``jobs.js``, ``sessions.js`` and
+``style.css`` its assets (all public), and ``GET /webchat/ws`` the live socket, which the
+gateway's token middleware guards (browsers pass ``?token=``). A plain GET of
+``/webchat/ws`` answers 426, so the page can ask with an ``Authorization`` header whether
+its token is accepted (401) before it opens the socket. The Sessions view of the page reads
+``/v1/sessions`` and each session's ``/transcript`` with the same token, like any API
+client.
 
 The protocol is in :mod:`channels.webchat.protocol`. A page says hello with its client id
 (kept in localStorage); the server answers ``ready`` and replays the client's recent

@@ -9,6 +9,7 @@ restarts), not deleted (409 ``job_declared``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
 from aiohttp import web
@@ -19,8 +20,8 @@ from gateway.api.requests import JobPath
 from gateway.api.routing import reply
 from gateway.schedules.config import JobSpec
 from gateway.schedules.service import ScheduleError, Schedules
-from gateway.schedules.views import JobList, RunStarted, job_view
-from gateway.shapes import ErrorCode
+from gateway.schedules.views import Job, JobList, RunStarted, job_view
+from gateway.shapes import ErrorCode, WireModel
 from gateway.state import StateError
 
 _STATUS: Final = {
@@ -32,70 +33,62 @@ _STATUS: Final = {
 }
 
 
-def _failed(exc: ScheduleError) -> web.Response:
-    code = cast(ErrorCode, exc.code)
-    return json_error(_STATUS.get(exc.code, 400), code, str(exc), field=exc.field)
-
-
-def _service(request: web.Request) -> Schedules | None:
-    return request.app.get(SCHEDULES)
-
-
-def _unavailable() -> web.Response:
-    return json_error(503, "unavailable", "the scheduler is not running")
+async def _answer(
+    request: web.Request,
+    act: Callable[[Schedules], Awaitable[WireModel]],
+    status: int = 200,
+) -> web.Response:
+    """Every route's answer: 503 while the scheduler is not running, a refused act's
+    :class:`ScheduleError` as its code says (``field`` naming the input), else what ``act``
+    made of the service, with ``status``."""
+    service = request.app.get(SCHEDULES)
+    if service is None:
+        return json_error(503, "unavailable", "the scheduler is not running")
+    try:
+        body = await act(service)
+    except ScheduleError as exc:
+        code = cast(ErrorCode, exc.code)
+        return json_error(_STATUS.get(exc.code, 400), code, str(exc), field=exc.field)
+    return reply(body, status=status)
 
 
 async def list_jobs(request: web.Request, _: None) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
-    return reply(JobList(jobs=[job_view(job) for job in await service.list()]))
+    async def act(service: Schedules) -> JobList:
+        return JobList(jobs=[job_view(job) for job in await service.list()])
+
+    return await _answer(request, act)
 
 
 async def create_job(request: web.Request, body: JobSpec) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
-    try:
-        job = await service.create(body)
-    except ScheduleError as exc:
-        return _failed(exc)
-    return reply(job_view(job, []), status=201)
+    async def act(service: Schedules) -> Job:
+        return job_view(await service.create(body), [])
+
+    return await _answer(request, act, status=201)
 
 
 async def get_job(request: web.Request, path: JobPath) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
-    try:
+    async def act(service: Schedules) -> Job:
         detail = await service.get(path.job_id)
-    except ScheduleError as exc:
-        return _failed(exc)
-    return reply(job_view(detail.job, detail.occurrences))
+        return job_view(detail.job, detail.occurrences)
+
+    return await _answer(request, act)
 
 
 async def delete_job(request: web.Request, path: JobPath) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
-    try:
-        job = await service.delete(path.job_id)
-    except ScheduleError as exc:
-        return _failed(exc)
-    return reply(job_view(job))
+    async def act(service: Schedules) -> Job:
+        return job_view(await service.delete(path.job_id))
+
+    return await _answer(request, act)
 
 
 async def run_job(request: web.Request, path: JobPath) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
+    async def act(service: Schedules) -> RunStarted:
+        return RunStarted(job_id=path.job_id, run_id=await service.run_now(path.job_id))
+
     try:
-        run_id = await service.run_now(path.job_id)
-    except ScheduleError as exc:
-        return _failed(exc)
-    except StateError as exc:
+        return await _answer(request, act, status=202)
+    except StateError as exc:  # the run could not be recorded: try again later
         return json_error(503, "unavailable", str(exc))
-    return reply(RunStarted(job_id=path.job_id, run_id=run_id), status=202)
 
 
 async def pause_job(request: web.Request, path: JobPath) -> web.Response:
@@ -107,11 +100,7 @@ async def resume_job(request: web.Request, path: JobPath) -> web.Response:
 
 
 async def _set_paused(request: web.Request, path: JobPath, paused: bool) -> web.Response:
-    service = _service(request)
-    if service is None:
-        return _unavailable()
-    try:
-        job = await service.set_paused(path.job_id, paused)
-    except ScheduleError as exc:
-        return _failed(exc)
-    return reply(job_view(job))
+    async def act(service: Schedules) -> Job:
+        return job_view(await service.set_paused(path.job_id, paused))
+
+    return await _answer(request, act)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -37,6 +38,9 @@ from gateway.providers.errors import (
     ProviderTimeoutError,
 )
 from gateway.settings import ProviderConfig
+
+#: What one attempt of a request answers (a decoded JSON object, an assembled reply).
+Answer = TypeVar("Answer")
 
 #: Seconds to wait for the end of a streamed body after its end mark (see ``_drain``).
 DRAIN_SECONDS = 1.0
@@ -144,32 +148,46 @@ def http_error(
     )
 
 
-async def post_json(
-    session: aiohttp.ClientSession,
-    url: str,
-    *,
-    headers: dict[str, str],
-    body: bytes,
-    client_timeout: aiohttp.ClientTimeout,
-    provider: str,
-    model: str,
-    secret: str | None,
-) -> dict[str, Any]:
-    """POST ``body`` (already JSON) and return the decoded JSON object of a 2xx answer.
+@dataclass(frozen=True, slots=True)
+class Post:
+    """One POST to a model API: where, what (``body``, already JSON), within what time, and
+    the key every error is masked of."""
+
+    session: aiohttp.ClientSession
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    timeout: aiohttp.ClientTimeout
+    provider: str
+    model: str
+    secret: str | None
+
+    @contextlib.asynccontextmanager
+    async def answered(self) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send the POST; the response of a 2xx answer, else :func:`http_error` raised."""
+        async with self.session.post(
+            self.url, data=self.body, headers=self.headers, timeout=self.timeout
+        ) as response:
+            if response.status >= 300:
+                raw = await response.read()
+                raise http_error(
+                    self.provider, self.model, response.status, response.headers, raw, self.secret
+                )
+            yield response
+
+
+async def post_json(post: Post) -> dict[str, Any]:
+    """Send ``post`` and return the decoded JSON object of a 2xx answer.
 
     Raises :class:`ProviderTimeoutError` or :class:`ProviderConnectionError` (retryable),
     :class:`ProviderError` with the status for non-2xx answers, and
     :class:`ProviderResponseError` for a 2xx answer that is not a JSON object.
     """
-    with _failures(provider, model, secret, f"no answer within {client_timeout.total:g}s"):
-        async with session.post(
-            url, data=body, headers=headers, timeout=client_timeout
-        ) as response:
+    waited = f"no answer within {post.timeout.total:g}s"
+    with _failures(post.provider, post.model, post.secret, waited):
+        async with post.answered() as response:
             raw = await response.read()
-            status = response.status
-            if status >= 300:
-                raise http_error(provider, model, status, response.headers, raw, secret)
-    return _json_object(raw, provider, model, secret)
+    return _json_object(raw, post.provider, post.model, post.secret)
 
 
 @contextlib.contextmanager
@@ -209,31 +227,16 @@ def _cut(error: ProviderError, shown: str) -> ProviderError:
     return error
 
 
-async def post_stream(
-    session: aiohttp.ClientSession,
-    url: str,
-    *,
-    headers: dict[str, str],
-    body: bytes,
-    client_timeout: aiohttp.ClientTimeout,
-    provider: str,
-    model: str,
-    secret: str | None,
-    assembler: StreamAssembler,
-) -> ModelReply:
-    """POST ``body`` (a streaming request) and assemble the SSE answer; raises as
+async def post_stream(post: Post, assembler: StreamAssembler) -> ModelReply:
+    """Send ``post`` (a streaming request) and assemble the SSE answer; raises as
     :func:`post_json` does, with one difference: once text has gone to the listener, a
     failure is no longer retryable (a retry would show the person a second, different
     beginning) and carries that text in ``partial``, so the turn can end the message with
     what was said. A server that ignores ``stream`` and answers plain JSON still works."""
-    waited = f"no full answer within {client_timeout.total:g}s"
+    provider, model, secret = post.provider, post.model, post.secret
+    waited = f"no full answer within {post.timeout.total:g}s"
     with _failures(provider, model, secret, waited, shown=lambda: assembler.shown):
-        async with session.post(
-            url, data=body, headers=headers, timeout=client_timeout
-        ) as response:
-            if response.status >= 300:
-                raw = await response.read()
-                raise http_error(provider, model, response.status, response.headers, raw, secret)
+        async with post.answered() as response:
             if response.content_type != EVENT_STREAM:
                 raw = await response.read()
                 return assembler.whole(_json_object(raw, provider, model, secret))
@@ -337,26 +340,26 @@ class HttpProvider:
             self._session = aiohttp.ClientSession()
         return self._session
 
+    def _request(
+        self, url: str, headers: dict[str, str], payload: dict[str, Any], model: str
+    ) -> Post:
+        return Post(
+            self._open_session(model),
+            url,
+            headers,
+            orjson.dumps(payload),
+            self._timeout,
+            self.name,
+            model,
+            self._api_key,
+        )
+
     async def _post(
         self, url: str, headers: dict[str, str], payload: dict[str, Any], model: str
     ) -> dict[str, Any]:
         """POST ``payload`` with retries; the decoded 2xx answer."""
-        session = self._open_session(model)
-        body = orjson.dumps(payload)
-
-        def attempt() -> Awaitable[dict[str, Any]]:
-            return post_json(
-                session,
-                url,
-                headers=headers,
-                body=body,
-                client_timeout=self._timeout,
-                provider=self.name,
-                model=model,
-                secret=self._api_key,
-            )
-
-        return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
+        post = self._request(url, headers, payload, model)
+        return await self._retried(lambda: post_json(post))
 
     async def _stream(
         self,
@@ -368,22 +371,11 @@ class HttpProvider:
     ) -> ModelReply:
         """POST a streaming ``payload``; each attempt reads into a fresh ``assembler()``.
         Retried as :meth:`_post` is, until the first text was shown."""
-        session = self._open_session(model)
-        body = orjson.dumps(payload)
+        post = self._request(url, headers, payload, model)
+        return await self._retried(lambda: post_stream(post, assembler()))
 
-        def attempt() -> Awaitable[ModelReply]:
-            return post_stream(
-                session,
-                url,
-                headers=headers,
-                body=body,
-                client_timeout=self._timeout,
-                provider=self.name,
-                model=model,
-                secret=self._api_key,
-                assembler=assembler(),
-            )
-
+    async def _retried(self, attempt: Callable[[], Awaitable[Answer]]) -> Answer:
+        """``attempt()`` under this provider's one retry policy (:func:`with_retries`)."""
         return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
 
     async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe:

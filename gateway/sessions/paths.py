@@ -21,7 +21,6 @@ from gateway.constants import AGENTS_DIR, ARCHIVE_MARKER, SESSIONS_DIR, TRANSCRI
 from gateway.sessions.errors import InvalidIdError, UnsafePathError
 from gateway.sessions.keys import require_id
 
-DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 _UUID_RE: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID_FULL: Final = re.compile(_UUID_RE)
@@ -70,24 +69,6 @@ def find_archived(live: Path) -> Path | None:
     prefix = f"{live.name}{ARCHIVE_MARKER}"
     found = sorted(n for n in names if n.startswith(prefix) and ARCHIVED_NAME_RE.match(n))
     return live.parent / found[-1] if found else None
-
-
-def ensure_dir(path: Path) -> None:
-    """Create ``path`` and any missing parents with mode 0700; existing ones are left alone."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            continue
-        # mkdir's mode is filtered by the umask; the mode is a promise, so set it exactly.
-        os.chmod(directory, DIR_MODE)
 
 
 def _under(state_dir: Path, relative: str) -> str:

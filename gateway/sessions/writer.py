@@ -40,8 +40,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from gateway.files import ensure_dir
 from gateway.sessions.errors import TranscriptWriteError, TranscriptWriterClosedError
-from gateway.sessions.paths import FILE_MODE, ensure_dir
+from gateway.sessions.paths import FILE_MODE
 from gateway.sessions.transcript import encode_line, repair_transcript
 from gateway.state import is_out_of_space
 

@@ -42,6 +42,7 @@ from typing import ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 from gateway.backoff import backoff
+from gateway.files import ensure_dir
 from gateway.state import diskfull
 from gateway.state._group import WriteGroups
 from gateway.state.batches import BatchesTable
@@ -80,7 +81,6 @@ LOCKED_RETRY_SECONDS: Final = 120.0
 LOCKED_RETRY_FIRST_SECONDS: Final = 0.05
 LOCKED_RETRY_MAX_DELAY_SECONDS: Final = 5.0
 DB_FILE_MODE: Final = 0o600
-DIR_MODE: Final = 0o700
 
 
 class StateDB:
@@ -249,7 +249,7 @@ class StateDB:
         )
 
     def _open_writer(self) -> sqlite3.Connection:
-        _ensure_parent(self.path)
+        ensure_dir(self.path.parent)
         if not self.path.exists():
             # SQLite creates files 0644; the journal and WAL files copy the main file's mode.
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, DB_FILE_MODE))
@@ -338,16 +338,3 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> int:
         conn.execute("COMMIT")
         log.info("state database %s: migrated to schema version %d", path, version)
     return LATEST_VERSION
-
-
-def _ensure_parent(path: Path) -> None:
-    parent = path.parent
-    if parent.exists():
-        return
-    missing = [parent, *(p for p in parent.parents if not p.exists())]
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)

@@ -6,6 +6,8 @@
 (() => {
   "use strict";
 
+  const { el } = window.HeraldDom;
+
   // When the gateway cannot answer yet (it is starting), ask again after this, doubling.
   const RETRY_FIRST_MS = 2000;
   const RETRY_MAX_MS = 60000;
@@ -70,29 +72,14 @@
     }
 
     function newItem(jobId) {
-      const li = document.createElement("li");
-      li.className = "job";
+      const meta = el("span", "job-meta", el("span", "job-trigger"), el("span", "job-next"));
+      const li = el("li", "job", el("div", "job-main", el("span", "job-name"), meta));
       li.dataset.jobId = jobId;
-      const main = document.createElement("div");
-      main.className = "job-main";
-      const name = document.createElement("span");
-      name.className = "job-name";
-      const meta = document.createElement("span");
-      meta.className = "job-meta";
-      const trigger = document.createElement("span");
-      trigger.className = "job-trigger";
-      const next = document.createElement("span");
-      next.className = "job-next";
-      meta.append(trigger, next);
-      main.append(name, meta);
-      li.append(main);
       return li;
     }
 
     function cancelButton(li) {
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "job-cancel";
+      const button = window.HeraldDom.button("job-cancel");
       // A first click asks to confirm; the question stays until the second click or until
       // the button loses focus (no timer: a slow second click still counts).
       const calm = () => {
@@ -160,14 +147,9 @@
     }
 
     function declaredTag() {
-      const tag = document.createElement("span");
-      tag.className = "job-declared";
-      tag.textContent = "config";
+      const why = el("span", "visually-hidden", ": declared in the config file, cancelled only there");
+      const tag = el("span", "job-declared", "config", why);
       tag.title = "Declared in the config file: change or remove it there.";
-      const why = document.createElement("span");
-      why.className = "visually-hidden";
-      why.textContent = ": declared in the config file, cancelled only there";
-      tag.append(why);
       return tag;
     }
 

@@ -5,6 +5,8 @@
 (() => {
   "use strict";
 
+  const { el, button } = window.HeraldDom;
+
   const STATUS_LABELS = {
     queued: "queued",
     running: "running",
@@ -58,78 +60,46 @@
     }
 
     function newRunElement(runId) {
-      const li = document.createElement("li");
-      li.className = "run";
-      li.dataset.runId = runId;
-      const row = document.createElement("div");
-      row.className = "run-row";
-      const name = document.createElement("span");
-      name.className = "run-name";
-      const badge = document.createElement("span");
-      badge.className = "badge";
-      const task = document.createElement("p");
-      task.className = "run-task";
+      const task = el("p", "run-task");
       task.hidden = true;
-      const meta = document.createElement("span");
-      meta.className = "run-meta";
-      const model = document.createElement("span");
-      model.className = "run-model";
-      const runtime = document.createElement("span");
-      runtime.className = "run-runtime";
-      const when = document.createElement("span");
-      when.className = "run-time";
-      meta.append(model, runtime, when);
-      const actions = document.createElement("span");
-      actions.className = "run-actions";
-      const open = document.createElement("button");
-      open.type = "button";
-      open.className = "run-open";
-      open.textContent = "Transcript";
-      open.setAttribute("aria-expanded", "false");
-      const transcript = document.createElement("div");
-      transcript.className = "run-transcript";
+      const meta = el(
+        "span",
+        "run-meta",
+        el("span", "run-model"),
+        el("span", "run-runtime"),
+        el("span", "run-time"),
+      );
+      const transcript = el("div", "run-transcript");
       transcript.id = `transcript-${runEls.size + 1}`;
       transcript.hidden = true;
       transcript.setAttribute("aria-live", "polite");
+      const li = el("li", "run");
+      li.dataset.runId = runId;
+      const open = button("run-open", "Transcript");
+      open.setAttribute("aria-expanded", "false");
       open.setAttribute("aria-controls", transcript.id);
       open.addEventListener("click", () => toggleTranscript(li));
-      const show = document.createElement("button");
-      show.type = "button";
-      show.className = "run-show";
-      show.textContent = "Show result";
+      const show = button("run-show", "Show result");
       show.hidden = true;
       show.addEventListener("click", () => showAnnounce(li.dataset.runId));
-      actions.append(open, show);
       // Meta and actions share a line when they fit; else the actions wrap below.
-      const foot = document.createElement("div");
-      foot.className = "run-foot";
-      foot.append(meta, actions);
-      row.append(name, badge, task, foot);
-      const children = document.createElement("ul");
-      children.className = "run-children";
-      li.append(row, transcript, children);
+      const foot = el("div", "run-foot", meta, el("span", "run-actions", open, show));
+      const row = el("div", "run-row", el("span", "run-name"), el("span", "badge"), task, foot);
+      li.append(row, transcript, el("ul", "run-children"));
       return li;
     }
 
     function batchGroup(batchId, list) {
       let group = batchEls.get(batchId);
       if (!group) {
-        group = document.createElement("li");
-        group.className = "batch";
-        group.dataset.batchId = batchId;
-        const head = document.createElement("div");
-        head.className = "batch-head";
-        const title = document.createElement("span");
-        title.className = "batch-title";
-        title.textContent = `Batch ${batchId.slice(0, SHORT_ID)}`;
+        const short = batchId.slice(0, SHORT_ID);
+        const title = el("span", "batch-title", `Batch ${short}`);
         title.title = batchId;
-        const summary = document.createElement("span");
-        summary.className = "batch-summary";
-        const runs = document.createElement("ul");
-        runs.className = "batch-runs";
-        runs.setAttribute("aria-label", `Runs of batch ${batchId.slice(0, SHORT_ID)}`);
-        head.append(title, summary);
-        group.append(head, runs);
+        const runs = el("ul", "batch-runs");
+        runs.setAttribute("aria-label", `Runs of batch ${short}`);
+        const head = el("div", "batch-head", title, el("span", "batch-summary"));
+        group = el("li", "batch", head, runs);
+        group.dataset.batchId = batchId;
         batchEls.set(batchId, group);
       }
       if (group.parentNode !== list) insertSorted(list, group, list === options.list);

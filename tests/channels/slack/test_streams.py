@@ -175,9 +175,10 @@ async def test_a_rerun_edits_the_native_stream_recorded_at_its_first_post(
     assert not fake_slack.calls_to("chat.postMessage")
 
 
-async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
+async def streamed_then_deleted(
     fake_slack: FakeSlack, make_channel: MakeChannel
-) -> None:
+) -> StreamedMessage:
+    """What a first run's edited stream recorded, its message deleted in the chat since."""
     first, _ = await make_channel(streaming="edit")
     recorded = Recorded()
     stream = first.open_stream(asked(), RECORDED, record=recorded)
@@ -185,6 +186,13 @@ async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
     stream.append("Tea came")
     shown = await recorded.wait(1)
     fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
+    return shown
+
+
+async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
+    shown = await streamed_then_deleted(fake_slack, make_channel)
 
     second, _ = await make_channel(streaming="edit")
     again_recorded = Recorded()
@@ -203,13 +211,7 @@ async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
 async def test_a_rerun_that_shows_nothing_still_makes_the_recorded_message_its_reply(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
-    first, _ = await make_channel(streaming="edit")
-    recorded = Recorded()
-    stream = first.open_stream(asked(), RECORDED, record=recorded)
-    assert stream is not None
-    stream.append("Tea came")
-    shown = await recorded.wait(1)
-    fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
+    shown = await streamed_then_deleted(fake_slack, make_channel)
 
     second, _ = await make_channel(streaming="edit")
     again = second.open_stream(asked(), RECORDED, earlier=shown)

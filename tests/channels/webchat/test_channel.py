@@ -62,6 +62,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     assert re.findall(r'(?:src|href)="([^"]+)"', html) == [
         "data:,",
         "/static/webchat/style.css",
+        "/static/webchat/dom.js",
         "/static/webchat/runs.js",
         "/static/webchat/jobs.js",
         "/static/webchat/sessions.js",
@@ -77,6 +78,7 @@ async def test_page_is_served_at_root_with_its_elements(webchat: Webchat) -> Non
     ("path", "content_type", "needle"),
     [
         ("/static/webchat/app.js", "text/javascript", "/webchat/ws"),
+        ("/static/webchat/dom.js", "text/javascript", "HeraldDom"),
         ("/static/webchat/runs.js", "text/javascript", "/history"),
         ("/static/webchat/jobs.js", "text/javascript", '"unschedule"'),
         ("/static/webchat/sessions.js", "text/javascript", "/transcript"),

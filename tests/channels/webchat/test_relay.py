@@ -9,6 +9,8 @@ import asyncio
 import dataclasses
 import itertools
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -79,22 +81,36 @@ def bus() -> Bus:
     return Bus()
 
 
-async def test_a_page_gets_what_the_other_replica_sent_once_and_failed_notices_never_repeat(
-    aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
-) -> None:
+@asynccontextmanager
+async def replicas(
+    aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus, count: int
+) -> AsyncIterator[tuple[Page, list[WebchatChannel]]]:
+    """``count`` started replicas' channels joined by ``bus``, and a page of :data:`CLIENT`
+    open on the first; all stopped on the way out."""
     config = WebchatConfig()
-    here = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
-    there = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
+    channels = [
+        WebchatChannel(config, history_dir=tmp_path, relay=bus.relay()) for _ in range(count)
+    ]
     app = web.Application()
-    here.add_routes(app)
+    channels[0].add_routes(app)
     client = await aiohttp_client(app)
-    for channel in (here, there):
+    for channel in channels:
         await channel.start(Inbox())
     try:
         page = Page(await client.ws_connect("/webchat/ws"))
         await page.send({"type": "hello", "clientId": CLIENT})
         assert (await page.next())["type"] == "ready"
+        yield page, channels
+        await page.close()
+    finally:
+        for channel in channels:
+            await channel.stop()
 
+
+async def test_a_page_gets_what_the_other_replica_sent_once_and_failed_notices_never_repeat(
+    aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
+) -> None:
+    async with replicas(aiohttp_client, tmp_path, bus, 2) as (page, (_, there)):
         await there.send(announce("first", outbox_id=1))
         assert (await page.next_of("message"))["text"] == "first"
 
@@ -111,10 +127,6 @@ async def test_a_page_gets_what_the_other_replica_sent_once_and_failed_notices_n
         assert frames[0]["id"] == again.message_ids[0]
         await there.send(announce("third", outbox_id=3))
         assert (await page.next_of("message"))["text"] == "third"  # nothing twice before it
-        await page.close()
-    finally:
-        for channel in (here, there):
-            await channel.stop()
 
 
 def asked() -> InboundMessage:
@@ -124,19 +136,7 @@ def asked() -> InboundMessage:
 async def test_a_reply_written_on_the_other_replica_grows_on_the_page_then_ends(
     aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
 ) -> None:
-    config = WebchatConfig()
-    here = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
-    there = WebchatChannel(config, history_dir=tmp_path, relay=bus.relay())
-    app = web.Application()
-    here.add_routes(app)
-    client = await aiohttp_client(app)
-    for channel in (here, there):
-        await channel.start(Inbox())
-    try:
-        page = Page(await client.ws_connect("/webchat/ws"))
-        await page.send({"type": "hello", "clientId": CLIENT})
-        assert (await page.next())["type"] == "ready"
-
+    async with replicas(aiohttp_client, tmp_path, bus, 2) as (page, (_, there)):
         stream = there.open_stream(asked(), RECORDED)
         assert isinstance(stream, WebchatStream)
         for word in ("Tea ", "came ", "to ", "Europe."):
@@ -162,25 +162,13 @@ async def test_a_reply_written_on_the_other_replica_grows_on_the_page_then_ends(
         assert bus.deltas[-1].end
         # Never more than one notice an interval per reply, the end included.
         assert all(b - a >= RELAY_INTERVAL for a, b in itertools.pairwise(bus.times))
-        await page.close()
-    finally:
-        for channel in (here, there):
-            await channel.stop()
 
 
 async def test_a_piece_after_a_missed_notice_is_not_shown(
     aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
 ) -> None:
-    here = WebchatChannel(WebchatConfig(), history_dir=tmp_path, relay=bus.relay())
-    app = web.Application()
-    here.add_routes(app)
-    client = await aiohttp_client(app)
-    await here.start(Inbox())
     elsewhere = bus.relay()  # another replica writing a reply
-    try:
-        page = Page(await client.ws_connect("/webchat/ws"))
-        await page.send({"type": "hello", "clientId": CLIENT})
-        assert (await page.next())["type"] == "ready"
+    async with replicas(aiohttp_client, tmp_path, bus, 1) as (page, _):
         await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 0, "Tea came"))
         await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 20, " and more"))  # a gap
         await elsewhere.publish_delta(RelayedDelta(CLIENT, "turn-1", 29, " and so on"))
@@ -189,6 +177,3 @@ async def test_a_piece_after_a_missed_notice_is_not_shown(
         assert (first["text"], first.get("reset")) == ("Tea came", True)
         end = await page.next_of("delta")  # nothing shown between: the end
         assert (end["text"], end.get("end")) == ("", True)
-        await page.close()
-    finally:
-        await here.stop()

@@ -8,40 +8,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from channels.slack import SlackChannel, SlackConfig
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlack
+from tests.fakes.slack import BOT_USER_ID, FakeSlack
 from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.slack_fake import joined, slack_on_fake
 
 MENTION = f"<@{BOT_USER_ID}>"
 
 
 @asynccontextmanager
 async def slack_gateway(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeSlack]]:
-    fake = FakeSlack()
-    await fake.start()
-    try:
-        async with running_gateway(tmp_path) as gw:
-            config = SlackConfig.model_validate(
-                {
-                    "enabled": True,
-                    "mode": "socket",
-                    "botToken": BOT_TOKEN,
-                    "appToken": APP_TOKEN,
-                    "apiBaseUrl": fake.api_base_url,
-                    # Posts are read whole here; streamed replies have their own tests.
-                    "streaming": "off",
-                }
-            )
-            channel = SlackChannel(config)
-            gw.channels["slack"] = channel
-            await channel.start(gw.router.handle_inbound)
-            await fake.wait_connected()
-            try:
-                yield gw, fake
-            finally:
-                await channel.stop()
-    finally:
-        await fake.close()
+    # Posts are read whole here; streamed replies have their own tests.
+    async with (
+        slack_on_fake(streaming="off") as (fake, channel),
+        running_gateway(tmp_path) as gw,
+        joined(gw, channel, fake),
+    ):
+        yield gw, fake
 
 
 async def test_a_spawn_announces_in_its_thread_after_the_conversation_moved_on(

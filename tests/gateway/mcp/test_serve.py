@@ -16,10 +16,10 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from channels.slack import SlackChannel, SlackConfig
 from gateway.mcp.results import result_text
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.fakes.slack import FakeSlack
 from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.slack_fake import joined, slack_on_fake
 
 TOKEN = "herald-mcp-token-5551212"
 CHANNEL = "C0123456789"
@@ -28,31 +28,13 @@ CHANNEL = "C0123456789"
 @asynccontextmanager
 async def serving(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeSlack]]:
     """A listening gateway with ``mcp.serve`` on and the real Slack channel on the fake."""
-    fake = FakeSlack(channels={CHANNEL})
-    await fake.start()
     config = {"gateway": {"auth": {"token": TOKEN}}, "mcp": {"serve": {"enabled": True}}}
-    try:
-        async with running_gateway(tmp_path, config=config, listen=True) as gw:
-            slack = SlackChannel(
-                SlackConfig.model_validate(
-                    {
-                        "enabled": True,
-                        "mode": "socket",
-                        "botToken": BOT_TOKEN,
-                        "appToken": APP_TOKEN,
-                        "apiBaseUrl": fake.api_base_url,
-                    }
-                )
-            )
-            gw.channels["slack"] = slack
-            await slack.start(gw.router.handle_inbound)
-            await fake.wait_connected()
-            try:
-                yield gw, fake
-            finally:
-                await slack.stop()
-    finally:
-        await fake.close()
+    async with (
+        slack_on_fake({CHANNEL}) as (fake, slack),
+        running_gateway(tmp_path, config=config, listen=True) as gw,
+        joined(gw, slack, fake),
+    ):
+        yield gw, fake
 
 
 @asynccontextmanager

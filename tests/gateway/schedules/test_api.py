@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from channels.slack import SlackChannel, SlackConfig
 from gateway.sessions import iso_timestamp
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.fakes.slack import FakeSlack
 from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.slack_fake import slack_on_fake
 
 CHANNEL = "C0123456789"
 THREAD = "1700000000.000100"
@@ -30,28 +30,13 @@ DECLARED = {
 
 @asynccontextmanager
 async def api(tmp_path: Path) -> AsyncIterator[tuple[Harness, FakeSlack, aiohttp.ClientSession]]:
-    fake = FakeSlack(channels={CHANNEL})
-    await fake.start()
-    slack = SlackChannel(
-        SlackConfig.model_validate(
-            {
-                "enabled": True,
-                "mode": "socket",
-                "botToken": BOT_TOKEN,
-                "appToken": APP_TOKEN,
-                "apiBaseUrl": fake.api_base_url,
-            }
-        )
-    )
     config = {"channels": {"webchat": {"enabled": True}}, "schedules": {"jobs": [DECLARED]}}
-    try:
-        async with (
-            running_gateway(tmp_path, config=config, channels={"slack": slack}, listen=True) as gw,
-            aiohttp.ClientSession(base_url=gw.base_url) as http,
-        ):
-            yield gw, fake, http
-    finally:
-        await fake.close()
+    async with (
+        slack_on_fake({CHANNEL}) as (fake, slack),
+        running_gateway(tmp_path, config=config, channels={"slack": slack}, listen=True) as gw,
+        aiohttp.ClientSession(base_url=gw.base_url) as http,
+    ):
+        yield gw, fake, http
 
 
 async def call(

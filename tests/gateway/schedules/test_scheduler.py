@@ -15,14 +15,14 @@ from typing import Any
 
 import orjson
 
-from channels.slack import SlackChannel, SlackConfig
 from gateway.api.keys import SCHEDULES
 from gateway.schedules.resource import SCHEDULER
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
 from gateway.subagents import run_view
 from gateway.wiring import METRICS
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.fakes.slack import FakeSlack
 from tests.gateway.harness import Harness, hang_guard, running_gateway
+from tests.gateway.slack_fake import slack_on_fake
 
 CHANNEL = "C0123456789"
 THREAD = "1700000000.000100"
@@ -33,25 +33,12 @@ async def gateway(
     tmp_path: Path, *, grace: float = 3600
 ) -> AsyncIterator[tuple[Harness, FakeSlack, JobsTable]]:
     """A gateway whose Slack channel talks to the fake."""
-    fake = FakeSlack(channels={CHANNEL})
-    await fake.start()
-    slack = SlackChannel(
-        SlackConfig.model_validate(
-            {
-                "enabled": True,
-                "mode": "socket",
-                "botToken": BOT_TOKEN,
-                "appToken": APP_TOKEN,
-                "apiBaseUrl": fake.api_base_url,
-            }
-        )
-    )
     config = {"schedules": {"misfireGraceSeconds": grace}}
-    try:
-        async with running_gateway(tmp_path, config=config, channels={"slack": slack}) as gw:
-            yield gw, fake, JobsTable(gw.db)
-    finally:
-        await fake.close()
+    async with (
+        slack_on_fake({CHANNEL}) as (fake, slack),
+        running_gateway(tmp_path, config=config, channels={"slack": slack}) as gw,
+    ):
+        yield gw, fake, JobsTable(gw.db)
 
 
 def job(job_id: str, task: str, *, every: str = "1h", due: float, **extra: Any) -> JobRecord:

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pytest
 
-from channels.slack import SlackChannel, SlackConfig
 from gateway.api.keys import SCHEDULES
 from gateway.schedules.config import JobSpec
 from gateway.schedules.tool import ScheduleParams, ScheduleTool
@@ -20,8 +19,8 @@ from gateway.sessions import parse_target
 from gateway.settings import HeraldSettings
 from gateway.tools import ToolContext, ToolError, tools_for_agent, tools_for_subagent
 from gateway.wiring import build_tools
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.gateway.harness import Harness, running_gateway
+from tests.gateway.slack_fake import slack_on_fake
 
 CHAT_A = "slack:C0123456789/1700000000.000100"
 CHAT_B = "slack:C0999999999"
@@ -29,27 +28,14 @@ CHAT_B = "slack:C0999999999"
 
 @asynccontextmanager
 async def gateway(tmp_path: Path, database_url: str | None = None) -> AsyncIterator[Harness]:
-    fake = FakeSlack(channels={"C0123456789", "C0999999999"})
-    await fake.start()
-    slack = SlackChannel(
-        SlackConfig.model_validate(
-            {
-                "enabled": True,
-                "mode": "socket",
-                "botToken": BOT_TOKEN,
-                "appToken": APP_TOKEN,
-                "apiBaseUrl": fake.api_base_url,
-            }
-        )
-    )
     config = {"schedules": {"maxPerChat": 2}}
-    try:
-        async with running_gateway(
+    async with (
+        slack_on_fake({"C0123456789", "C0999999999"}) as (_, slack),
+        running_gateway(
             tmp_path, config=config, channels={"slack": slack}, database_url=database_url
-        ) as gw:
-            yield gw
-    finally:
-        await fake.close()
+        ) as gw,
+    ):
+        yield gw
 
 
 async def chat(gw: Harness, target_text: str) -> ToolContext:
@@ -136,44 +122,31 @@ def test_sub_agents_never_have_the_tool() -> None:
 
 
 async def test_chat_commands_list_and_cancel_only_this_chats_jobs(tmp_path: Path) -> None:
-    fake = FakeSlack(channels={"D0123456789", "C0999999999"})
-    await fake.start()
-    slack = SlackChannel(
-        SlackConfig.model_validate(
-            {
-                "enabled": True,
-                "mode": "socket",
-                "botToken": BOT_TOKEN,
-                "appToken": APP_TOKEN,
-                "apiBaseUrl": fake.api_base_url,
-            }
+    async with (
+        slack_on_fake({"D0123456789", "C0999999999"}) as (fake, slack),
+        running_gateway(tmp_path, channels={"slack": slack}) as gw,
+    ):
+        await fake.wait_connected()
+        service = gw.app[SCHEDULES]
+        here = await service.create(
+            JobSpec(every="1h", task="task: here", to="slack:D0123456789", id="here")
         )
-    )
-    try:
-        async with running_gateway(tmp_path, channels={"slack": slack}) as gw:
-            await fake.wait_connected()
-            service = gw.app[SCHEDULES]
-            here = await service.create(
-                JobSpec(every="1h", task="task: here", to="slack:D0123456789", id="here")
-            )
-            await service.create(
-                JobSpec(every="1h", task="task: there", to="slack:C0999999999", id="there")
-            )
+        await service.create(
+            JobSpec(every="1h", task="task: there", to="slack:C0999999999", id="there")
+        )
 
-            async def command(text: str, count: int) -> str:
-                await fake.push_event(fake.message(text, channel="D0123456789"))
-                posts = await fake.wait_posts(count)
-                return posts[count - 1].text
+        async def command(text: str, count: int) -> str:
+            await fake.push_event(fake.message(text, channel="D0123456789"))
+            posts = await fake.wait_posts(count)
+            return posts[count - 1].text
 
-            listed = await command("/schedules", 1)
-            assert listed.startswith("Scheduled jobs:")
-            assert "here — every 1h → slack:D0123456789" in listed
-            assert "there" not in listed
-            refused = await command("/unschedule there", 2)
-            assert refused == "Not cancelled: this chat has no job 'there'"
-            assert await service.get("there")
-            done = await command(f"/unschedule {here.job_id}", 3)
-            assert done == "Cancelled scheduled job here."
-            assert (await command("/schedules", 4)) == "No scheduled jobs in this chat."
-    finally:
-        await fake.close()
+        listed = await command("/schedules", 1)
+        assert listed.startswith("Scheduled jobs:")
+        assert "here — every 1h → slack:D0123456789" in listed
+        assert "there" not in listed
+        refused = await command("/unschedule there", 2)
+        assert refused == "Not cancelled: this chat has no job 'there'"
+        assert await service.get("there")
+        done = await command(f"/unschedule {here.job_id}", 3)
+        assert done == "Cancelled scheduled job here."
+        assert (await command("/schedules", 4)) == "No scheduled jobs in this chat."

@@ -12,8 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.files import DIR_MODE
 from gateway.sessions import TranscriptWriteError, TranscriptWriter, TranscriptWriterClosedError
-from gateway.sessions.paths import DIR_MODE, FILE_MODE
+from gateway.sessions.paths import FILE_MODE
 
 WriterFactory = Callable[..., TranscriptWriter]
 

@@ -3,65 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-from gateway.state import BatchRecord, RunRecord, SessionRecord, StateDB
-
-REQUESTER = "agent:main:memory:channel:c1"
+from gateway.state import StateDB
+from tests.gateway.state.conftest import Requester
 
 
-async def setup(db: StateDB, runs: int) -> tuple[BatchRecord, list[str]]:
-    await db.sessions.create(
-        SessionRecord(
-            key=REQUESTER,
-            session_id=str(uuid.uuid4()),
-            agent_id="main",
-            kind="chat",
-            created_at=1.0,
-            updated_at=1.0,
-        )
-    )
-    ids = []
-    for n in range(runs):
-        child, _ = await db.sessions.create(
-            SessionRecord(
-                key=f"agent:main:subagent:{uuid.uuid4()}",
-                session_id=str(uuid.uuid4()),
-                agent_id="main",
-                kind="subagent",
-                created_at=1.0,
-                updated_at=1.0,
-                parent_key=REQUESTER,
-            )
-        )
-        run = RunRecord(
-            run_id=f"run-{n}",
-            child_session_key=child.key,
-            child_session_id=child.session_id,
-            requester_agent_id="main",
-            agent_id="main",
-            task="t",
-            created_at=float(n),
-            status="running",
-            parent_session_key=REQUESTER,
-        )
-        await db.runs.insert(run)
-        ids.append(run.run_id)
-    batch = BatchRecord(
-        batch_id="b1",
-        session_key=REQUESTER,
-        run_ids=(),
-        first_spawn_at=0.0,
-        created_at=0.0,
-        deadline_at=100.0,
-    )
-    formed = await db.batches.form(batch)
-    assert formed is not None
-    return formed, ids
+async def formed(db: StateDB, requester: Requester, runs: int) -> list[str]:
+    """``runs`` live runs of the requester (no chat to post to), in batch ``b1``."""
+    ids = await requester.spawn(runs, origin=False)
+    assert await db.batches.form(requester.batch("b1")) is not None
+    return ids
 
 
-async def test_a_batch_is_claimed_once_and_only_when_every_run_is_final(db: StateDB) -> None:
-    _, ids = await setup(db, 2)
+async def test_a_batch_is_claimed_once_and_only_when_every_run_is_final(
+    db: StateDB, requester: Requester
+) -> None:
+    ids = await formed(db, requester, 2)
     await db.ends.finish_run(ids[0], {"status": "done"}, now=0.0)
     assert await db.batches.claim("b1", 5.0, timed_out=False) is None  # one still runs
     await db.ends.finish_run(ids[1], {"status": "error"}, now=0.0)
@@ -75,8 +32,10 @@ async def test_a_batch_is_claimed_once_and_only_when_every_run_is_final(db: Stat
     assert (batch.state, batch.followup_started_at, left) == ("following", 6.0, [])
 
 
-async def test_a_timed_out_claim_lets_the_live_runs_leave_the_batch(db: StateDB) -> None:
-    _, ids = await setup(db, 3)
+async def test_a_timed_out_claim_lets_the_live_runs_leave_the_batch(
+    db: StateDB, requester: Requester
+) -> None:
+    ids = await formed(db, requester, 3)
     await db.ends.finish_run(ids[1], {"status": "done"}, now=0.0)
     claimed = await db.batches.claim("b1", 100.0, timed_out=True)
     assert claimed is not None

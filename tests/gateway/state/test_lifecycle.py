@@ -8,7 +8,6 @@ checks refuse the rest: an illegal move raises and writes nothing).
 from __future__ import annotations
 
 import itertools
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,17 @@ from hypothesis import strategies as st
 from gateway.state import (
     FINISHED_STATUSES,
     TRANSITIONS,
-    BatchRecord,
     Delivery,
     Destination,
     IllegalTransitionError,
     RunRecord,
-    SessionRecord,
     StateDB,
     check_transition,
     destination,
 )
 from gateway.state.runends import move, select_runs
+from tests.gateway.state.conftest import REQUESTER, Requester
 
-REQUESTER = "agent:main:memory:channel:c1"
 README = Path(__file__).resolve().parents[3] / "README.md"
 
 
@@ -137,78 +134,16 @@ def test_the_readme_describes_the_delivery_states_as_the_table_has_them() -> Non
     assert described == dict(TRANSITIONS)
 
 
-async def _setup(db: StateDB, runs: int) -> list[str]:
-    """The requester's session and ``runs`` live runs it spawned, with a chat."""
-    await db.sessions.create(
-        SessionRecord(
-            key=REQUESTER,
-            session_id=str(uuid.uuid4()),
-            agent_id="main",
-            kind="chat",
-            created_at=1.0,
-            updated_at=1.0,
-        )
-    )
-    return await _live_runs(db, runs)
-
-
-async def _live_runs(
-    db: StateDB, runs: int, *, prefix: str = "run", origin: bool = True
-) -> list[str]:
-    """``runs`` more live runs of the requester (after :func:`_setup`), spawned after the
-    ones before; ``origin``: with the chat they were spawned from."""
-    ids = []
-    spawned = len(await db.runs.list(limit=1000))
-    for n in range(runs):
-        child, _ = await db.sessions.create(
-            SessionRecord(
-                key=f"agent:main:subagent:{uuid.uuid4()}",
-                session_id=str(uuid.uuid4()),
-                agent_id="main",
-                kind="subagent",
-                created_at=1.0,
-                updated_at=1.0,
-                parent_key=REQUESTER,
-            )
-        )
-        run = RunRecord(
-            run_id=f"{prefix}-{n}",
-            child_session_key=child.key,
-            child_session_id=child.session_id,
-            requester_agent_id="main",
-            agent_id="main",
-            task="t",
-            created_at=float(spawned + n),
-            status="running",
-            parent_session_key=REQUESTER,
-            origin_channel="memory" if origin else None,
-            origin_account="default" if origin else None,
-            origin_chat_id="c1" if origin else None,
-        )
-        await db.runs.insert(run)
-        ids.append(run.run_id)
-    return ids
-
-
 async def _delivery(db: StateDB, run_id: str) -> Delivery:
     run = await db.runs.get(run_id)
     assert run is not None
     return run.delivery
 
 
-def _batch(batch_id: str) -> BatchRecord:
-    return BatchRecord(
-        batch_id=batch_id,
-        session_key=REQUESTER,
-        run_ids=(),
-        first_spawn_at=0.0,
-        created_at=0.0,
-        deadline_at=100.0,
-    )
-
-
-async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -> None:
-    a, b, c, d, e = await _setup(db, 5)
+async def test_every_legal_move_is_made_by_the_writes_that_own_it(
+    db: StateDB, requester: Requester
+) -> None:
+    a, b, c, d, e = await requester.spawn(5)
     seen: set[tuple[Delivery, Delivery]] = set()
 
     async def step(run_id: str, before: Delivery, after: Delivery) -> None:
@@ -243,7 +178,7 @@ async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -
     await step(c, Delivery.PENDING, Delivery.CONSUMED)
     # d, e: live → batched (ended inside a batch), batched → consumed (its follow-up done);
     # batched → pending (the batch dissolved: its yielding run ended first).
-    formed = await db.batches.form(_batch("b1"))
+    formed = await db.batches.form(requester.batch("b1"))
     assert formed is not None
     assert set(formed.run_ids) == {d, e}
     await db.ends.finish_run(d, done, now=1.0)
@@ -251,8 +186,8 @@ async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -
     await db.ends.finish_run(e, done, now=1.0)
     await db.batches.finish("b1", "reply", 2.0, None)
     await step(d, Delivery.BATCHED, Delivery.CONSUMED)
-    f, _live = await _live_runs(db, 2, prefix="more", origin=False)
-    assert await db.batches.form(_batch("b2")) is not None
+    f, _live = await requester.spawn(2, prefix="more", origin=False)
+    assert await db.batches.form(requester.batch("b2")) is not None
     await db.ends.finish_run(f, done, now=1.0)
     assert [r.run_id for r in await db.batches.dissolve("b2", 3.0)] == [f]
     await step(f, Delivery.BATCHED, Delivery.PENDING)
@@ -260,8 +195,8 @@ async def test_every_legal_move_is_made_by_the_writes_that_own_it(db: StateDB) -
     assert seen == legal
 
 
-async def test_an_illegal_move_raises_and_writes_nothing(db: StateDB) -> None:
-    (run_id,) = await _setup(db, 1)
+async def test_an_illegal_move_raises_and_writes_nothing(db: StateDB, requester: Requester) -> None:
+    (run_id,) = await requester.spawn(1)
     await db.ends.finish_run(run_id, {"status": "done", "announce_text": "x"}, now=1.0)
     assert await db.ends.mark_delivered(run_id)
 
@@ -278,10 +213,10 @@ async def test_an_illegal_move_raises_and_writes_nothing(db: StateDB) -> None:
 
 
 async def test_the_final_write_queues_the_announce_only_where_the_chat_gets_it(
-    db: StateDB,
+    db: StateDB, requester: Requester
 ) -> None:
-    chat, waited = await _setup(db, 2)
-    (silent,) = await _live_runs(db, 1, prefix="more", origin=False)  # nowhere to post
+    chat, waited = await requester.spawn(2)
+    (silent,) = await requester.spawn(1, prefix="more", origin=False)  # nowhere to post
     await db.ends.hold([waited])
     for run_id in (chat, waited, silent):
         await db.ends.finish_run(run_id, {"status": "done", "announce_text": "hi"}, now=1.0)

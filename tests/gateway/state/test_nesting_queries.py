@@ -13,26 +13,12 @@ from gateway.state import (
     BatchRecord,
     ChildLimitError,
     RunRecord,
-    SessionRecord,
     StateDB,
 )
 from gateway.state.schema import LIVE_STATUS_SQL
+from tests.gateway.state.conftest import child_session
 
 PERSON = "agent:main:main"
-
-
-async def child_session(db: StateDB, parent: str) -> SessionRecord:
-    record = SessionRecord(
-        key=f"agent:main:subagent:{uuid.uuid4()}",
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=1.0,
-        updated_at=1.0,
-        parent_key=parent,
-    )
-    stored, _ = await db.sessions.create(record)
-    return stored
 
 
 async def spawned(
