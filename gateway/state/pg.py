@@ -19,8 +19,8 @@ What differs:
   backoff. Writes are not grouped as on SQLite: a serialization failure condemns the whole
   transaction, so one conflicting write would make every write of its group run again,
   and a group's wider read and write sets would conflict with other replicas more often.
-- A write's ``BEGIN`` is sent in one message with its first statement (parameters are bound
-  on the client, so the two go as one simple query): a round trip less per write.
+- A write's ``BEGIN`` is sent in one round trip with its first statement (the writer's
+  connection is in pipeline mode: :mod:`gateway.state.pgconn`): a round trip less per write.
 - Reads run in autocommit, one snapshot per statement, as the SQLite reader does: they never
   take part in the serializable writes' conflicts.
 - A lost connection raises :class:`StateUnavailableError` and is opened again by the next
@@ -94,6 +94,8 @@ class PgStateDB(StateDB):
         self.replica_id = replica_id
         self._password = url_password(url)
         self._conns: dict[Role, PgConnection | None] = {"writer": None, "reader": None}
+        #: Round trips of connections closed since (see :attr:`round_trips`).
+        self._retired_trips = 0
         #: Set once close() has begun: operations queued before it still run on their
         #: connection, but none may open a new one.
         self._closing = False
@@ -164,6 +166,12 @@ class PgStateDB(StateDB):
                 self.space.wrote()
                 return result
 
+    @property
+    def round_trips(self) -> int:
+        """Messages the state layer sent PostgreSQL and waited for, since open (a write's
+        statements that travel together count once)."""
+        return self._retired_trips + sum(c.round_trips for c in self._conns.values() if c)
+
     async def ping(self) -> bool:
         """Whether the database answers within :data:`PING_SECONDS` (``SELECT 1`` on the
         reader's connection, opened again if it was lost)."""
@@ -228,6 +236,8 @@ class PgStateDB(StateDB):
                 raise StateClosedError(f"the state database {self.location} is closed")
             if conn is not None:
                 log.warning("state database %s: reconnecting (%s)", self.location, role)
+                self._retired_trips += conn.round_trips
+                conn.close()
             conn = self._conns[role] = self._new_connection(readonly=role == "reader")
         return conn
 
@@ -235,6 +245,7 @@ class PgStateDB(StateDB):
         conn = self._conns[role]
         self._conns[role] = None
         if conn is not None:
+            self._retired_trips += conn.round_trips
             conn.close()
 
     def _new_connection(self, *, readonly: bool) -> PgConnection:

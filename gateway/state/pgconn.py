@@ -5,9 +5,13 @@ The tables' statements are PostgreSQL's too (see :mod:`gateway.state.connection`
 habits that keep a text portable); what :class:`PgConnection` does to one is the
 dialect's parameter mark alone: ``?`` is sent as psycopg's ``%s``, and a literal ``%`` as
 ``%%`` (the state's SQL binds every value, so neither ever stands inside a quoted literal).
-Parameters are bound on the client (``ClientCursor``: a NULL parameter needs no type, as
-in SQLite, and a transaction's ``BEGIN`` can travel in one message with its first
-statement); integers PostgreSQL sums come back as ``int``, never a ``Decimal``.
+Parameters are bound on the server, and a statement is prepared at its second execution
+on a connection (:data:`PREPARE_THRESHOLD`): parsing and planning was most of what a
+statement cost the server. A write runs in psycopg's pipeline mode, entered at the first
+write and kept, so its ``BEGIN`` travels with its first statement, queued statements with
+the next one or the ``COMMIT``: each round trip is one sync of the pipeline
+(:attr:`PgConnection.round_trips` counts them). Integers PostgreSQL sums come back as
+``int``, never a ``Decimal``.
 
 Errors are mapped by SQLSTATE, the driver's own classification (:func:`state_error`): a
 unique violation is a :class:`RecordConflictError`, another broken constraint a
@@ -18,6 +22,7 @@ server shutting down :class:`StateUnavailableError`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
@@ -38,6 +43,11 @@ from gateway.state.errors import (
     WriteConflictError,
 )
 
+#: A statement is prepared on the server (parsed and planned once per connection) at its
+#: second execution: most of a statement's cost to the server is that parse and plan.
+PREPARE_THRESHOLD: Final = 1
+#: Statements prepared per connection (the state's texts are a few hundred).
+PREPARED_MAX: Final = 1024
 #: SQLSTATEs of a transaction PostgreSQL failed for meeting another: run it again.
 CONFLICT_SQLSTATES: Final = frozenset({"40001", "40P01"})
 #: The server could not write for want of disk space (``disk_full``).
@@ -156,13 +166,16 @@ class PgConnection:
 
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self.raw = conn
-        #: Binds queued statements' parameters on the client, as ``execute`` does.
-        self._binder = psycopg.ClientCursor(conn)
-        #: Statements (bound, PostgreSQL's SQL) waiting to go with the next one: the
-        #: transaction's ``BEGIN`` (:meth:`begin_with_next`) and :meth:`queue`'s.
-        self._pending: list[str] = []
-        #: The transaction's BEGIN is still among them (no statement went out yet).
-        self._begin_unsent = False
+        #: Messages sent and waited for (tests and benchmarks count them).
+        self.round_trips = 0
+        #: The connection's pipeline, entered at its first write and kept (leaving it
+        #: would cost a round trip per write).
+        self._pipeline: psycopg.Pipeline | None = None
+        self._pipeline_block: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
+        #: The write's ``BEGIN``, until it goes out with the write's first statement.
+        self._begin: str | None = None
+        #: Statements of the write in the pipeline whose results were not waited for.
+        self._unsynced = 0
         #: A write's transaction is open (between begin_with_next and end).
         self._writing = False
         #: The write's last statement went out with its COMMIT: nothing may follow it.
@@ -179,10 +192,11 @@ class PgConnection:
         conn = psycopg.connect(
             url,
             autocommit=True,
-            cursor_factory=psycopg.ClientCursor,
+            prepare_threshold=PREPARE_THRESHOLD,
             row_factory=_row_factory,
             **options,
         )
+        conn.prepared_max = PREPARED_MAX
         conn.adapters.register_loader("numeric", _IntegralNumeric)
         if readonly:
             conn.execute("SET default_transaction_read_only = on")
@@ -197,33 +211,43 @@ class PgConnection:
         return self.raw.closed or self.raw.broken
 
     def close(self) -> None:
+        block, self._pipeline_block, self._pipeline = self._pipeline_block, None, None
+        if block is not None and not self.closed:
+            with contextlib.suppress(psycopg.Error):
+                block.__exit__(None, None, None)
         self.raw.close()
 
     def begin_with_next(self, begin: str) -> None:
-        """Open a transaction with ``begin`` (no parameters) sent in one message with the
-        next statement: a round trip less per transaction. Parameters are bound on the
-        client, so the pair goes as one simple query, whose explicit ``BEGIN`` keeps the
-        transaction open after it. :meth:`end` commits or rolls back."""
-        self._pending = [begin]
-        self._begin_unsent = True
+        """Open a transaction with ``begin`` (no parameters), sent in one message with the
+        next statement: a round trip less per transaction. :meth:`end` commits or rolls
+        back."""
+        self._begin = begin
+        self._unsynced = 0
         self._writing = True
         self._finished = False
 
     def end(self, finish: str) -> None:
         """``COMMIT`` or ``ROLLBACK`` the transaction :meth:`begin_with_next` opened: a
-        ``COMMIT`` goes with the statements queued since the last one sent (nothing goes
-        when no statement ran: its ``BEGIN`` was never sent); a ``ROLLBACK`` drops them."""
-        pending, unsent = self._pending, self._begin_unsent
-        self._pending, self._begin_unsent, self._writing = [], False, False
-        self._finished = False
-        if finish == "COMMIT" and pending[1 if unsent else 0 :]:
-            self._pending = pending
-            self.execute_native(finish)
-            return
-        if unsent:
-            return
-        if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self.execute_native(finish)
+        ``COMMIT`` goes with the statements queued since the last round trip (nothing goes
+        when no statement ran: its ``BEGIN`` was never sent), a ``ROLLBACK`` after them."""
+        began, finished = self._begin is None, self._finished
+        self._begin, self._writing, self._finished = None, False, False
+        if not began or (finish == "COMMIT" and finished):
+            return  # nothing was sent, or the COMMIT went with the last statement
+        pipeline = self._pipeline
+        if pipeline is None:  # pragma: no cover - a write's statements enter the pipeline
+            raise StateError("a write ended outside its pipeline")
+        if finish != "COMMIT" and self._unsynced:
+            # The queued statements go first; one that fails makes the server skip what
+            # follows it up to the round trip's end, the ROLLBACK too, so it goes after.
+            with contextlib.suppress(psycopg.Error):
+                self._sync(pipeline)
+        self.raw.execute(finish, prepare=False)
+        self._unsynced += 1
+        try:
+            self._sync(pipeline)
+        except psycopg.Error as exc:
+            raise state_error(exc) from exc
 
     def queue(self, sql: str, parameters: Sequence[Any] = (), /) -> None:
         """Send ``sql`` with the next statement or the ``COMMIT`` (see
@@ -232,14 +256,17 @@ class PgConnection:
             self.execute(sql, parameters)
             return
         self._check_unfinished()
-        self._pending.append(self._binder.mogrify(driver_sql(sql), parameters))
+        self._in_pipeline()
+        try:
+            self.raw.execute(driver_sql(sql), parameters)
+        except psycopg.Error as exc:
+            raise state_error(exc) from exc
+        self._unsynced += 1
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
         """Run one statement with ``?`` parameters."""
         self._check_unfinished()
-        with self.raw.cursor() as cursor:
-            self._send(cursor, driver_sql(sql), parameters)
-            return PgCursor.of(cursor)
+        return self._send(driver_sql(sql), parameters)
 
     def last(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
         """Run the write's last statement in one message with its ``COMMIT`` (see
@@ -248,49 +275,85 @@ class PgConnection:
             return self.execute(sql, parameters)
         self._check_unfinished()
         self._finished = True
-        with self.raw.cursor() as cursor:
-            self._send(cursor, driver_sql(sql), parameters, then="COMMIT")
-            return PgCursor.of(cursor)
+        return self._send(driver_sql(sql), parameters, then="COMMIT")
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> PgCursor:
-        """Run one statement per parameter set; ``rowcount`` is their sum."""
-        total = 0
-        for values in parameters:
-            total += max(0, self.execute(sql, values).rowcount)
-        return PgCursor([], total)
+        """Run one statement per parameter set; ``rowcount`` is their sum. In a write they
+        go in one round trip."""
+        if not self._writing:
+            total = 0
+            for values in parameters:
+                total += max(0, self.execute(sql, values).rowcount)
+            return PgCursor([], total)
+        self._check_unfinished()
+        pipeline = self._in_pipeline()
+        query = driver_sql(sql)
+        cursors = []
+        try:
+            for values in parameters:
+                cursor = self.raw.cursor()
+                cursors.append(cursor)
+                cursor.execute(query, values)
+                self._unsynced += 1
+            self._sync(pipeline)
+            return PgCursor([], sum(max(0, cursor.rowcount) for cursor in cursors))
+        except psycopg.Error as exc:
+            raise state_error(exc) from exc
+        finally:
+            for cursor in cursors:
+                cursor.close()
 
     def execute_native(self, sql: str, parameters: Sequence[Any] | None = None) -> list[Row]:
-        """Run PostgreSQL's own SQL (``%s`` marks), as the backend itself needs."""
-        with self.raw.cursor() as cursor:
-            self._send(cursor, sql, parameters)
-            return cursor.fetchall() if cursor.description is not None else []
+        """Run PostgreSQL's own SQL (``%s`` marks; several statements when there are no
+        parameters), outside a write, as the backend itself needs (migrations)."""
+        try:
+            with psycopg.ClientCursor(self.raw) as cursor:
+                cursor.execute(sql, parameters)
+                self.round_trips += 1
+                return cursor.fetchall() if cursor.description is not None else []
+        except psycopg.Error as exc:
+            raise state_error(exc) from exc
 
     def _check_unfinished(self) -> None:
         if self._finished:
             raise StateError("a statement after the write's last one (its COMMIT was sent)")
 
-    def _send(
-        self,
-        cursor: psycopg.Cursor[Row],
-        sql: str,
-        parameters: Sequence[Any] | None,
-        *,
-        then: str | None = None,
-    ) -> None:
-        """Execute ``sql``, after the pending statements in the same message if there are
-        any, and before ``then`` (their results are skipped: the cursor shows the
-        statement's)."""
-        pending, self._pending = self._pending, []
-        self._begin_unsent = False
+    def _in_pipeline(self) -> psycopg.Pipeline:
+        """The pipeline, entered if it was not, with the write's ``BEGIN`` sent into it."""
+        pipeline = self._pipeline
+        if pipeline is None:
+            # Held: the context manager's collection would leave pipeline mode.
+            self._pipeline_block = self.raw.pipeline()
+            pipeline = self._pipeline = self._pipeline_block.__enter__()
+        if self._begin is not None:
+            self.raw.execute(self._begin, prepare=False)
+            self._begin = None
+            self._unsynced += 1
+        return pipeline
+
+    def _sync(self, pipeline: psycopg.Pipeline) -> None:
+        """Send what the pipeline holds and wait for all of its results: one round trip."""
+        self._unsynced = 0
+        self.round_trips += 1
+        pipeline.sync()
+
+    def _send(self, sql: str, parameters: Sequence[Any], *, then: str | None = None) -> PgCursor:
+        """Execute ``sql``, after the write's statements not sent yet and before ``then``,
+        in one round trip; its rows and count."""
+        cursor = self.raw.cursor()
         try:
-            if not pending and then is None:
+            if not self._writing and self._pipeline is None:
                 cursor.execute(sql, parameters)
-                return
-            # Bound already: a literal % in them must survive the binding of sql's own.
-            before = pending if parameters is None else [p.replace("%", "%%") for p in pending]
-            after = [then] if then is not None else []
-            cursor.execute("; ".join([*before, sql, *after]), parameters)
-            for _ in pending:
-                cursor.nextset()
+                self.round_trips += 1
+                return PgCursor.of(cursor)
+            pipeline = self._pipeline if not self._writing else self._in_pipeline()
+            assert pipeline is not None
+            cursor.execute(sql, parameters)
+            if then is not None:
+                self.raw.execute(then, prepare=False)
+            self._sync(pipeline)
+            return PgCursor.of(cursor)
         except psycopg.Error as exc:
             raise state_error(exc) from exc
+        finally:
+            cursor.close()

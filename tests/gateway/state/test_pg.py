@@ -122,16 +122,23 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
     db = await PgStateDB.connect(pg_url, replica_id="trips", state_dir=tmp_path)
     try:
         await db.write(lambda c: c.execute("CREATE TABLE t (n INTEGER NOT NULL)"))
+        # Each round trip of the writer: the statements sent since the last (its pipeline's
+        # sync), joined; a read's statement outside the pipeline is a round trip alone.
         sent: list[str] = []
-        execute = psycopg.ClientCursor.execute
+        batch: list[str] = []
+        execute, sync = psycopg.Cursor.execute, psycopg.Pipeline.sync
 
-        def counted(
-            cursor: psycopg.ClientCursor[object], query: str, params: Any = None, **kw: Any
-        ) -> psycopg.ClientCursor[object]:
-            sent.append(" ".join(query.split()))
-            return execute(cursor, query, params, **kw)
+        def counted(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+            batch.append(" ".join(str(query).split()))
+            return execute(cursor, query, *args, **kw)
 
-        monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+        def synced(pipeline: psycopg.Pipeline) -> None:
+            sent.append("; ".join(batch))
+            batch.clear()
+            sync(pipeline)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        monkeypatch.setattr(psycopg.Pipeline, "sync", synced)
 
         def insert_two(conn: Connection) -> tuple[int, int]:
             first = conn.execute("INSERT INTO t VALUES (?) RETURNING n", (1,)).fetchone()
@@ -147,7 +154,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         assert sent == [
             "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s) RETURNING n",
             "INSERT INTO t VALUES (%s)",
-            "INSERT INTO t VALUES (3); INSERT INTO t VALUES (4); COMMIT",
+            "INSERT INTO t VALUES (%s); INSERT INTO t VALUES (%s); COMMIT",
         ]
         sent.clear()
 
@@ -155,7 +162,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
             conn.queue("INSERT INTO t VALUES (?)", (5,))
 
         await db.write(only_queued)
-        assert sent == ["BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (5); COMMIT"]
+        assert sent == ["BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s); COMMIT"]
         sent.clear()
 
         def nothing(conn: Connection) -> str:
@@ -174,6 +181,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
         assert [row[0] for row in rows] == [1, 2, 3, 4, 5]  # the failed write kept nothing
         sent.clear()
+        batch.clear()
 
         def last_one(conn: Connection) -> int:
             conn.queue("DELETE FROM t WHERE n = ?", (5,))
@@ -182,7 +190,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         # Its last statement goes with the COMMIT: one round trip for the whole write.
         assert await db.write(last_one) == 2
         assert sent == [
-            "BEGIN ISOLATION LEVEL SERIALIZABLE; DELETE FROM t WHERE n = 5;"
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; DELETE FROM t WHERE n = %s;"
             " UPDATE t SET n = n WHERE n < %s; COMMIT"
         ]
 
