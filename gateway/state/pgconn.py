@@ -30,7 +30,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.adapt import Buffer, Loader
-from psycopg.rows import RowMaker
+from psycopg.rows import RowFactory, RowMaker, tuple_row
 
 from gateway.state.connection import POSTGRESQL, Dialect
 from gateway.state.errors import (
@@ -81,15 +81,36 @@ class Row(Sequence[Any]):
         return f"<Row {self._values!r}>"
 
 
-def _row_factory(cursor: Any) -> RowMaker[Row]:
+def _column_index(cursor: psycopg.Cursor[Any]) -> dict[str, int]:
+    """Each column's position by its name (the first of a repeated name), read from the
+    result itself: ``cursor.description`` would make an object of each column."""
+    result = cursor.pgresult
     index: dict[str, int] = {}
-    for position, column in enumerate(cursor.description or ()):
-        index.setdefault(column.name, position)
+    for position in range(result.nfields if result is not None else 0):
+        name = result.fname(position) if result is not None else None
+        if name is not None:
+            index.setdefault(name.decode(), position)
+    return index
 
-    def make(values: Sequence[Any]) -> Row:
-        return Row(tuple(values), index)
 
-    return make
+@functools.lru_cache(maxsize=2048)
+def _rows_of(sql: str) -> RowFactory[Row]:
+    """The row factory of statement ``sql``, which names its columns at its first result
+    only: a statement's columns are the same each time it runs."""
+    index: dict[str, int] | None = None
+
+    def factory(cursor: Any) -> RowMaker[Row]:
+        nonlocal index
+        if index is None:
+            index = _column_index(cursor)
+        columns = index
+
+        def make(values: Sequence[Any]) -> Row:
+            return Row(tuple(values), columns)
+
+        return make
+
+    return factory
 
 
 class _IntegralNumeric(Loader):
@@ -148,8 +169,9 @@ class PgCursor:
 
     @classmethod
     def of(cls, cursor: psycopg.Cursor[Row]) -> PgCursor:
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return cls(rows, cursor.rowcount)
+        result = cursor.pgresult
+        returned = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+        return cls(cursor.fetchall() if returned else [], cursor.rowcount)
 
     def fetchone(self) -> Row | None:
         return self._rows[0] if self._rows else None
@@ -164,7 +186,7 @@ class PgCursor:
 class PgConnection:
     """A psycopg connection as the tables use it (``raw`` is the connection)."""
 
-    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
         #: Messages sent and waited for (tests and benchmarks count them).
         self.round_trips = 0
@@ -193,7 +215,9 @@ class PgConnection:
             url,
             autocommit=True,
             prepare_threshold=PREPARE_THRESHOLD,
-            row_factory=_row_factory,
+            # A result never read (a queued statement's) is made into rows cheaply; those
+            # read are made by their statement's own factory (:func:`_rows_of`).
+            row_factory=tuple_row,
             **options,
         )
         conn.prepared_max = PREPARED_MAX
@@ -340,7 +364,7 @@ class PgConnection:
     def _send(self, sql: str, parameters: Sequence[Any], *, then: str | None = None) -> PgCursor:
         """Execute ``sql``, after the write's statements not sent yet and before ``then``,
         in one round trip; its rows and count."""
-        cursor = self.raw.cursor()
+        cursor = self.raw.cursor(row_factory=_rows_of(sql))
         try:
             if not self._writing and self._pipeline is None:
                 cursor.execute(sql, parameters)
