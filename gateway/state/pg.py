@@ -35,10 +35,10 @@ What differs:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Final, Literal, TypeVar
 
@@ -61,6 +61,7 @@ from gateway.state.errors import (
 from gateway.state.pgconn import PgConnection, state_error
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
+from gateway.state.worker import Worker, WorkerStoppedError
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,11 @@ class PgStateDB(StateDB):
         self._conns: dict[Role, PgConnection | None] = {"writer": None, "reader": None}
         #: Round trips of connections closed since (see :attr:`round_trips`).
         self._retired_trips = 0
+        #: The threads of the two connections (the base's executors stay unused: a call
+        #: through them costs more, :mod:`gateway.state.worker`).
+        self._threads: dict[Role, Worker] = {"reader": Worker("herald-db-reader")}
+        if not readonly:
+            self._threads["writer"] = Worker("herald-db-writer")
         #: Set once close() has begun: operations queued before it still run on their
         #: connection, but none may open a new one.
         self._closing = False
@@ -189,14 +195,9 @@ class PgStateDB(StateDB):
         if self.closed or self._closing:
             return
         self._closing = True
-        loop = asyncio.get_running_loop()
-        roles: tuple[tuple[Role, ThreadPoolExecutor | None], ...] = (
-            ("writer", self._writer),
-            ("reader", self._reader),
-        )
-        for role, executor in roles:
-            if executor is not None:  # after the operations queued before it
-                await loop.run_in_executor(executor, self._disconnect, role)
+        for role, thread in self._threads.items():  # after the operations queued before it
+            await thread.call(functools.partial(self._disconnect, role))
+            await thread.stop()
         await super().close()
 
     # -- internals (each runs on its role's thread) -----------------------------------------
@@ -206,11 +207,13 @@ class PgStateDB(StateDB):
             raise StateClosedError(f"the state database {self.location} is closed")
 
     async def _on(self, role: Role, fn: Callable[[], T]) -> T:
-        executor = self._writer if role == "writer" else self._reader
-        if executor is None:
+        thread = self._threads.get(role)
+        if thread is None:
             raise ReadOnlyStateError(f"{self.location} is open read-only")
         try:
-            return await self._run(executor, fn)
+            return await thread.call(fn)
+        except WorkerStoppedError:
+            raise StateClosedError(f"the state database {self.location} is closed") from None
         except psycopg.Error as exc:  # opening a connection, or the connection's own calls
             error = state_error(exc)
             if type(error) is StateUnavailableError:

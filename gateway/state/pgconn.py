@@ -235,10 +235,7 @@ class PgConnection:
         return self.raw.closed or self.raw.broken
 
     def close(self) -> None:
-        block, self._pipeline_block, self._pipeline = self._pipeline_block, None, None
-        if block is not None and not self.closed:
-            with contextlib.suppress(psycopg.Error):
-                block.__exit__(None, None, None)
+        self._leave_pipeline()
         self.raw.close()
 
     def begin_with_next(self, begin: str) -> None:
@@ -258,20 +255,24 @@ class PgConnection:
         self._begin, self._writing, self._finished = None, False, False
         if not began or (finish == "COMMIT" and finished):
             return  # nothing was sent, or the COMMIT went with the last statement
-        pipeline = self._pipeline
-        if pipeline is None:  # pragma: no cover - a write's statements enter the pipeline
-            raise StateError("a write ended outside its pipeline")
-        if finish != "COMMIT" and self._unsynced:
-            # The queued statements go first; one that fails makes the server skip what
-            # follows it up to the round trip's end, the ROLLBACK too, so it goes after.
-            with contextlib.suppress(psycopg.Error):
-                self._sync(pipeline)
-        self.raw.execute(finish, prepare=False)
-        self._unsynced += 1
         try:
-            self._sync(pipeline)
+            if finish == "COMMIT":
+                pipeline = self._in_pipeline()
+                self.raw.execute(finish, prepare=False)
+                self._sync(pipeline)
+                return
+            if self._pipeline is not None and self._unsynced:
+                # The queued statements go first: the server skips what follows a failed
+                # one up to the round trip's end, so the ROLLBACK goes after them.
+                with contextlib.suppress(psycopg.Error):
+                    self._sync(self._pipeline)
+            # Outside the pipeline (leaving it reads every result it still owes), so the
+            # connection is as new for the next write, whatever failed.
+            self._leave_pipeline()
+            self.raw.execute(finish, prepare=False)
+            self.round_trips += 1
         except psycopg.Error as exc:
-            raise state_error(exc) from exc
+            raise self._failed(exc) from exc
 
     def queue(self, sql: str, parameters: Sequence[Any] = (), /) -> None:
         """Send ``sql`` with the next statement or the ``COMMIT`` (see
@@ -280,11 +281,11 @@ class PgConnection:
             self.execute(sql, parameters)
             return
         self._check_unfinished()
-        self._in_pipeline()
         try:
+            self._in_pipeline()
             self.raw.execute(driver_sql(sql), parameters)
         except psycopg.Error as exc:
-            raise state_error(exc) from exc
+            raise self._failed(exc) from exc
         self._unsynced += 1
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
@@ -310,10 +311,10 @@ class PgConnection:
                 total += max(0, self.execute(sql, values).rowcount)
             return PgCursor([], total)
         self._check_unfinished()
-        pipeline = self._in_pipeline()
         query = driver_sql(sql)
         cursors = []
         try:
+            pipeline = self._in_pipeline()
             for values in parameters:
                 cursor = self.raw.cursor()
                 cursors.append(cursor)
@@ -322,7 +323,7 @@ class PgConnection:
             self._sync(pipeline)
             return PgCursor([], sum(max(0, cursor.rowcount) for cursor in cursors))
         except psycopg.Error as exc:
-            raise state_error(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             for cursor in cursors:
                 cursor.close()
@@ -355,6 +356,40 @@ class PgConnection:
             self._unsynced += 1
         return pipeline
 
+    def _leave_pipeline(self) -> None:
+        """Leave pipeline mode, reading every result the pipeline still owes (errors and
+        all: they were raised already, or belong to a write being rolled back)."""
+        block, self._pipeline_block, self._pipeline = self._pipeline_block, None, None
+        self._unsynced = 0
+        if block is not None and not self.closed:
+            with contextlib.suppress(psycopg.Error):
+                block.__exit__(None, None, None)
+
+    def _failed(self, exc: psycopg.Error) -> StateError:
+        """The typed error for ``exc``, raised in pipeline mode: psycopg stops reading a
+        round trip's results at its first error, and what it leaves would be taken for
+        the next round trip's (and its record of prepared statements with them), so the
+        pipeline is left first."""
+        if self._pipeline is not None:
+            self._leave_pipeline()
+            self._forget_prepared()
+        return state_error(exc)
+
+    def _forget_prepared(self) -> None:
+        """After an error in the pipeline: psycopg (3.3) records a statement as prepared as
+        it sends the statement's Parse, and does not take that back when an error earlier
+        in the round trip made the server skip the Parse; the next execution would name a
+        statement the server never made. So its record is cleared (it deallocates them all
+        on the server before its next statement: an error costs their preparing again).
+        Should psycopg keep the record elsewhere one day, the connection is closed instead
+        (the state layer opens a new one: no prepared statement at all)."""
+        prepared = getattr(self.raw, "_prepared", None)
+        clear = getattr(prepared, "clear", None)
+        if callable(clear):
+            clear()
+        else:  # pragma: no cover - the psycopg of uv.lock has it
+            self.raw.close()
+
     def _sync(self, pipeline: psycopg.Pipeline) -> None:
         """Send what the pipeline holds and wait for all of its results: one round trip."""
         self._unsynced = 0
@@ -378,6 +413,6 @@ class PgConnection:
             self._sync(pipeline)
             return PgCursor.of(cursor)
         except psycopg.Error as exc:
-            raise state_error(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             cursor.close()
