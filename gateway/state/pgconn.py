@@ -200,6 +200,11 @@ class PgConnection:
         self._unsynced = 0
         #: A write's transaction is open (between begin_with_next and end).
         self._writing = False
+        #: psycopg's record of the statements it prepared on this connection, and those of
+        #: them known to exist on the server (see :meth:`_forget_prepared`).
+        names = getattr(getattr(conn, "_prepared", None), "_names", None)
+        self._prepared_names: dict[Any, bytes] | None = names if isinstance(names, dict) else None
+        self._prepared_known: dict[Any, bytes] = {}
         #: The write's last statement went out with its COMMIT: nothing may follow it.
         self._finished = False
 
@@ -379,22 +384,25 @@ class PgConnection:
         """After an error in the pipeline: psycopg (3.3) records a statement as prepared as
         it sends the statement's Parse, and does not take that back when an error earlier
         in the round trip made the server skip the Parse; the next execution would name a
-        statement the server never made. So its record is cleared (it deallocates them all
-        on the server before its next statement: an error costs their preparing again).
-        Should psycopg keep the record elsewhere one day, the connection is closed instead
-        (the state layer opens a new one: no prepared statement at all)."""
-        prepared = getattr(self.raw, "_prepared", None)
-        clear = getattr(prepared, "clear", None)
-        if callable(clear):
-            clear()
-        else:  # pragma: no cover - the psycopg of uv.lock has it
+        statement the server never made. So the statements recorded since the last round
+        trip that succeeded are forgotten (prepared again when next run); the others stay
+        prepared. Should psycopg keep its record elsewhere one day, the connection is
+        closed instead (the state layer opens a new one: no prepared statement at all)."""
+        names = self._prepared_names
+        if names is None:  # pragma: no cover - the psycopg of uv.lock has it
             self.raw.close()
+            return
+        known = self._prepared_known  # by name too: a statement prepared again has a new one
+        for key in [key for key, name in names.items() if known.get(key) != name]:
+            del names[key]
 
     def _sync(self, pipeline: psycopg.Pipeline) -> None:
         """Send what the pipeline holds and wait for all of its results: one round trip."""
         self._unsynced = 0
         self.round_trips += 1
         pipeline.sync()
+        if self._prepared_names is not None:  # each of them now exists on the server
+            self._prepared_known = dict(self._prepared_names)
 
     def _send(self, sql: str, parameters: Sequence[Any], *, then: str | None = None) -> PgCursor:
         """Execute ``sql``, after the write's statements not sent yet and before ``then``,
