@@ -21,9 +21,6 @@ portable, which every table follows:
   databases put NULLs at opposite ends by default.
 - Booleans are written ``1``/``0`` (the columns are integers on both).
 - ``LIKE`` is never used: SQLite's ignores ASCII case, PostgreSQL's does not.
-- A parameter whose type nothing around it gives (``? IS NULL``) is cast
-  (``CAST(? AS DOUBLE PRECISION)``): PostgreSQL binds parameters on the server, and a NULL
-  there would have no type.
 
 The rest differs, and each backend says it once, in its :class:`Dialect`.
 """

@@ -19,8 +19,8 @@ What differs:
   backoff. Writes are not grouped as on SQLite: a serialization failure condemns the whole
   transaction, so one conflicting write would make every write of its group run again,
   and a group's wider read and write sets would conflict with other replicas more often.
-- A write's ``BEGIN`` is sent in one round trip with its first statement (the writer's
-  connection is in pipeline mode: :mod:`gateway.state.pgconn`): a round trip less per write.
+- A write's ``BEGIN`` is sent in one message with its first statement (parameters are bound
+  on the client, so the two go as one simple query): a round trip less per write.
 - Reads run in autocommit, one snapshot per statement, as the SQLite reader does: they never
   take part in the serializable writes' conflicts.
 - A lost connection raises :class:`StateUnavailableError` and is opened again by the next
@@ -35,10 +35,10 @@ What differs:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Final, Literal, TypeVar
 
@@ -61,7 +61,6 @@ from gateway.state.errors import (
 from gateway.state.pgconn import PgConnection, state_error
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
-from gateway.state.worker import Worker, WorkerStoppedError
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +94,6 @@ class PgStateDB(StateDB):
         self.replica_id = replica_id
         self._password = url_password(url)
         self._conns: dict[Role, PgConnection | None] = {"writer": None, "reader": None}
-        #: Round trips of connections closed since (see :attr:`round_trips`).
-        self._retired_trips = 0
-        #: The threads of the two connections (the base's executors stay unused: a call
-        #: through them costs more, :mod:`gateway.state.worker`).
-        self._threads: dict[Role, Worker] = {"reader": Worker("herald-db-reader")}
-        if not readonly:
-            self._threads["writer"] = Worker("herald-db-writer")
         #: Set once close() has begun: operations queued before it still run on their
         #: connection, but none may open a new one.
         self._closing = False
@@ -172,12 +164,6 @@ class PgStateDB(StateDB):
                 self.space.wrote()
                 return result
 
-    @property
-    def round_trips(self) -> int:
-        """Messages the state layer sent PostgreSQL and waited for, since open (a write's
-        statements that travel together count once)."""
-        return self._retired_trips + sum(c.round_trips for c in self._conns.values() if c)
-
     async def ping(self) -> bool:
         """Whether the database answers within :data:`PING_SECONDS` (``SELECT 1`` on the
         reader's connection, opened again if it was lost)."""
@@ -195,9 +181,14 @@ class PgStateDB(StateDB):
         if self.closed or self._closing:
             return
         self._closing = True
-        for role, thread in self._threads.items():  # after the operations queued before it
-            await thread.call(functools.partial(self._disconnect, role))
-            await thread.stop()
+        loop = asyncio.get_running_loop()
+        roles: tuple[tuple[Role, ThreadPoolExecutor | None], ...] = (
+            ("writer", self._writer),
+            ("reader", self._reader),
+        )
+        for role, executor in roles:
+            if executor is not None:  # after the operations queued before it
+                await loop.run_in_executor(executor, self._disconnect, role)
         await super().close()
 
     # -- internals (each runs on its role's thread) -----------------------------------------
@@ -207,13 +198,11 @@ class PgStateDB(StateDB):
             raise StateClosedError(f"the state database {self.location} is closed")
 
     async def _on(self, role: Role, fn: Callable[[], T]) -> T:
-        thread = self._threads.get(role)
-        if thread is None:
+        executor = self._writer if role == "writer" else self._reader
+        if executor is None:
             raise ReadOnlyStateError(f"{self.location} is open read-only")
         try:
-            return await thread.call(fn)
-        except WorkerStoppedError:
-            raise StateClosedError(f"the state database {self.location} is closed") from None
+            return await self._run(executor, fn)
         except psycopg.Error as exc:  # opening a connection, or the connection's own calls
             error = state_error(exc)
             if type(error) is StateUnavailableError:
@@ -239,8 +228,6 @@ class PgStateDB(StateDB):
                 raise StateClosedError(f"the state database {self.location} is closed")
             if conn is not None:
                 log.warning("state database %s: reconnecting (%s)", self.location, role)
-                self._retired_trips += conn.round_trips
-                conn.close()
             conn = self._conns[role] = self._new_connection(readonly=role == "reader")
         return conn
 
@@ -248,7 +235,6 @@ class PgStateDB(StateDB):
         conn = self._conns[role]
         self._conns[role] = None
         if conn is not None:
-            self._retired_trips += conn.round_trips
             conn.close()
 
     def _new_connection(self, *, readonly: bool) -> PgConnection:

@@ -36,8 +36,7 @@ from gateway.state.rows import (
 _RUN_USAGE_SQL = (
     "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
     " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-    " cost_usd = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost_usd"
-    " ELSE COALESCE(cost_usd, 0) + ? END"
+    " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
     " WHERE run_id = ?"
 )
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
@@ -189,8 +188,7 @@ class SessionsTable:
         sql = (
             "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
             " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-            " cost_usd = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost_usd"
-            " ELSE COALESCE(cost_usd, 0) + ? END,"
+            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END,"
             f" updated_at = {self._later} WHERE key = ?"
         )
         counts = (usage.input, usage.output, usage.cache_read, usage.cache_write)
