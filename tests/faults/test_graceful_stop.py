@@ -3,8 +3,8 @@ each time: a clean stop must lose and repeat nothing, so it is safer than a cras
 
 ``herald run`` is a subprocess with the scripted model and the real Slack channel in Socket
 Mode against the wire-level fake Slack, which records every message really posted and takes
-Slack-like time to answer a post (so stops find posts in flight and announces waiting). Five DM
-sessions each spawn ten runs (50 in all) on a ``subagent`` lane 4 wide; each job answers
+Slack-like time to answer a post (so stops find posts in flight and announces waiting). Three DM
+sessions each spawn ten runs (30 in all) on a ``subagent`` lane 4 wide; each job answers
 after a seeded delay, some after a tool call. The daemon gets SIGTERM :data:`STOPS` times,
 each once a seeded number of announces has reached the chat (so every stop finds runs
 running or queued, and announces being delivered), with a short drain: runs that finish
@@ -40,10 +40,10 @@ from tests.gateway.daemon_process import HANG_GUARD_SECONDS, Daemon, free_port, 
 
 pytestmark = pytest.mark.slow
 
-RUNS = 50
+RUNS = 30
 PER_TURN = 10  # sessions_spawn calls honoured per model turn
 SESSIONS = RUNS // PER_TURN  # one DM each, so no session has more than ten runs at once
-STOPS = 5
+STOPS = 3
 #: Seconds a stop lets running work finish: shorter than the longest jobs, so some are parked.
 DRAIN_SECONDS = 0.5
 CHILD_KEY = re.compile(r"sessionKey (agent:main:subagent:[0-9a-f-]{36})")
@@ -145,7 +145,7 @@ async def unfinished_runs(db_path: Path) -> int:
     return sum(1 for run in runs if run.status not in FINISHED_STATUSES) + RUNS - len(runs)
 
 
-async def test_five_sigterms_with_50_runs_in_flight_lose_and_repeat_no_announce(
+async def test_three_sigterms_with_30_runs_in_flight_lose_and_repeat_no_announce(
     tmp_path: Path,
 ) -> None:
     rng = random.Random(fault_seed(1505))
@@ -176,7 +176,7 @@ async def test_five_sigterms_with_50_runs_in_flight_lose_and_repeat_no_announce(
                             within=HANG_GUARD_SECONDS,
                         )
                     if life < STOPS:
-                        # Targets leave at least 14 runs for the later lives: every stop finds
+                        # Targets leave at least 8 runs for the later lives: every stop finds
                         # runs in flight (at most 4 finish in a drain).
                         target = rng.randint(6 * life + 2, 7 * life + 8)
                         await fake.wait_for(

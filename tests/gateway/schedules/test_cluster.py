@@ -20,7 +20,7 @@ from tests.gateway.schedules.test_kill9 import rows, settled_on
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 JOBS = {f"job{n}": 1 for n in range(5)}
-OCCURRENCES = 100
+OCCURRENCES = 50
 SCRIPT = {
     "rules": [
         {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
