@@ -80,9 +80,7 @@ def run_statuses(database_url: str) -> dict[str, str]:
 async def test_two_replicas_killed_in_turn_lose_and_repeat_no_run(
     tmp_path: Path, pg_url: str, slack: FakeSlack
 ) -> None:
-    # 60 runs of 1.5 s on 3 replicas 4 wide: each kill (after 12, then 30 announces) finds
-    # runs in flight, and the last survivor still has half of them to resume and run.
-    batches, per_batch = 6, 10
+    batches, per_batch = 12, 10
     runs = batches * per_batch
     script = batch_script(batches, per_batch, job_seconds=1.5)
     async with FakeDiscord() as discord:

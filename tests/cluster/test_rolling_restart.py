@@ -1,7 +1,7 @@
 """A rolling restart under load loses nothing, doubles nothing and leaves no chat unanswered.
 
 Three real ``herald run`` replicas on one PostgreSQL database, Slack in HTTP mode against the
-wire-level fake Slack. A hundred top-level mentions, each spawning three sub-agents (300
+wire-level fake Slack. Sixty top-level mentions, each spawning three sub-agents (180
 runs), are sent while the replicas are stopped with SIGTERM and started again one at a time
 (each waits for the one before to be ready again, as an operator's loop or systemd's
 ``herald@`` units restarted in turn do). Every event goes through a "load balancer": a live
@@ -31,7 +31,7 @@ from tests.fakes.slack import BOT_USER_ID, FakeSlack
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-BATCHES = 100
+BATCHES = 60
 PER_BATCH = 3
 RUNS = BATCHES * PER_BATCH
 REPLICAS = 3
@@ -39,11 +39,11 @@ REPLICAS = 3
 DRAIN_SECONDS = 0.2
 JOB_SECONDS = 0.5
 #: Mentions sent while each replica restarts (at most; the rest go after the last restart).
-DURING_RESTART = 25
+DURING_RESTART = 12
 #: Mentions sent to a replica as it gets SIGTERM.
 AT_THE_STOP = 4
 #: Seconds between mentions while a replica restarts: load throughout its stop and start.
-PACE_SECONDS = 0.1
+PACE_SECONDS = 0.2
 #: Generous guard on the whole; never an assertion about speed.
 GUARD_SECONDS = 300
 IN_FLIGHT = frozenset({"queued", "running"})
