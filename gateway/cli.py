@@ -68,17 +68,23 @@ def herald_version() -> str:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser for ``argv``: with its command's module alone when its first word
-    is a command (the one parser that can then apply), else with every installed one."""
+    is a command (the one parser that can then apply), with none for ``--version``, else
+    with every installed one."""
     import importlib
 
-    named = COMMANDS.get(argv[0]) if argv else None
-
+    first = argv[0] if argv else None
     parser = argparse.ArgumentParser(
         prog="herald", description="Chat gateway daemon for LLM agents."
     )
     parser.add_argument("--version", action="version", version=f"herald {herald_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in (named,) if named is not None else COMMAND_MODULES:
+    if first in COMMANDS:
+        modules: Sequence[str] = (COMMANDS[first],)
+    elif first == "--version":  # answered by the parser itself, before any command
+        modules = ()
+    else:
+        modules = COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
