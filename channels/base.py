@@ -12,12 +12,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Literal
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+
+if TYPE_CHECKING:  # aiohttp is only in an annotation: loading config or the CLI needs none
+    from aiohttp import web
 
 ChatType = Literal["dm", "channel"]
 OutboundKind = Literal["reply", "announce", "notice"]

@@ -21,6 +21,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import Final
 
 from gateway.constants import EXIT_CONFIG
 from gateway.errors import ConfigError
@@ -37,6 +38,24 @@ COMMAND_MODULES = (
     "gateway.commands.mcp",
     "gateway.commands.schedules",
 )
+#: The module of each command, so that ``herald <command> …`` imports that module alone:
+#: each brings what its commands need (pydantic, aiohttp, the state database…), and a
+#: command's start-up is most of its time. ``--help``, a bare ``herald`` and a mistyped
+#: command build the whole parser. A test checks this against what the modules register.
+COMMANDS: Final = {
+    "run": "gateway.commands.run",
+    "config": "gateway.commands.config",
+    "sessions": "gateway.commands.sessions",
+    "transcripts": "gateway.commands.sessions",
+    "runs": "gateway.commands.runs",
+    "spawn": "gateway.commands.runs",
+    "doctor": "gateway.commands.doctor",
+    "status": "gateway.commands.status",
+    "db": "gateway.commands.db",
+    "init": "gateway.commands.init",
+    "mcp": "gateway.commands.mcp",
+    "schedules": "gateway.commands.schedules",
+}
 
 
 def herald_version() -> str:
@@ -47,16 +66,25 @@ def herald_version() -> str:
         return "0+unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every installed subcommand."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser for ``argv``: with its command's module alone when its first word
+    is a command (the one parser that can then apply), with none for ``--version``, else
+    with every installed one."""
     import importlib
 
+    first = argv[0] if argv else None
     parser = argparse.ArgumentParser(
         prog="herald", description="Chat gateway daemon for LLM agents."
     )
     parser.add_argument("--version", action="version", version=f"herald {herald_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    if first in COMMANDS:
+        modules: Sequence[str] = (COMMANDS[first],)
+    elif first == "--version":  # answered by the parser itself, before any command
+        modules = ()
+    else:
+        modules = COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -103,8 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herald`` console script."""
     install_signal_handlers()
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(words)
+        args = parser.parse_args(words)
         func = getattr(args, "func", None)
         if func is None:
             parser.print_help()

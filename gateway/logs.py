@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import orjson
-from aiohttp.http_exceptions import HttpProcessingError
 
 REDACTED = "********"
 #: Secrets shorter than this are not redacted by substring: masking "a" would wreck every line.
@@ -113,8 +112,13 @@ class MalformedRequests(logging.Filter):
     parser's message quotes the offending bytes; only their start is kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "aiohttp.server":
+            return True
+        # Imported here: the CLI's commands log through this module and need no aiohttp.
+        from aiohttp.http_exceptions import HttpProcessingError
+
         exc = record.exc_info[1] if record.exc_info else None
-        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
+        if isinstance(exc, HttpProcessingError):
             remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
             record.msg = "malformed HTTP request from %s: %d %s"
             record.args = (remote, exc.code, str(exc.message)[:MALFORMED_DETAIL_CHARS])

@@ -13,12 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from channels.errors import JobRefusedError, JobsUnavailableError
-from channels.webchat.clients import ClientState
-from channels.webchat.connection import Connection
 from channels.webchat.protocol import ListJobs, Unschedule, error_frame, jobs_frame
+
+if TYPE_CHECKING:  # annotations only: the config's import of this package needs no aiohttp
+    from channels.webchat.clients import ClientState
+    from channels.webchat.connection import Connection
 
 log = logging.getLogger(__name__)
 

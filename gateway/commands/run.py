@@ -6,13 +6,12 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway import instance
 from gateway.constants import EXIT_TEMPFAIL, EXIT_UNAVAILABLE
-from gateway.logs import setup_logging
-from gateway.sessions.keys import normalize_id
-from gateway.settings import HeraldSettings
+
+if TYPE_CHECKING:
+    from gateway.settings import HeraldSettings
 
 
 def add_commands(subparsers: Any) -> None:
@@ -36,14 +35,20 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, object]:
 def replica_lock_name(settings: HeraldSettings) -> str | None:
     """In a cluster, this replica's lock name (its id, normalised for a file name: distinct
     ids stay distinct); None for a gateway alone on its state directory."""
+    from gateway.sessions.keys import normalize_id
+
     if settings.cluster.database_url is None:
         return None
     return normalize_id(settings.cluster.resolved_replica_id(), exact=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, as in every command: ``herald <other command>`` and ``--help`` build
+    # this parser too, and should not pay for the daemon's modules.
+    from gateway import instance
     from gateway.config import load_settings
     from gateway.daemon import serve
+    from gateway.logs import setup_logging
     from gateway.preflight import preflight
     from gateway.reload import SettingsHolder
 

@@ -21,9 +21,8 @@ import asyncio
 import os
 import re
 import sys
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiohttp
 import orjson
 
 from gateway.commands.reading import (
@@ -59,6 +58,9 @@ from gateway.subagents.presenter import (
     usage_text,
 )
 from gateway.usage import format_cost, format_runtime
+
+if TYPE_CHECKING:  # aiohttp is imported by the commands that call the gateway, when they do
+    import aiohttp
 
 #: Seconds between polls of ``spawn --wait``: quick enough to feel live, light on the API.
 POLL_SECONDS = 1.0
@@ -307,6 +309,8 @@ def runs_abort(args: argparse.Namespace) -> int:
             err(f"{what} matches {run_id!r} {source.where()}")
             return 1
         run_id = matches[0].run_id
+    import aiohttp
+
     url, headers = _api(args)
     try:
         return asyncio.run(_abort(url, headers, run_id))
@@ -316,6 +320,8 @@ def runs_abort(args: argparse.Namespace) -> int:
 
 
 async def _abort(url: str, headers: dict[str, str], run_id: str) -> int:
+    import aiohttp
+
     async with (
         aiohttp.ClientSession(headers=headers) as http,
         http.post(f"{url}/v1/runs/{run_id}/abort") as response,
@@ -340,6 +346,8 @@ async def _abort(url: str, headers: dict[str, str], run_id: str) -> int:
 
 def spawn_command(args: argparse.Namespace) -> int:
     """``herald spawn "<task>" [--session KEY] [--wait] …``."""
+    import aiohttp
+
     url, headers = _api(args)
     spawn_args: dict[str, Any] = {"task": args.task}
     for name, key in (
@@ -364,6 +372,8 @@ def spawn_command(args: argparse.Namespace) -> int:
 
 
 async def _spawn(url: str, headers: dict[str, str], body: dict[str, Any], *, wait: bool) -> int:
+    import aiohttp
+
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(f"{url}/v1/tools/invoke", json=body) as response:
             data = await response.json(content_type=None)

@@ -13,8 +13,6 @@ import asyncio
 import os
 from typing import Any, Final
 
-import aiohttp
-
 from gateway.commands.reading import CONFIG_HELP, err, safe
 from gateway.commands.status import gateway_url
 from gateway.constants import EXIT_UNAVAILABLE
@@ -48,6 +46,8 @@ def _call(
     args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, Any]] | None:
     """The API's status and JSON answer; None (after saying why) when it cannot be reached."""
+    import aiohttp  # here: the other commands build this module's parser, and need none
+
     url, headers = _api(args)
 
     async def send() -> tuple[int, dict[str, Any]]:

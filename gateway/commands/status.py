@@ -18,16 +18,15 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import instance
 from gateway.instance import REPLICAS_DIR, lock_path
-from gateway.sessions.keys import normalize_id
-from gateway.settings import HeraldSettings
+
+if TYPE_CHECKING:
+    from gateway.settings import HeraldSettings
 
 #: How long each probe may take: a gateway that does not answer in this time is reported so.
 PROBE_SECONDS = 5.0
@@ -102,6 +101,8 @@ def gateway_pid(settings: HeraldSettings) -> int | None:
     if settings.cluster.database_url is None:
         return lock_holder(state_dir)
     if settings.cluster.replica_id is not None:
+        from gateway.sessions.keys import normalize_id
+
         name = normalize_id(settings.cluster.replica_id, exact=True)
         return lock_holder(lock_path(state_dir, name))
     for path in sorted((state_dir / REPLICAS_DIR).glob("*.lock")):
@@ -145,6 +146,10 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 async def _probe(state: Status, headers: dict[str, str]) -> None:
+    # aiohttp (and prometheus_client below) only where used: the other commands build this
+    # module's parser and import gateway_url from it, and should not pay for either.
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=PROBE_SECONDS)
     try:
         async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
@@ -168,6 +173,8 @@ async def _probe(state: Status, headers: dict[str, str]) -> None:
 
 
 def read_metrics(state: Status, text: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
     lanes: dict[str, dict[str, int]] = defaultdict(dict)
     with contextlib.suppress(ValueError):
         for family in text_string_to_metric_families(text):

@@ -20,13 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
+if TYPE_CHECKING:
+    from apscheduler.triggers.base import BaseTrigger
 
 TriggerKind = Literal["cron", "every", "at"]
 TRIGGER_KINDS: Final[tuple[TriggerKind, ...]] = ("cron", "every", "at")
@@ -159,6 +157,11 @@ class Trigger:
         return fire.timestamp() if fire is not None else None
 
     def _apscheduler(self) -> BaseTrigger:
+        # Imported here: every ``herald`` command loads the config, most without a schedule.
+        from apscheduler.triggers.cron import CronTrigger
+        from apscheduler.triggers.date import DateTrigger
+        from apscheduler.triggers.interval import IntervalTrigger
+
         tz = zone(self.timezone)
         if self.kind == "cron":
             try:

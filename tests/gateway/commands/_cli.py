@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 
 from tests.gateway.daemon_process import HANG_GUARD_SECONDS, HERALD, clean_env, write_config
@@ -64,12 +65,22 @@ async def cli_json(*args: str) -> Any:
 async def run_when(
     path: Path, run_id: str, ready: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    """``runs show --json`` of the run, once ``ready`` says it is in the state awaited."""
-    async with asyncio.timeout(HANG_GUARD_SECONDS):
+    """``runs show --json`` of the run, once ``ready`` says it is in the state awaited.
+
+    The wait asks the gateway's API (``GET /v1/runs/{id}``: the same view of the run) rather
+    than starting a process per look. ``ready`` is a state the run does not leave (final,
+    archived), so ``runs show``, run once after, must report it too."""
+    port = json.loads(path.read_text(encoding="utf-8"))["gateway"]["port"]
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        asyncio.timeout(HANG_GUARD_SECONDS),
+        aiohttp.ClientSession(headers=headers) as http,
+    ):
         while True:
-            shown: dict[str, Any] = await cli_json(
-                "runs", "show", run_id, "--json", "-c", str(path)
-            )
-            if ready(shown):
-                return shown
-            await asyncio.sleep(0.1)
+            async with http.get(f"http://127.0.0.1:{port}/v1/runs/{run_id}") as response:
+                if response.status == 200 and ready(await response.json()):
+                    break
+            await asyncio.sleep(0.05)
+    shown: dict[str, Any] = await cli_json("runs", "show", run_id, "--json", "-c", str(path))
+    assert ready(shown), shown
+    return shown

@@ -184,7 +184,7 @@ def test_a_line_is_shown_once_its_newline_arrives_and_bad_lines_are_named() -> N
 def test_ctrl_c_while_the_cli_starts_ends_it_with_130_and_no_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def interrupted() -> None:
+    def interrupted(*_: object) -> None:
         raise KeyboardInterrupt
 
     # The commands are imported while the parser is built: the longest part of a start.

@@ -1,7 +1,14 @@
-"""A real gateway killed with SIGKILL at random moments while jobs fire, 20 times over, then
-left to finish: no occurrence is recorded or run twice, none is skipped silently (every due
-time from a job's first to its last is recorded ``ran``, ``missed`` or ``skipped``), each
-``ran`` has exactly its run, and every run ends final with one announce."""
+"""A real gateway killed with SIGKILL while jobs fire, twenty times over, then left to
+finish: no occurrence is recorded or run twice, none is skipped silently (every due time
+from a job's first to its last is recorded ``ran``, ``missed`` or ``skipped``), each
+``ran`` has exactly its run, and every run ends final with one announce.
+
+Eight kills land at chosen points: at once (the start's catch-up of the due times missed
+while it was down), just after each step of an occurrence's way as the gateway logs it (its
+run inserted, the occurrence recorded, the run final with its announce queued, the announce
+sent: the next step is then under way), and at three seeded moments spread over the two
+seconds after the start, where due times fire while earlier runs still run. The other twelve
+land at seeded random moments of those two seconds."""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import json
 import random
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import pytest
@@ -21,7 +28,19 @@ from tests.gateway.harness import hang_guard
 
 pytestmark = pytest.mark.slow
 
-KILLS = 20
+#: Where each life is cut: a log message, as soon as that life logs it; or a window of
+#: seconds after it is healthy, a seeded moment in it (0 to 0: at once).
+CUTS: Final[tuple[str | tuple[float, float], ...]] = (
+    (0.0, 0.0),
+    "sub-agent spawned",
+    "scheduled occurrence started",
+    "sub-agent finished",
+    "announce delivered",
+    (0.0, 0.7),
+    (0.7, 1.4),
+    (1.4, 2.0),
+    *[(0.0, 2.0)] * 12,
+)
 CLIENT_ID = "kill-client"
 #: Periods (seconds) of the declared jobs: short, so that kills land while they fire.
 PERIODS = {"every1": 1, "every2": 2, "every3": 3}
@@ -102,10 +121,13 @@ async def test_sigkill_while_jobs_fire_neither_doubles_nor_drops_an_occurrence(
     path = config(tmp_path, port)
     seed = random.randrange(1 << 30)
     moments = random.Random(seed)
-    for _ in range(KILLS):
+    for cut in CUTS:
         async with herald("run", "--config", str(path), port=port) as daemon:
             await daemon.wait_healthy()
-            await asyncio.sleep(moments.uniform(0.0, 2.0))  # a random moment, not a wait
+            if isinstance(cut, str):
+                await daemon.wait_log(cut)
+            else:
+                await asyncio.sleep(moments.uniform(*cut))  # a seeded moment, not a wait
             daemon.process.send_signal(signal.SIGKILL)
             assert await daemon.wait_exit() == -signal.SIGKILL
     async with herald("run", "--config", str(path), port=port) as last:
