@@ -28,21 +28,26 @@ pytestmark = pytest.mark.slow
 SPAWNS = 24
 CLIENT_ID = "accept-client"
 SESSION_KEY = f"agent:main:webchat:{CLIENT_ID}"
-SCRIPT = {
-    "rules": [
-        {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
-        {"match": r"^hello$", "reply": "hi"},
-        # Holds the lane (width 1) long enough for the kill; quick after the restart.
-        {"match": r"^hold$", "reply": "held", "delaySeconds": 1.0},
-        {"match": r"^job-(\d+)$", "reply": "result $1"},
-    ],
-    "default": {"reply": "?"},
-}
+#: Holds the lane (width 1) until the kill, however long the burst takes to be accepted.
+HOLD_SECONDS = 3600.0
 
 
-def config(tmp_path: Path, port: int) -> Path:
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT), encoding="utf-8")
+def script(hold_seconds: float) -> dict[str, Any]:
+    return {
+        "rules": [
+            {"match": r"^\[announce\]", "reply": "ANNOUNCE {lastAssistant}"},
+            {"match": r"^hello$", "reply": "hi"},
+            {"match": r"^hold$", "reply": "held", "delaySeconds": hold_seconds},
+            {"match": r"^job-(\d+)$", "reply": "result $1"},
+        ],
+        "default": {"reply": "?"},
+    }
+
+
+def config(tmp_path: Path, port: int, *, hold_seconds: float) -> Path:
+    """The config (and its model's script: the held run waits ``hold_seconds``)."""
+    script_path = tmp_path / "script.json"
+    script_path.write_text(json.dumps(script(hold_seconds)), encoding="utf-8")
     return write_config(
         tmp_path / "herald.json",
         {
@@ -53,7 +58,7 @@ def config(tmp_path: Path, port: int) -> Path:
             },
             "models": {
                 "providers": {
-                    "t": {"api": "scripted", "script": str(script), "models": [{"id": "m"}]}
+                    "t": {"api": "scripted", "script": str(script_path), "models": [{"id": "m"}]}
                 }
             },
         },
@@ -75,7 +80,7 @@ def transcript_lines(path: Path) -> list[dict[str, Any]]:
 
 async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> None:
     port = free_port()
-    path = config(tmp_path, port)
+    path = config(tmp_path, port, hold_seconds=HOLD_SECONDS)
     async with aiohttp.ClientSession() as http:
         async with herald("run", "--config", str(path), port=port) as first:
             await first.wait_healthy()
@@ -98,6 +103,7 @@ async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> Non
         assert set(accepted) <= set(queued)
         assert not [r for r in queued.values() if Path(r.transcript_path or "").exists()]
 
+        config(tmp_path, port, hold_seconds=0)  # the held run is quick after the restart
         async with herald("run", "--config", str(path), port=port) as second:
             await second.wait_healthy()
             async with webchat_page(http, second.url, CLIENT_ID) as client:
