@@ -69,7 +69,12 @@ class ConversationReader:
             stat = os.fstat(file.fileno())
             fold = self._fold(path, stat.st_dev, stat.st_ino, stat.st_size)
             with fold.lock:
-                tail = self._catch_up(path, fold, file, stat.st_size)
+                try:
+                    tail = self._catch_up(path, fold, file, stat.st_size)
+                except BaseException:
+                    # Fed in part: the next read starts over rather than feed lines twice.
+                    self._forget(path, fold)
+                    raise
                 if not tail:
                     return fold.conversation.conversation()
                 ending = fold.conversation.copy()
@@ -85,6 +90,11 @@ class ConversationReader:
             while len(self._folds) > self._kept:
                 self._folds.popitem(last=False)
             return fold
+
+    def _forget(self, path: Path, fold: _Fold) -> None:
+        with self._lock:
+            if self._folds.get(path) is fold:
+                del self._folds[path]
 
     @staticmethod
     def _catch_up(path: Path, fold: _Fold, file: BinaryIO, size: int) -> list[Record]:

@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions.conversations import ConversationReader
 from gateway.sessions.transcript import (
+    ConversationFold,
     chat_messages_from_records,
     encode_line,
     event_record,
@@ -136,3 +138,26 @@ def test_a_whole_last_line_without_its_newline_counts_as_in_a_whole_read(tmp_pat
     with path.open("ab") as file:  # its newline arrives, then the next line
         file.write(b"\n" + encode_line(say("user", "q2")))
     assert [m.content for m in reader.read(path)] == ["q", "a", "q2"]
+
+
+def test_a_read_that_failed_half_way_starts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(encode_line(say("user", "q")))
+    reader = ConversationReader()
+    reader.read(path)
+    with path.open("ab") as file:
+        file.write(encode_line(say("assistant", "a")) + encode_line(say("user", "q2")))
+    real_feed = ConversationFold.feed
+
+    def feed_one_then_fail(self: ConversationFold, records: Any) -> None:
+        real_feed(self, list(records)[:1])
+        raise RuntimeError("cut off")
+
+    monkeypatch.setattr(ConversationFold, "feed", feed_one_then_fail)
+    with pytest.raises(RuntimeError):
+        reader.read(path)
+    monkeypatch.setattr(ConversationFold, "feed", real_feed)
+    assert reader.read(path) == whole(path)
+    assert [m.content for m in whole(path)] == ["q", "a", "q2"]
