@@ -30,12 +30,12 @@ import sqlite3
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from gateway.state.connection import Connection
 from gateway.state.sqlite import SqliteConnection
+from gateway.state.thread import StateThread
 
 T = TypeVar("T")
 
@@ -56,21 +56,21 @@ _Outcome = tuple[_Write, Any, BaseException | None]
 
 
 class WriteGroups:
-    """The write queue of ``connection``, served on ``executor``'s single thread (the
-    only thread that may use the connection). ``begin`` is the
+    """The write queue of ``connection``, served on ``thread`` (the only thread that may use
+    the connection). ``begin`` is the
     statement that opens a write transaction (``BEGIN IMMEDIATE`` on SQLite, so the write
     lock is taken before the first write of the group runs).
     """
 
     def __init__(
         self,
-        executor: Executor,
+        thread: StateThread,
         connection: sqlite3.Connection,
         *,
         begin: str = "BEGIN IMMEDIATE",
         max_group: int = MAX_GROUP,
     ) -> None:
-        self._executor = executor
+        self._thread = thread
         self._connection = connection
         #: What the writes are given: the same connection, raising Herald's typed errors.
         self._tables = SqliteConnection(connection)
@@ -94,7 +94,7 @@ class WriteGroups:
     def submit(self, fn: Callable[[Connection], T]) -> asyncio.Future[T]:
         """Queue ``fn``; the future resolves after the transaction that ran it committed.
 
-        Raises ``RuntimeError`` when the executor has been shut down.
+        Raises ``RuntimeError`` when the thread has been shut down.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -104,7 +104,7 @@ class WriteGroups:
                 return future  # the running drain takes it with the next group
             self._draining = True
         try:
-            self._executor.submit(self._drain)
+            self._thread.post(self._drain)
         except BaseException:
             with self._lock:
                 self._draining = False

@@ -11,6 +11,13 @@ from gateway.state.rows import to_column_value
 
 T = TypeVar("T")
 
+#: Usage totals' cost: ``cost_usd`` plus the bound cost when one is known (the same value bound
+#: twice). The cast gives the first mark a type, so PostgreSQL can prepare the statement.
+ADD_COST_SQL = (
+    "cost_usd = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost_usd"
+    " ELSE COALESCE(cost_usd, 0) + ? END"
+)
+
 
 class Database(Protocol):
     """What a table needs of :class:`gateway.state.db.StateDB`."""

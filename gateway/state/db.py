@@ -36,7 +36,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Final, TypeVar
 from urllib.parse import quote
@@ -69,6 +68,7 @@ from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
 from gateway.state.sqlite import SqliteConnection, state_error
 from gateway.state.steers import SteersTable
+from gateway.state.thread import StateThread
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,8 @@ class StateDB:
         self.readonly = readonly
         self.schema_version = 0
         self._closed = False
-        self._writer = (
-            None
-            if readonly
-            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-writer")
-        )
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herald-db-reader")
+        self._writer = None if readonly else StateThread("herald-db-writer")
+        self._reader = StateThread("herald-db-reader")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: SqliteConnection | None = None
         #: The writer thread's queue of writes, committed in groups (once open).
@@ -203,16 +199,15 @@ class StateDB:
             return
         self._closed = True
         await self.space.close()
-        loop = asyncio.get_running_loop()
-        for executor, attr in ((self._writer, "_wconn"), (self._reader, "_rconn")):
-            if executor is None:
+        for thread, attr in ((self._writer, "_wconn"), (self._reader, "_rconn")):
+            if thread is None:
                 continue
             conn = getattr(self, attr)
             if conn is not None:
                 setattr(self, attr, None)
                 raw = conn.raw if isinstance(conn, SqliteConnection) else conn
-                await loop.run_in_executor(executor, raw.close)
-            await asyncio.to_thread(executor.shutdown, True)
+                await thread.submit(raw.close)
+            await asyncio.to_thread(thread.shutdown)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -220,22 +215,21 @@ class StateDB:
         if self._closed:
             raise StateClosedError(f"the state database {self.path} is closed")
 
-    async def _run(self, executor: ThreadPoolExecutor | None, fn: Callable[[], T]) -> T:
-        if executor is None:
+    async def _run(self, thread: StateThread | None, fn: Callable[[], T]) -> T:
+        if thread is None:
             raise ReadOnlyStateError(f"{self.path} is open read-only")
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, fn)
-        except RuntimeError as exc:
-            # The executor refuses work after shutdown: report it as the typed error.
-            if self._closed and "shutdown" in str(exc):
-                raise StateClosedError(f"the state database {self.path} is closed") from None
-            raise
+            future = thread.submit(fn)
+        except RuntimeError:
+            # The thread refuses work after shutdown: report it as the typed error.
+            raise StateClosedError(f"the state database {self.path} is closed") from None
+        return await future
 
     async def _queue_write(self, groups: WriteGroups, fn: Callable[[Connection], T]) -> T:
         try:
             future = groups.submit(fn)
         except RuntimeError:
-            # The executor refuses work after shutdown: report it as the typed error.
+            # The thread refuses work after shutdown: report it as the typed error.
             raise StateClosedError(f"the state database {self.path} is closed") from None
         return await future
 

@@ -35,10 +35,10 @@ What differs:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Final, Literal, TypeVar
 
@@ -59,8 +59,10 @@ from gateway.state.errors import (
     WriteConflictError,
 )
 from gateway.state.pgconn import PgConnection, state_error
+from gateway.state.pgprepared import PreparedStatementError
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
+from gateway.state.thread import StateThread
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,9 @@ CONFLICT_RETRY_FIRST_SECONDS: Final = 0.005
 CONFLICT_RETRY_MAX_DELAY_SECONDS: Final = 1.0
 #: Seconds a readiness ping may take: a database slower than this is as good as gone.
 PING_SECONDS: Final = 5.0
+#: Times an operation is run again because a prepared statement refused it (each time with
+#: fewer texts prepared).
+PLAIN_AGAIN_TIMES: Final = 8
 #: PostgreSQL truncates application_name to 63 bytes.
 APPLICATION_NAME_MAX: Final = 63
 
@@ -127,7 +132,9 @@ class PgStateDB(StateDB):
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the reader thread (a read-only session, autocommit)."""
         self._check_open()
-        return await self._on("reader", lambda: fn(self._connection("reader")))
+        return await self._on(
+            "reader", lambda: self._plainly(lambda: fn(self._connection("reader")))
+        )
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the writer thread in one serializable transaction.
@@ -144,7 +151,9 @@ class PgStateDB(StateDB):
         while True:
             attempt += 1
             try:
-                result = await self._on("writer", lambda: self._in_transaction(fn))
+                result = await self._on(
+                    "writer", lambda: self._plainly(lambda: self._in_transaction(fn))
+                )
             except DiskFullError as exc:
                 # As on SQLite: not retried here; the disk-full state says when space is back.
                 cause = exc.__cause__ or exc
@@ -181,14 +190,13 @@ class PgStateDB(StateDB):
         if self.closed or self._closing:
             return
         self._closing = True
-        loop = asyncio.get_running_loop()
-        roles: tuple[tuple[Role, ThreadPoolExecutor | None], ...] = (
+        roles: tuple[tuple[Role, StateThread | None], ...] = (
             ("writer", self._writer),
             ("reader", self._reader),
         )
-        for role, executor in roles:
-            if executor is not None:  # after the operations queued before it
-                await loop.run_in_executor(executor, self._disconnect, role)
+        for role, thread in roles:
+            if thread is not None:  # after the operations queued before it
+                await thread.submit(functools.partial(self._disconnect, role))
         await super().close()
 
     # -- internals (each runs on its role's thread) -----------------------------------------
@@ -198,11 +206,11 @@ class PgStateDB(StateDB):
             raise StateClosedError(f"the state database {self.location} is closed")
 
     async def _on(self, role: Role, fn: Callable[[], T]) -> T:
-        executor = self._writer if role == "writer" else self._reader
-        if executor is None:
+        thread = self._writer if role == "writer" else self._reader
+        if thread is None:
             raise ReadOnlyStateError(f"{self.location} is open read-only")
         try:
-            return await self._run(executor, fn)
+            return await self._run(thread, fn)
         except psycopg.Error as exc:  # opening a connection, or the connection's own calls
             error = state_error(exc)
             if type(error) is StateUnavailableError:
@@ -255,6 +263,16 @@ class PgStateDB(StateDB):
                     f"version {LATEST_VERSION} (start the daemon once to migrate)"
                 )
             self.schema_version = version
+
+    def _plainly(self, operation: Callable[[], T]) -> T:
+        """Run ``operation``; again while a prepared statement fails it where the plain text
+        might not (:mod:`gateway.state.pgprepared`): each time, its texts run plain."""
+        for _ in range(PLAIN_AGAIN_TIMES):
+            try:
+                return operation()
+            except PreparedStatementError as exc:
+                log.debug("state database: prepared statement refused (%s); plainly now", exc)
+        return operation()
 
     def _in_transaction(self, fn: Callable[[Connection], T]) -> T:
         conn = self._connection("writer")

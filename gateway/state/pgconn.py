@@ -37,6 +37,7 @@ from gateway.state.errors import (
     StateUnavailableError,
     WriteConflictError,
 )
+from gateway.state.pgprepared import PreparedStatementError, PreparedStatements
 
 #: SQLSTATEs of a transaction PostgreSQL failed for meeting another: run it again.
 CONFLICT_SQLSTATES: Final = frozenset({"40001", "40P01"})
@@ -72,14 +73,27 @@ class Row(Sequence[Any]):
 
 
 def _row_factory(cursor: Any) -> RowMaker[Row]:
-    index: dict[str, int] = {}
-    for position, column in enumerate(cursor.description or ()):
-        index.setdefault(column.name, position)
+    # The column names straight from the result: psycopg's ``description`` builds a Column
+    # object per column each time it is read, most of a statement's CPU for a run's row.
+    result = cursor.pgresult
+    count = result.nfields if result is not None else 0
+    index = _name_index(tuple(result.fname(n) for n in range(count)) if count else ())
 
     def make(values: Sequence[Any]) -> Row:
         return Row(tuple(values), index)
 
     return make
+
+
+@functools.lru_cache(maxsize=512)
+def _name_index(names: tuple[bytes | None, ...]) -> dict[str, int]:
+    """Each column's position by name (the first, where names repeat); shared by every row
+    of every result with these columns, never changed."""
+    index: dict[str, int] = {}
+    for position, name in enumerate(names):
+        if name is not None:
+            index.setdefault(name.decode(), position)
+    return index
 
 
 class _IntegralNumeric(Loader):
@@ -138,8 +152,9 @@ class PgCursor:
 
     @classmethod
     def of(cls, cursor: psycopg.Cursor[Row]) -> PgCursor:
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return cls(rows, cursor.rowcount)
+        result = cursor.pgresult
+        returned = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+        return cls(cursor.fetchall() if returned else [], cursor.rowcount)
 
     def fetchone(self) -> Row | None:
         return self._rows[0] if self._rows else None
@@ -167,6 +182,8 @@ class PgConnection:
         self._writing = False
         #: The write's last statement went out with its COMMIT: nothing may follow it.
         self._finished = False
+        #: The tables' texts prepared on this connection (:mod:`gateway.state.pgprepared`).
+        self.prepared = PreparedStatements()
 
     @classmethod
     def connect(cls, url: str, *, application_name: str, readonly: bool) -> PgConnection:
@@ -220,6 +237,7 @@ class PgConnection:
             self._pending = pending
             self.execute_native(finish)
             return
+        self.prepared.dropped()
         if unsent:
             return
         if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -232,13 +250,16 @@ class PgConnection:
             self.execute(sql, parameters)
             return
         self._check_unfinished()
-        self._pending.append(self._binder.mogrify(driver_sql(sql), parameters))
+        prepare, execute = self.prepared.pieces(sql, len(parameters))
+        if prepare is not None:
+            self._pending.append(prepare)
+        self._pending.append(self._binder.mogrify(execute or driver_sql(sql), parameters))
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
         """Run one statement with ``?`` parameters."""
         self._check_unfinished()
         with self.raw.cursor() as cursor:
-            self._send(cursor, driver_sql(sql), parameters)
+            self._send_table(cursor, sql, parameters)
             return PgCursor.of(cursor)
 
     def last(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
@@ -249,7 +270,7 @@ class PgConnection:
         self._check_unfinished()
         self._finished = True
         with self.raw.cursor() as cursor:
-            self._send(cursor, driver_sql(sql), parameters, then="COMMIT")
+            self._send_table(cursor, sql, parameters, then="COMMIT")
             return PgCursor.of(cursor)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> PgCursor:
@@ -268,6 +289,20 @@ class PgConnection:
     def _check_unfinished(self) -> None:
         if self._finished:
             raise StateError("a statement after the write's last one (its COMMIT was sent)")
+
+    def _send_table(
+        self,
+        cursor: psycopg.Cursor[Row],
+        sql: str,
+        parameters: Sequence[Any],
+        *,
+        then: str | None = None,
+    ) -> None:
+        """:meth:`_send` for a table's ``sql`` (``?`` marks), prepared once it recurs."""
+        prepare, execute = self.prepared.pieces(sql, len(parameters))
+        if prepare is not None:
+            self._pending.append(prepare)
+        self._send(cursor, execute or driver_sql(sql), parameters, then=then)
 
     def _send(
         self,
@@ -293,4 +328,7 @@ class PgConnection:
             for _ in pending:
                 cursor.nextset()
         except psycopg.Error as exc:
+            if self.prepared.failed(exc.sqlstate):
+                raise PreparedStatementError(" ".join(str(exc).split())) from exc
             raise state_error(exc) from exc
+        self.prepared.sent()

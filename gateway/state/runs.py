@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.llm import Usage
 from gateway.state._sql import (
+    ADD_COST_SQL,
     Database,
     column_list,
     in_clause,
@@ -162,7 +163,7 @@ class RunsTable:
         sql = (
             "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
             " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
+            f" {ADD_COST_SQL}"
             f" WHERE run_id = ? RETURNING {_COLUMNS}"
         )
         params = (usage.input, usage.output, usage.cache_read, usage.cache_write)

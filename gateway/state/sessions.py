@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from gateway.llm import Usage
-from gateway.state._sql import Database, column_list, insert_sql
+from gateway.state._sql import ADD_COST_SQL, Database, column_list, insert_sql
 from gateway.state.connection import Connection
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.replicas import LIVE_REPLICAS_SQL
@@ -36,7 +36,7 @@ from gateway.state.rows import (
 _RUN_USAGE_SQL = (
     "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
     " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-    " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END"
+    f" {ADD_COST_SQL}"
     " WHERE run_id = ?"
 )
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
@@ -188,7 +188,7 @@ class SessionsTable:
         sql = (
             "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
             " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END,"
+            f" {ADD_COST_SQL},"
             f" updated_at = {self._later} WHERE key = ?"
         )
         counts = (usage.input, usage.output, usage.cache_read, usage.cache_write)

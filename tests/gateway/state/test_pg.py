@@ -143,11 +143,12 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         # The first statement's rows and the second's count, not BEGIN's.
         assert await db.write(insert_two) == (1, 1)
         # BEGIN travels with the first statement, queued ones with the COMMIT: three round
-        # trips for four statements, a BEGIN and a COMMIT.
+        # trips for four statements, a BEGIN and a COMMIT. The text run a second time is
+        # prepared on its way (the PREPARE travels with it too).
         assert sent == [
             "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s) RETURNING n",
             "INSERT INTO t VALUES (%s)",
-            "INSERT INTO t VALUES (3); INSERT INTO t VALUES (4); COMMIT",
+            "PREPARE h1 AS INSERT INTO t VALUES ($1); EXECUTE h1(3); EXECUTE h1(4); COMMIT",
         ]
         sent.clear()
 
@@ -155,7 +156,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
             conn.queue("INSERT INTO t VALUES (?)", (5,))
 
         await db.write(only_queued)
-        assert sent == ["BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (5); COMMIT"]
+        assert sent == ["BEGIN ISOLATION LEVEL SERIALIZABLE; EXECUTE h1(5); COMMIT"]
         sent.clear()
 
         def nothing(conn: Connection) -> str:
