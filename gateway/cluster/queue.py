@@ -56,6 +56,7 @@ from procrastinate.worker import Worker
 from psycopg_pool import AsyncConnectionPool
 
 from gateway.cluster.connection import check_idle
+from gateway.cluster.defers import Defers
 from gateway.cluster.timing import QueueTiming
 from gateway.constants import SUBAGENT_LANE
 from gateway.state import RunRecord
@@ -167,9 +168,9 @@ class ProcrastinateQueue:
         self._defers: set[asyncio.Task[bool]] = set()
         #: The defer in flight of each run, which an abort waits for before it looks.
         self._deferring: dict[str, asyncio.Task[bool]] = {}
-        #: One defer at a time per queue, in the order submitted (an asyncio lock wakes its
-        #: waiters in order): job ids, and so the order runs start in, follow the spawns.
-        self._defer_order = {QUEUE: asyncio.Lock(), URGENT_QUEUE: asyncio.Lock()}
+        #: One defer at a time per queue, in the order submitted (job ids, and so the order
+        #: runs start in, follow the spawns); those submitted meanwhile go in one statement.
+        self._defers_in_order = Defers(self._app.job_manager)
         #: Runs found without a job by the last sweep (deferred if the next finds them too).
         self._suspects: set[str] = set()
         self._executing: dict[str, int] = {}
@@ -230,17 +231,15 @@ class ProcrastinateQueue:
     async def defer(self, run_id: str, *, attempt: int = 1, urgent: bool = False) -> bool:
         """Defer a job for ``run_id`` now; False when one waits already or the database
         refused (logged; the sweep defers it later)."""
-        deferrer = self._task.configure(
+        job = self._task.configure(
             queue=URGENT_QUEUE if urgent else QUEUE,
             lock=run_id,
             queueing_lock=run_id,
             priority=URGENT_PRIORITY if urgent else 0,
-        )
+        ).make_new_job(run_id=run_id, attempt=attempt, urgent=urgent)
         try:
-            async with self._defer_order[URGENT_QUEUE if urgent else QUEUE]:
-                await deferrer.defer_async(run_id=run_id, attempt=attempt, urgent=urgent)
-        except pq_errors.AlreadyEnqueued:
-            return False  # a job of this run waits already: it does the work
+            if not await self._defers_in_order.defer(job):
+                return False  # a job of this run waits already: it does the work
         except Exception as exc:
             logger.warning(
                 "sub-agent run not queued yet; the sweep queues it",

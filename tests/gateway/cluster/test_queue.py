@@ -197,7 +197,7 @@ async def test_runs_start_in_the_order_they_were_spawned_however_their_defers_go
 ) -> None:
     """A job's id decides when it runs: the first spawn's defer, slow on its connection,
     must still give it the first job, or a width-1 replica runs the spawns out of order."""
-    real_defer = JobManager.defer_job_async
+    real_defer = JobManager.batch_defer_jobs_async
     calls = 0
 
     async def defer(self: JobManager, *args: Any, **kwargs: Any) -> Any:
@@ -207,7 +207,7 @@ async def test_runs_start_in_the_order_they_were_spawned_however_their_defers_go
             await asyncio.sleep(0.3)  # the later spawn's defer would overtake this one
         return await real_defer(self, *args, **kwargs)
 
-    monkeypatch.setattr(JobManager, "defer_job_async", defer)
+    monkeypatch.setattr(JobManager, "batch_defer_jobs_async", defer)
     async with replicas(tmp_path, pg_url, ["a"], width=1) as gws:
         gw = gws["a"]
         ctx = await gw.context("agent:main:memory:channel:c1")
