@@ -85,16 +85,7 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         origin = (await target_session(app, job.to_target, job.agent_id)).origin
         if origin is None:  # pragma: no cover - a target always gives one
             return
-        item = OutboxRecord(
-            channel=origin.channel,
-            account=origin.account,
-            chat_id=origin.chat_id,
-            thread_id=origin.thread_id,
-            text=text,
-            created_at=time.time(),
-            kind="notice",
-        )
-        await db.outbox.insert(item)
+        await db.outbox.insert(OutboxRecord.to_origin(origin, text, time.time(), kind="notice"))
         app[OUTBOX].kick()
 
     scheduler = Scheduler(

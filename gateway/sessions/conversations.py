@@ -8,10 +8,11 @@ conversation built so far (a :class:`~gateway.sessions.transcript.ConversationFo
 offset it reached; the next read parses only the lines written after it. The result is the
 one a whole read gives, by construction: the same fold over the same records.
 
-A file that is not the one read before (another inode: renewed or archived and replaced) or
-shorter than the offset (cut short) is read whole again. Only complete lines are kept in the
-fold: an unterminated last line that is a whole object (as a whole read takes it) is added to
-this read's answer alone, and read again next time.
+A file that is not the one read before (another inode: renewed or archived and replaced,
+see :mod:`~gateway.sessions.filecache`) or shorter than the offset (cut short) is read whole
+again. Only complete lines are kept in the fold: an unterminated last line that is a whole
+object (as a whole read takes it) is added to this read's answer alone, and read again next
+time.
 Everything here blocks; the store calls it in a worker thread.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Final
 import orjson
 
 from gateway.llm import ChatMessage
+from gateway.sessions.filecache import FileCache
 from gateway.sessions.transcript import ConversationFold
 
 log = logging.getLogger(__name__)
@@ -50,14 +51,16 @@ class _Fold:
     conversation: ConversationFold = field(default_factory=ConversationFold)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def start_over(self) -> None:
+        self.offset, self.conversation = 0, ConversationFold()
+
 
 class ConversationReader:
     """Conversations of the last :data:`FOLDS_KEPT` transcripts read, kept up to date."""
 
     def __init__(self, kept: int = FOLDS_KEPT) -> None:
         self._kept = kept
-        self._folds: OrderedDict[Path, _Fold] = OrderedDict()
-        self._lock = threading.Lock()
+        self._folds = FileCache(_Fold, kept)
 
     def __repr__(self) -> str:
         return f"<ConversationReader folds={len(self._folds)}/{self._kept}>"
@@ -67,34 +70,21 @@ class ConversationReader:
         is none)."""
         with open(path, "rb") as file:
             stat = os.fstat(file.fileno())
-            fold = self._fold(path, stat.st_dev, stat.st_ino, stat.st_size)
+            fold = self._folds.entry(path, stat)
             with fold.lock:
+                if stat.st_size < fold.offset:  # cut short
+                    fold.start_over()
                 try:
                     tail = self._catch_up(path, fold, file, stat.st_size)
                 except BaseException:
                     # Fed in part: the next read starts over rather than feed lines twice.
-                    self._forget(path, fold)
+                    fold.start_over()
                     raise
                 if not tail:
                     return fold.conversation.conversation()
                 ending = fold.conversation.copy()
                 ending.feed(tail)
                 return ending.conversation()
-
-    def _fold(self, path: Path, device: int, inode: int, size: int) -> _Fold:
-        with self._lock:
-            fold = self._folds.pop(path, None)
-            if fold is None or (fold.device, fold.inode) != (device, inode) or size < fold.offset:
-                fold = _Fold(device, inode)
-            self._folds[path] = fold
-            while len(self._folds) > self._kept:
-                self._folds.popitem(last=False)
-            return fold
-
-    def _forget(self, path: Path, fold: _Fold) -> None:
-        with self._lock:
-            if self._folds.get(path) is fold:
-                del self._folds[path]
 
     @staticmethod
     def _catch_up(path: Path, fold: _Fold, file: BinaryIO, size: int) -> list[Record]:

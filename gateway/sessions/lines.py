@@ -5,8 +5,9 @@ from it, so a window of a large file costs what the window holds.
 :data:`BLOCK_BYTES` or so, where one line begins (a *mark*: line number and byte offset).
 Building it reads the file once in blocks, counting newlines (no parsing, constant memory);
 afterwards a file that only grew is indexed from where the index ended, and a file replaced
-(another inode) or cut short (a torn tail repaired) is indexed again. Finding line *n* is a
-binary search among the marks and a scan of at most one block.
+(another inode, see :mod:`~gateway.sessions.filecache`) or cut short (a torn tail repaired)
+is indexed again. Finding line *n* is a binary search among the marks and a scan of at most
+one block.
 
 :func:`lines_from` yields the lines from a marked offset; :func:`lines_backwards` yields a
 file's complete lines from the last one back. Both hold at most one block and one line,
@@ -18,11 +19,12 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
+
+from gateway.sessions.filecache import FileCache
 
 #: Bytes read at a time, and about the distance between two marks: a window's first line
 #: is found by scanning at most this much.
@@ -77,9 +79,7 @@ class LineIndexes:
     """The indexes of recently read files, bounded (:data:`INDEXES_KEPT`), thread-safe."""
 
     def __init__(self, kept: int = INDEXES_KEPT) -> None:
-        self._kept = kept
-        self._indexes: OrderedDict[Path, LineIndex] = OrderedDict()
-        self._lock = threading.Lock()
+        self._indexes = FileCache(LineIndex, kept)
 
     def __repr__(self) -> str:
         return f"<LineIndexes files={len(self._indexes)}>"
@@ -90,15 +90,7 @@ class LineIndexes:
         The caller holds the returned index's ``lock`` while it uses the marks.
         """
         stat = os.fstat(file.fileno())
-        with self._lock:
-            index = self._indexes.get(path)
-            stale = index is None or (index.device, index.inode) != (stat.st_dev, stat.st_ino)
-            if index is None or stale:
-                index = LineIndex(stat.st_dev, stat.st_ino)
-                self._indexes[path] = index
-            self._indexes.move_to_end(path)
-            while len(self._indexes) > self._kept:
-                self._indexes.popitem(last=False)
+        index = self._indexes.entry(path, stat)
         with index.lock:
             if stat.st_size < index.size:  # cut short (a torn tail repaired): start over
                 index.size, index.lines = 0, 0

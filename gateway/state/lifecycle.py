@@ -125,15 +125,6 @@ def delivery_for(where: Destination) -> Delivery:
 
 def announce_item(run: RunRecord, text: str, now: float) -> OutboxRecord | None:
     """The outbox item posting ``text`` to ``run``'s chat (None when it has no chat)."""
-    origin = run.origin
-    if origin is None:
+    if run.origin is None:
         return None
-    return OutboxRecord(
-        channel=origin.channel,
-        account=origin.account,
-        chat_id=origin.chat_id,
-        thread_id=origin.thread_id,
-        text=text,
-        created_at=now,
-        run_id=run.run_id,
-    )
+    return OutboxRecord.to_origin(run.origin, text, now, kind="announce", run_id=run.run_id)

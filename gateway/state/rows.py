@@ -328,6 +328,31 @@ class OutboxRecord:
     #: The replica (process) delivering it now; None while nobody has claimed it.
     claimed_by: str | None = None
 
+    @classmethod
+    def to_origin(
+        cls,
+        origin: Origin,
+        text: str,
+        created_at: float,
+        *,
+        kind: str,
+        run_id: str | None = None,
+        batch_id: str | None = None,
+    ) -> OutboxRecord:
+        """An item posting ``text`` to the chat and thread of ``origin``: a run's announce
+        (``run_id``), a batch's follow-up (``batch_id``) or a scheduled job's notice."""
+        return cls(
+            channel=origin.channel,
+            account=origin.account,
+            chat_id=origin.chat_id,
+            thread_id=origin.thread_id,
+            text=text,
+            created_at=created_at,
+            kind=kind,
+            run_id=run_id,
+            batch_id=batch_id,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class BatchRecord:

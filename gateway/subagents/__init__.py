@@ -182,10 +182,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+# Defined for the interpreter alone: the type checker, seeing a module ``__getattr__``, would
+# type any name imported from here as ``Any`` (a misspelt one too) instead of looking for it
+# among the imports above.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _HOME.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value

@@ -275,16 +275,7 @@ class BatchCoordinator:
         """Close the batch with ``reply``, posted to its chat (``post``) in the same write."""
         origin = batch.origin
         item = (
-            OutboxRecord(
-                channel=origin.channel,
-                account=origin.account,
-                chat_id=origin.chat_id,
-                thread_id=origin.thread_id,
-                text=reply,
-                created_at=ended,
-                kind="followup",
-                batch_id=batch.batch_id,
-            )
+            OutboxRecord.to_origin(origin, reply, ended, kind="followup", batch_id=batch.batch_id)
             if origin is not None and post
             else None
         )

@@ -1,6 +1,6 @@
 """``herald mcp list|probe`` and the doctor's MCP checks, with no gateway running: the
 reference server ``mcp-server-time``, a command that does not exist, an HTTP server that is
-down (its header secret never shown)."""
+down (its header secret never shown); a sandboxed server labelled so."""
 
 from __future__ import annotations
 
@@ -89,3 +89,24 @@ async def test_doctor_probes_every_enabled_server(tmp_path: Path) -> None:
     assert by_subject["mcp server issues"].level == "FAIL"
     assert "mcp server off" not in by_subject
     assert all("sk-issues" not in f.render() for f in findings)
+
+
+def test_both_commands_label_a_sandboxed_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The label comes from the config alone: `true`, which ends before it speaks MCP, is the
+    # cheapest server to show it (bubblewrap still starts the sandboxed one).
+    servers = {"plain": {"command": "true"}, "boxed": {"command": "true", "sandbox": True}}
+    config = {"gateway": {"stateDir": str(tmp_path / "state")}, "mcp": {"servers": servers}}
+    path = tmp_path / "herald.json"
+    path.write_text(json.dumps(config))
+
+    assert main(["mcp", "list", "--config", str(path)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert rows["plain"].split()[1:3] == ["stdio", "failed:"]
+    assert rows["boxed"].split()[1:4] == ["stdio,", "sandboxed", "failed:"]
+
+    assert main(["doctor", "--config", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  mcp server plain: stdio: " in out
+    assert "FAIL  mcp server boxed: stdio, sandboxed: " in out

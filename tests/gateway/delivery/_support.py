@@ -4,10 +4,10 @@ listener that waits for items to settle."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
-from gateway.state import OutboxRecord, RunRecord, SessionRecord, StateDB
+from gateway.state import OutboxRecord, StateDB
+from tests.gateway.state.records import child_session, run_record
 
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 10
@@ -23,27 +23,8 @@ async def queued_announce(
 ) -> tuple[OutboxRecord, str]:
     """A finished run whose announce is queued, as the announce step leaves it; the item
     and the run's id."""
-    child = SessionRecord(
-        key=f"agent:main:subagent:{uuid.uuid4()}",
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=1.0,
-        updated_at=1.0,
-    )
-    await db.sessions.create(child)
-    run = RunRecord(
-        run_id=str(uuid.uuid4()),
-        child_session_key=child.key,
-        child_session_id=child.session_id,
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=1.0,
-        status="announcing",
-        outcome="done",
-    )
-    await db.runs.insert(run)
+    child = await child_session(db, None)
+    run = await db.runs.insert(run_record(child, status="announcing", outcome="done"))
     item = OutboxRecord(
         channel=channel,
         account="default",

@@ -3,7 +3,6 @@ its own on the session's real server)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,13 +10,12 @@ from typing import Literal
 
 import pytest
 
-from gateway.state import BatchRecord, RunRecord, SessionRecord, StateDB
+from gateway.state import BatchRecord, StateDB
 from gateway.state.pg import PgStateDB
+from tests.gateway.state.records import REQUESTER, child_session, requester_run, session_record
 from tests.postgres import BACKENDS
 
 Backend = Literal["sqlite", "postgres"]
-#: The chat session whose sub-agent runs the ``requester`` fixture spawns.
-REQUESTER = "agent:main:memory:channel:c1"
 
 
 @dataclass
@@ -70,21 +68,6 @@ async def db(state_target: StateTarget) -> StateDB:
     return await state_target.open()
 
 
-async def child_session(db: StateDB, parent: str) -> SessionRecord:
-    """A new sub-agent session whose parent is the session ``parent``."""
-    record = SessionRecord(
-        key=f"agent:main:subagent:{uuid.uuid4()}",
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=1.0,
-        updated_at=1.0,
-        parent_key=parent,
-    )
-    stored, _ = await db.sessions.create(record)
-    return stored
-
-
 class Requester:
     """A chat session (:data:`REQUESTER`) in a test's database and the live sub-agent runs it
     spawns."""
@@ -93,16 +76,7 @@ class Requester:
         self._db = db
 
     async def create(self) -> None:
-        await self._db.sessions.create(
-            SessionRecord(
-                key=REQUESTER,
-                session_id=str(uuid.uuid4()),
-                agent_id="main",
-                kind="chat",
-                created_at=1.0,
-                updated_at=1.0,
-            )
-        )
+        await self._db.sessions.create(session_record(REQUESTER))
 
     async def spawn(self, runs: int, *, prefix: str = "run", origin: bool = True) -> list[str]:
         """The ids of ``runs`` more live runs (``<prefix>-<n>``), spawned after the ones
@@ -111,20 +85,7 @@ class Requester:
         spawned = len(await self._db.runs.list(limit=1000))
         for n in range(runs):
             child = await child_session(self._db, REQUESTER)
-            run = RunRecord(
-                run_id=f"{prefix}-{n}",
-                child_session_key=child.key,
-                child_session_id=child.session_id,
-                requester_agent_id="main",
-                agent_id="main",
-                task="t",
-                created_at=float(spawned + n),
-                status="running",
-                parent_session_key=REQUESTER,
-                origin_channel="memory" if origin else None,
-                origin_account="default" if origin else None,
-                origin_chat_id="c1" if origin else None,
-            )
+            run = requester_run(child, f"{prefix}-{n}", at=float(spawned + n), origin=origin)
             await self._db.runs.insert(run)
             ids.append(run.run_id)
         return ids

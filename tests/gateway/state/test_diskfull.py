@@ -34,6 +34,7 @@ from gateway.state.diskfull import Headroom
 from gateway.state.pg import PgStateDB
 from tests import postgres
 from tests.gateway.state.conftest import StateTarget
+from tests.gateway.state.records import session_record
 
 #: Guard against a hung test; never an assertion about speed.
 GUARD_SECONDS = 20.0
@@ -42,16 +43,7 @@ BIG = "x" * 20_000
 
 
 def session(label: str | None = None) -> SessionRecord:
-    key = f"agent:main:webchat:{uuid.uuid4().hex[:12]}"
-    return SessionRecord(
-        key=key,
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="chat",
-        created_at=1.0,
-        updated_at=1.0,
-        label=label,
-    )
+    return session_record(f"agent:main:webchat:{uuid.uuid4().hex[:12]}", label=label)
 
 
 def _limit(conn: Connection, pages: int) -> int:

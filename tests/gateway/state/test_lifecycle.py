@@ -26,7 +26,8 @@ from gateway.state import (
     destination,
 )
 from gateway.state.runends import move, select_runs
-from tests.gateway.state.conftest import REQUESTER, Requester
+from tests.gateway.state.conftest import Requester
+from tests.gateway.state.records import REQUESTER
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

@@ -16,7 +16,7 @@ from gateway.state import (
     StateDB,
 )
 from gateway.state.schema import LIVE_STATUS_SQL
-from tests.gateway.state.conftest import child_session
+from tests.gateway.state.records import child_session, run_record
 
 PERSON = "agent:main:main"
 
@@ -27,19 +27,13 @@ async def spawned(
     """A run spawned by ``parent``'s session (the person's session when None)."""
     parent_key = parent.child_session_key if parent is not None else PERSON
     child = await child_session(db, parent_key)
-    values: dict[str, object] = {
-        "run_id": str(uuid.uuid4()),
-        "child_session_key": child.key,
-        "child_session_id": child.session_id,
-        "requester_agent_id": "main",
-        "agent_id": "main",
-        "task": "t",
-        "created_at": at,
-        "parent_session_key": parent_key,
-        "parent_run_id": parent.run_id if parent is not None else None,
-        "depth": parent.depth + 1 if parent is not None else 1,
-    }
-    run = RunRecord(**values)  # type: ignore[arg-type]
+    run = run_record(
+        child,
+        created_at=at,
+        parent_session_key=parent_key,
+        parent_run_id=parent.run_id if parent is not None else None,
+        depth=parent.depth + 1 if parent is not None else 1,
+    )
     return await db.runs.insert(run, max_live_siblings=limit)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +32,12 @@ from gateway.state import (
     BatchRecord,
     ChildLimitError,
     RecordConflictError,
-    RunRecord,
-    SessionRecord,
     StateDB,
 )
 from gateway.state.pg import PgStateDB
 from tests import postgres
+from tests.gateway.state.records import REQUESTER, requester_run, session_record
 
-REQUESTER = "agent:main:memory:channel:c1"
 #: ``maxChildrenPerSession`` of the spawns here: small, so that random orders reach it.
 MAX_CHILDREN = 4
 FINAL = ("done", "error", "timeout", "cancelled")
@@ -83,44 +80,19 @@ class Orchestration(RuleBasedStateMachine):
 
     @initialize()
     def requester(self) -> None:
-        record = SessionRecord(
-            key=REQUESTER,
-            session_id=str(uuid.uuid4()),
-            agent_id="main",
-            kind="chat",
-            created_at=1.0,
-            updated_at=1.0,
-        )
-        self.run(self.db.sessions.create(record))
+        self.run(self.db.sessions.create(session_record(REQUESTER)))
 
     @rule()
     def spawn(self) -> None:
         n = len(self.runs)  # ids from a counter: hypothesis replays draws by value
-        child_key = f"agent:main:subagent:{n:08d}"
-        child = SessionRecord(
-            key=child_key,
+        child = session_record(
+            f"agent:main:subagent:{n:08d}",
+            "subagent",
             session_id=f"child-{n}",
-            agent_id="main",
-            kind="subagent",
-            created_at=1.0,
-            updated_at=1.0,
             parent_key=REQUESTER,
         )
         self.run(self.db.sessions.create(child))
-        run = RunRecord(
-            run_id=f"run-{n:04d}",
-            child_session_key=child_key,
-            child_session_id=child.session_id,
-            requester_agent_id="main",
-            agent_id="main",
-            task="t",
-            created_at=float(len(self.runs)),
-            status="running",
-            parent_session_key=REQUESTER,
-            origin_channel="memory",
-            origin_account="default",
-            origin_chat_id="c1",
-        )
+        run = requester_run(child, f"run-{n:04d}", at=float(n))
         live = sum(1 for r in self.runs if r not in self.final)
         if live >= MAX_CHILDREN:
             with pytest.raises(ChildLimitError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,30 +23,16 @@ from gateway.state._sql import insert_sql
 from gateway.state.connection import Connection
 from gateway.state.rows import RUN_COLUMNS, to_column_value
 from gateway.state.schema import MIGRATIONS
+from tests.gateway.state.records import child_session, run_record
 
 
 async def _child(db: StateDB) -> SessionRecord:
-    key = f"agent:main:subagent:{uuid.uuid4()}"
-    record = SessionRecord(
-        key=key,
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=1.0,
-        updated_at=1.0,
-        parent_key="agent:main:main",
-    )
-    stored, _ = await db.sessions.create(record)
-    return stored
+    return await child_session(db, "agent:main:main")
 
 
-def _run(child: SessionRecord, *, at: float = 10.0, **fields: object) -> RunRecord:
-    values: dict[str, object] = {
-        "run_id": str(uuid.uuid4()),
-        "child_session_key": child.key,
-        "child_session_id": child.session_id,
-        "requester_agent_id": "main",
-        "agent_id": "main",
+def _run(child: SessionRecord, *, at: float = 10.0, **fields: Any) -> RunRecord:
+    """A run the main session spawned from a Slack thread."""
+    spawned_from_slack: dict[str, Any] = {
         "task": "summarise the logs",
         "created_at": at,
         "parent_session_key": "agent:main:main",
@@ -55,8 +42,7 @@ def _run(child: SessionRecord, *, at: float = 10.0, **fields: object) -> RunReco
         "origin_thread_id": "1712345678.123456",
         "origin_chat_type": "channel",
     }
-    values.update(fields)
-    return RunRecord(**values)  # type: ignore[arg-type]
+    return run_record(child, **{**spawned_from_slack, **fields})
 
 
 async def test_insert_get_and_views(db: StateDB) -> None:

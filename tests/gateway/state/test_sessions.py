@@ -14,22 +14,11 @@ from gateway.state import (
     Origin,
     RecordConflictError,
     RecordNotFoundError,
-    SessionKind,
     SessionRecord,
     StateDB,
 )
 from tests.gateway.harness import HANG_GUARD_SECONDS
-
-
-def _record(key: str, kind: SessionKind = "chat", *, at: float = 1000.0) -> SessionRecord:
-    return SessionRecord(
-        key=key,
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind=kind,
-        created_at=at,
-        updated_at=at,
-    )
+from tests.gateway.state.records import session_record
 
 
 async def test_create_then_find_by_key_and_id(db: StateDB) -> None:
@@ -55,24 +44,24 @@ async def test_create_then_find_by_key_and_id(db: StateDB) -> None:
 
 
 async def test_create_twice_keeps_the_first(db: StateDB) -> None:
-    first, _ = await db.sessions.create(_record("agent:main:main", "main"))
-    second, created = await db.sessions.create(_record("agent:main:main", "main"))
+    first, _ = await db.sessions.create(session_record("agent:main:main", "main"))
+    second, created = await db.sessions.create(session_record("agent:main:main", "main"))
     assert not created
     assert second == first
 
 
 async def test_a_reused_session_id_is_a_conflict(db: StateDB) -> None:
-    first, _ = await db.sessions.create(_record("agent:main:main", "main"))
-    clash = dataclasses.replace(_record("agent:main:webchat:x"), session_id=first.session_id)
+    first, _ = await db.sessions.create(session_record("agent:main:main", "main"))
+    clash = dataclasses.replace(session_record("agent:main:webchat:x"), session_id=first.session_id)
     with pytest.raises(RecordConflictError):
         await db.sessions.create(clash)
 
 
 async def test_listing_hides_subagents_and_archived_unless_asked(db: StateDB) -> None:
-    await db.sessions.create(_record("agent:main:main", "main", at=1))
+    await db.sessions.create(session_record("agent:main:main", "main", at=1))
     child = f"agent:main:subagent:{uuid.uuid4()}"
-    await db.sessions.create(_record(child, "subagent", at=2))
-    await db.sessions.create(_record("agent:main:webchat:old", at=3))
+    await db.sessions.create(session_record(child, "subagent", at=2))
+    await db.sessions.create(session_record("agent:main:webchat:old", at=3))
     await db.sessions.mark_archived([("agent:main:webchat:old", 5.0, "/x")])
 
     def keys(records: list[SessionRecord]) -> list[str]:
@@ -90,7 +79,7 @@ async def test_listing_hides_subagents_and_archived_unless_asked(db: StateDB) ->
 
 
 async def test_usage_adds_up_and_cost_stays_unknown_until_priced(db: StateDB) -> None:
-    await db.sessions.create(_record("agent:main:main", "main"))
+    await db.sessions.create(session_record("agent:main:main", "main"))
     after = await db.sessions.add_usage("agent:main:main", Usage(100, 20, 50, 5), at=2000.0)
     assert after.usage == Usage(100, 20, 50, 5)
     assert after.cost_usd is None
@@ -103,7 +92,7 @@ async def test_usage_adds_up_and_cost_stays_unknown_until_priced(db: StateDB) ->
 
 
 async def test_origin_model_label_and_touch(db: StateDB) -> None:
-    await db.sessions.create(_record("agent:main:main", "main"))
+    await db.sessions.create(session_record("agent:main:main", "main"))
     origin = Origin("discord", "bot", "42", None, "dm")
     assert (await db.sessions.set_origin("agent:main:main", origin, at=3000.0)).origin == origin
     assert (await db.sessions.set_origin("agent:main:main", None)).origin is None
@@ -122,7 +111,7 @@ async def test_updates_of_unknown_sessions_raise(db: StateDB) -> None:
 async def test_archive_schedule_and_marking(db: StateDB) -> None:
     keys = [f"agent:main:subagent:{uuid.uuid4()}" for _ in range(3)]
     for key in keys:
-        await db.sessions.create(_record(key, "subagent"))
+        await db.sessions.create(session_record(key, "subagent"))
     await db.sessions.set_archive_due(keys[0], 50.0)
     await db.sessions.set_archive_due(keys[1], 10.0)
     assert await db.sessions.archive_schedule() == [(keys[1], 10.0), (keys[0], 50.0)]
@@ -144,7 +133,7 @@ async def test_archive_schedule_and_marking(db: StateDB) -> None:
 async def test_due_for_archive_and_the_schedule_after_a_time(db: StateDB) -> None:
     keys = [f"agent:main:subagent:{uuid.uuid4()}" for _ in range(3)]
     for key, due in zip(keys, (10.0, 20.0, 30.0), strict=True):
-        await db.sessions.create(_record(key, "subagent"))
+        await db.sessions.create(session_record(key, "subagent"))
         await db.sessions.set_archive_due(key, due)
     assert [r.key for r in await db.sessions.due_for_archive(20.0)] == keys[:2]
     assert await db.sessions.archive_schedule(after=20.0) == [(keys[2], 30.0)]
@@ -158,7 +147,7 @@ async def test_a_read_while_an_archive_is_being_recorded_is_never_cached_over_it
     """A read made while ``mark_archived`` waits for the writer gets the row from before;
     once the write is done, reads see the session archived (the older row is not kept)."""
     key = "agent:main:main"
-    await db.sessions.create(_record(key))
+    await db.sessions.create(session_record(key))
     writer_free = threading.Event()
     async with asyncio.timeout(HANG_GUARD_SECONDS):
         busy = asyncio.ensure_future(db.write(lambda _: writer_free.wait(HANG_GUARD_SECONDS)))
