@@ -62,6 +62,13 @@ class StoreSink:
     async def event(self, name: str, data: dict[str, Any]) -> None:
         await self.store.append_event(self.session, name, data)
 
+    def take_usage(self) -> tuple[Usage, float | None]:
+        """The usage (and cost) not yet saved, now the caller's to save with a write of its
+        own (a run's final write takes its announce turn's)."""
+        taken = self._unsaved, self._unsaved_cost
+        self._unsaved, self._unsaved_cost = Usage(), None
+        return taken
+
     async def save_usage(self) -> None:
         """Add the usage not yet saved to the session's and the run's totals. Never raises:
         it runs on every way out of a turn, errors included."""

@@ -5,18 +5,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from gateway.llm import Usage
 from gateway.state.connection import Connection, Dialect
 from gateway.state.errors import InvalidUpdateError, RecordNotFoundError
 from gateway.state.rows import to_column_value
 
 T = TypeVar("T")
 
-#: Usage totals' cost: ``cost_usd`` plus the bound cost when one is known (the same value bound
-#: twice). The cast gives the first mark a type, so PostgreSQL can prepare the statement.
-ADD_COST_SQL = (
-    "cost_usd = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost_usd"
+#: A turn's usage added to a row's totals (sessions and runs have the same columns), its
+#: cost only when one is known; bound by :func:`usage_values`. The cast gives the cost's first
+#: mark a type, so PostgreSQL can prepare the statement.
+ADD_USAGE_SQL = (
+    "usage_input = usage_input + ?, usage_output = usage_output + ?,"
+    " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
+    " cost_usd = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost_usd"
     " ELSE COALESCE(cost_usd, 0) + ? END"
 )
+
+
+def usage_values(usage: Usage, cost_usd: float | None) -> tuple[Any, ...]:
+    """The values :data:`ADD_USAGE_SQL` binds, in order."""
+    return (usage.input, usage.output, usage.cache_read, usage.cache_write, cost_usd, cost_usd)
 
 
 class Database(Protocol):

@@ -14,12 +14,15 @@ import builtins
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gateway.llm import Usage
 from gateway.state._sql import (
+    ADD_USAGE_SQL,
     Database,
     column_list,
     in_clause,
     insert_sql,
     update_assignments,
+    usage_values,
 )
 from gateway.state.connection import Connection
 from gateway.state.errors import RecordConflictError, RecordNotFoundError
@@ -41,6 +44,7 @@ from gateway.state.rows import (
     to_column_value,
 )
 from gateway.state.runs import count_live, is_live, returned_run
+from gateway.state.sessions import session_usage_sql
 
 _RUN_COLUMNS = column_list(RUN_COLUMNS)
 _RUN_SELECT = f"SELECT {_RUN_COLUMNS} FROM runs"
@@ -107,13 +111,18 @@ class RunEndsTable:
         now: float,
         by: str | None = None,
         archive_due_at: float | None = None,
+        usage: Usage | None = None,
+        cost_usd: float | None = None,
     ) -> RunRecord:
         """Make a run final: apply ``changes`` (its status, announce text, …) and move its
         delivery as :func:`~gateway.state.lifecycle.destination` says for the row as read
         here; when the result goes to the chat, its announce (``changes["announce_text"]``)
         is queued in the outbox in the same write. The completion is handed on ``by`` this
         replica. With ``archive_due_at``, the run's child session (unless archived) is due
-        for archiving then, in the same write."""
+        for archiving then, in the same write. With ``usage`` (and ``cost_usd``, when
+        priced), the announce turn's, added to the run's totals and its child session's in
+        the same write too."""
+        session_usage = session_usage_sql(self._db.dialect) if usage is not None else ""
 
         def run(conn: Connection) -> RunRecord:
             current = _run(conn, run_id)
@@ -134,9 +143,15 @@ class RunEndsTable:
                 check_transition(run_id, current.delivery, new)
                 update["delivery"] = new
             assignments, values = update_assignments("runs", update, _FINISH_ALLOWED)
+            if usage is not None:
+                assignments = f"{assignments}, {ADD_USAGE_SQL}"
+                values = [*values, *usage_values(usage, cost_usd)]
             sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_RUN_COLUMNS}"
             after = returned_run(conn, sql, [*values, run_id], run_id)
             count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
+            if usage is not None:
+                spent = usage_values(usage, cost_usd)
+                conn.queue(session_usage, (*spent, now, after.child_session_key))
             if archive_due_at is not None:
                 conn.queue(
                     "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
@@ -145,7 +160,7 @@ class RunEndsTable:
             return after
 
         final = await self._db.write(run)
-        if archive_due_at is not None:
+        if archive_due_at is not None or usage is not None:
             self._session_changed(final.child_session_key)
         return final
 

@@ -13,13 +13,14 @@ from typing import Any
 
 from gateway.llm import Usage
 from gateway.state._sql import (
-    ADD_COST_SQL,
+    ADD_USAGE_SQL,
     Database,
     column_list,
     in_clause,
     insert_sql,
     returned_row,
     update_assignments,
+    usage_values,
 )
 from gateway.state.connection import Connection
 from gateway.state.errors import ChildLimitError, RecordNotFoundError
@@ -160,16 +161,11 @@ class RunsTable:
         self, run_id: str, usage: Usage, cost_usd: float | None = None
     ) -> RunRecord:
         """Add ``usage`` (and ``cost_usd`` when known) to the run's totals."""
-        sql = (
-            "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
-            " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-            f" {ADD_COST_SQL}"
-            f" WHERE run_id = ? RETURNING {_COLUMNS}"
-        )
-        params = (usage.input, usage.output, usage.cache_read, usage.cache_write)
+        sql = f"UPDATE runs SET {ADD_USAGE_SQL} WHERE run_id = ? RETURNING {_COLUMNS}"
+        params = usage_values(usage, cost_usd)
 
         def run(conn: Connection) -> RunRecord:
-            rows = conn.last(sql, (*params, cost_usd, cost_usd, run_id)).fetchall()
+            rows = conn.last(sql, (*params, run_id)).fetchall()
             if len(rows) != 1:  # nothing was written
                 raise RecordNotFoundError("runs", run_id)
             return run_from_row(rows[0])

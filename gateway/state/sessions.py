@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from gateway.llm import Usage
-from gateway.state._sql import ADD_COST_SQL, Database, column_list, insert_sql
-from gateway.state.connection import Connection
+from gateway.state._sql import ADD_USAGE_SQL, Database, column_list, insert_sql, usage_values
+from gateway.state.connection import Connection, Dialect
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.replicas import LIVE_REPLICAS_SQL
 from gateway.state.rows import (
@@ -33,13 +33,17 @@ from gateway.state.rows import (
 )
 
 #: A sub-agent turn's usage on its run, in the write that adds it to the run's session.
-_RUN_USAGE_SQL = (
-    "UPDATE runs SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
-    " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-    f" {ADD_COST_SQL}"
-    " WHERE run_id = ?"
-)
+_RUN_USAGE_SQL = f"UPDATE runs SET {ADD_USAGE_SQL} WHERE run_id = ?"
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
+
+
+def session_usage_sql(dialect: Dialect) -> str:
+    """The statement adding a turn's usage to a session (bound: :func:`usage_values`, then
+    the time, then the key); the session counts as updated then."""
+    later = dialect.larger("updated_at", "?")
+    return f"UPDATE sessions SET {ADD_USAGE_SQL}, updated_at = {later} WHERE key = ?"
+
+
 #: Keys per ``IN (…)`` query: well under SQLite's bound-parameter limit.
 _CHUNK = 500
 #: Sessions kept in memory (~1 KiB each): more than are active at once on a busy gateway;
@@ -185,18 +189,12 @@ class SessionsTable:
         sub-agent's turn: one write for both); an unknown run raises
         :class:`RecordNotFoundError` once the session's totals are saved."""
         now = time.time() if at is None else at
-        sql = (
-            "UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,"
-            " usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ?,"
-            f" {ADD_COST_SQL},"
-            f" updated_at = {self._later} WHERE key = ?"
-        )
-        counts = (usage.input, usage.output, usage.cache_read, usage.cache_write)
-        params = (*counts, cost_usd, cost_usd, now, key)
+        sql = session_usage_sql(self._db.dialect)
+        params = (*usage_values(usage, cost_usd), now, key)
         if run_id is None:
             return await self._update_returning(key, sql, params)
         returning = f"{sql} RETURNING {column_list(SESSION_COLUMNS)}"
-        run_params = (*counts, cost_usd, cost_usd, run_id)
+        run_params = (*usage_values(usage, cost_usd), run_id)
 
         def run(conn: Connection) -> tuple[SessionRecord, bool]:
             rows = conn.execute(returning, params).fetchall()

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
 from gateway.constants import ANNOUNCE_SKIP
 from gateway.delivery import Outbox
-from gateway.llm import ChatMessage, ModelRequest
+from gateway.llm import ChatMessage, ModelRequest, Usage
 from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
@@ -146,6 +147,32 @@ def compose_announce(
     return f"{body}\n\n{stats}"
 
 
+class _Spent(NamedTuple):
+    """What an announce turn spent (its cost None when the model is not priced): saved by
+    the run's final write, in the same transaction as its status."""
+
+    usage: Usage
+    cost_usd: float | None
+
+    @property
+    def empty(self) -> bool:
+        return self.usage == Usage() and self.cost_usd is None
+
+    def added_to(self, run: RunRecord) -> RunRecord:
+        """``run`` with its totals as the final write leaves them."""
+        if self.empty:
+            return run
+        cost = run.cost_usd if self.cost_usd is None else (run.cost_usd or 0.0) + self.cost_usd
+        return dataclasses.replace(
+            run,
+            usage_input=run.usage_input + self.usage.input,
+            usage_output=run.usage_output + self.usage.output,
+            usage_cache_read=run.usage_cache_read + self.usage.cache_read,
+            usage_cache_write=run.usage_cache_write + self.usage.cache_write,
+            cost_usd=cost,
+        )
+
+
 class Announcer:
     """Runs the announce step of finished runs (see the module docstring)."""
 
@@ -207,17 +234,18 @@ class Announcer:
             run = await self._db.runs.get(run_id) or run
         # A run of a batch posts nothing of its own: the follow-up speaks for it.
         turn = status in MODEL_ANNOUNCED and destination(run) is not Destination.BATCH
+        spent = _Spent(Usage(), None)
         if turn:
-            reply = await self._announce_turn(run, child, status)
+            reply, spent = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
                 changes = {"status": status, "announce_state": "skipped"}
-                run, due = await self._make_final(run, changes)
+                run, due = await self._make_final(run, changes, spent)
                 self._metrics.announce_delivery("skipped")
                 await self._store.append_event(child, "announce", {"skipped": True})
                 await self._settled(run, due)
                 return
-        if turn:  # its usage now includes the announce turn's
-            run = await self._db.runs.get(run_id) or run
+            # The announce shows the totals its final write will hold, the turn's included.
+            run = spent.added_to(run)
         runtime = (run.ended_at or self._clock()) - (run.started_at or run.created_at)
         text = compose_announce(
             run,
@@ -226,7 +254,7 @@ class Announcer:
             runtime_seconds=runtime,
             transcript_path=run.transcript_path,
         )
-        run, due = await self._finish(run, status, text)
+        run, due = await self._finish(run, status, text, spent)
         posted = run.announce_state == "queued"
         await self._store.append_event(
             child, "announce", {"status": status, "text": text, "state": run.announce_state}
@@ -240,13 +268,13 @@ class Announcer:
         await self._settled(run, due)
 
     async def _finish(
-        self, run: RunRecord, status: RunStatus, text: str
+        self, run: RunRecord, status: RunStatus, text: str, spent: _Spent
     ) -> tuple[RunRecord, float | None]:
         """Apply the final status and, where the result goes to the chat, queue the announce,
         in one write (the write decides, as it reads the run: a batch or a wait may take
         the result instead, and a nested run's announce reaches its requester inside its
         completion)."""
-        run, due = await self._make_final(run, {"status": status, "announce_text": text})
+        run, due = await self._make_final(run, {"status": status, "announce_text": text}, spent)
         if run.announce_state == "queued":
             self._outbox.kick()
         elif run.announce_state == "no_origin":
@@ -254,14 +282,22 @@ class Announcer:
         return run, due
 
     async def _make_final(
-        self, run: RunRecord, changes: dict[str, Any]
+        self, run: RunRecord, changes: dict[str, Any], spent: _Spent | None = None
     ) -> tuple[RunRecord, float | None]:
         """``finish_run``, with the time its child is due for archiving (when it is
-        archived later, not now) written in the same transaction; the final run and that
-        time. A stop right after it leaves nothing for the start-up's archive check."""
+        archived later, not now) and the announce turn's usage (``spent``) written in the
+        same transaction; the final run and that time. A stop right after it leaves nothing
+        for the start-up's archive check."""
         due = self._archive_due(run)
+        usage, cost = (None, None) if spent is None or spent.empty else spent
         final = await self._db.ends.finish_run(
-            run.run_id, changes, now=self._clock(), by=self._by, archive_due_at=due
+            run.run_id,
+            changes,
+            now=self._clock(),
+            by=self._by,
+            archive_due_at=due,
+            usage=usage,
+            cost_usd=cost,
         )
         return final, due
 
@@ -288,9 +324,10 @@ class Announcer:
 
     async def _announce_turn(
         self, run: RunRecord, child: SessionRecord, status: RunStatus
-    ) -> str | None:
-        """One model turn in the child session asking for the reply to post; None if the
-        model could not give one (the system announce is posted instead)."""
+    ) -> tuple[str | None, _Spent]:
+        """One model turn in the child session asking for the reply to post (None if the
+        model could not give one: the system announce is posted instead), and what the
+        turn spent, for the run's final write to save."""
         try:
             setup, sink = self._children.setup(run, child)
             history = await self._store.chat_messages(child.key)
@@ -313,8 +350,8 @@ class Announcer:
                 model=reply.model,
                 usage=reply.usage,
             )
-            await sink.save_usage()
-            return reply.text if reply.text.strip() else None
+            spent = _Spent(*sink.take_usage())
+            return (reply.text if reply.text.strip() else None), spent
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -324,7 +361,7 @@ class Announcer:
             )
             with contextlib.suppress(Exception):
                 await self._store.append_event(child, "announce_failed", {"error": str(exc)})
-            return None
+            return None, _Spent(Usage(), None)
 
     async def settle_archive(self, run: RunRecord, *, recorded_due: float | None = None) -> None:
         """Archive the child (``cleanup: "delete"`` now, else at spawn + archiveAfterMinutes;

@@ -9,6 +9,7 @@ from pathlib import Path
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.sessions import read_transcript
 from gateway.subagents import SpawnRequest
+from gateway.usage import format_cost, format_tokens
 from tests.gateway.harness import running_gateway
 
 STATS = re.compile(
@@ -166,6 +167,12 @@ async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(
         expected = (run.usage.input * 1.0 + run.usage.output * 2.0) / 1e6
         assert run.cost_usd is not None
         assert abs(run.cost_usd - expected) < 1e-12
+        # The announce states the totals its run ends with, the announce turn's included
+        # (they are saved by the same write as the final status).
+        usage = run.usage
+        stated = f"(in {format_tokens(usage.input)} / out {format_tokens(usage.output)})"
+        assert stated in (run.announce_text or ""), run.announce_text
+        assert f"est {format_cost(run.cost_usd)}" in (run.announce_text or "")
 
 
 async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(
