@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,9 @@ from gateway.state import StateDB
 from gateway.state.pg import PgStateDB
 
 HERALD = [sys.executable, "-m", "gateway"]
+#: ``herald`` whose cluster takes a killed replica's work over in seconds
+#: (:mod:`tests.gateway.quick_takeover`): for tests that wait for a takeover.
+QUICK_TAKEOVER = [sys.executable, "-m", "tests.gateway.quick_takeover"]
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 60
 
@@ -119,11 +122,15 @@ class Daemon:
 
 @contextlib.asynccontextmanager
 async def herald(
-    *args: str, env: dict[str, str] | None = None, port: int | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    command: Sequence[str] = HERALD,
 ) -> AsyncIterator[Daemon]:
-    """Start ``herald <args>``; kill it on exit if it is still running."""
+    """Start ``herald <args>`` (``command``: :data:`QUICK_TAKEOVER` for a quick takeover);
+    kill it on exit if it is still running."""
     process = await asyncio.create_subprocess_exec(
-        *HERALD,
+        *command,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
