@@ -78,7 +78,7 @@ class Cluster:
         config: dict[str, Any] | None = None,
         command: Sequence[str] = HERALD,
     ) -> None:
-        #: ``herald``'s command line: :data:`QUICK_TAKEOVER` where a test waits for a takeover.
+        #: ``herald``'s command line: :data:`QUICK_HERALD` where a test waits for a takeover.
         self.command = list(command)
         self.slack = slack
         self.state_dir = tmp_path / "state"

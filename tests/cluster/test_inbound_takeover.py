@@ -5,7 +5,7 @@ directory), Slack in HTTP mode against the fake Slack, the scripted model holdin
 The mention goes to replica 0, which is killed with SIGKILL right after its 200: Slack will
 not send the event again. Once replica 0's heartbeat is old enough, replica 1 takes over its
 unhandled message and answers it, exactly once. The replicas beat and count one another dead
-at test speed (:mod:`tests.gateway.quick_takeover`).
+at test speed (:mod:`tests.gateway.quick_herald`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pytest
 
 from tests.cluster.replicas import running_cluster
 from tests.fakes.slack import FakeSlack
-from tests.gateway.daemon_process import QUICK_TAKEOVER
+from tests.gateway.daemon_process import QUICK_HERALD
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-#: Generous: takeover waits out the dead-replica cut-off (seconds: :data:`QUICK_TAKEOVER`);
+#: Generous: takeover waits out the dead-replica cut-off (seconds: :data:`QUICK_HERALD`);
 #: never an assertion about speed.
 GUARD_SECONDS = 120
 ANSWER = "answered by whoever is left"
@@ -54,7 +54,7 @@ async def test_a_survivor_answers_the_mention_a_killed_replica_acknowledged(
         slack=slack,
         script=held_script(),
         replicas=2,
-        command=QUICK_TAKEOVER,
+        command=QUICK_HERALD,
     ) as cluster:
         thread, _ = await cluster.mention("the held question", to=0)
         await cluster.kill(0)

@@ -15,9 +15,9 @@ import aiohttp
 import psycopg
 import pytest
 
-from tests.gateway.daemon_process import QUICK_TAKEOVER, free_port, herald, write_config
+from tests.gateway.daemon_process import QUICK_HERALD, free_port, herald, write_config
 from tests.gateway.harness import FAST_TIMING, HANG_GUARD_SECONDS, Harness, running_gateway
-from tests.gateway.quick_takeover import QUICK
+from tests.gateway.quick_herald import QUICK
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -99,7 +99,7 @@ def survivor_of(tmp_path: Path, pg_url: str) -> AbstractAsyncContextManager[Harn
 async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
-    async with herald("run", "--config", str(path), port=port, command=QUICK_TAKEOVER) as doomed:
+    async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as doomed:
         await doomed.wait_healthy()
         run_id = await spawn_on(doomed.url, "task: failover")
         await until_status(pg_url, run_id, "running")
@@ -126,7 +126,7 @@ async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
 ) -> None:
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
-    async with herald("run", "--config", str(path), port=port, command=QUICK_TAKEOVER) as doomed:
+    async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as doomed:
         await doomed.wait_healthy()
         run_id = await spawn_on(doomed.url, "task: steered")
         await until_status(pg_url, run_id, "running")

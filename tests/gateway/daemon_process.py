@@ -19,9 +19,9 @@ from gateway.state import StateDB
 from gateway.state.pg import PgStateDB
 
 HERALD = [sys.executable, "-m", "gateway"]
-#: ``herald`` whose cluster takes a killed replica's work over in seconds
-#: (:mod:`tests.gateway.quick_takeover`): for tests that wait for a takeover.
-QUICK_TAKEOVER = [sys.executable, "-m", "tests.gateway.quick_takeover"]
+#: ``herald`` at test speed
+#: (:mod:`tests.gateway.quick_herald`): for tests that wait for a takeover.
+QUICK_HERALD = [sys.executable, "-m", "tests.gateway.quick_herald"]
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 60
 
@@ -127,7 +127,7 @@ async def herald(
     port: int | None = None,
     command: Sequence[str] = HERALD,
 ) -> AsyncIterator[Daemon]:
-    """Start ``herald <args>`` (``command``: :data:`QUICK_TAKEOVER` for a quick takeover);
+    """Start ``herald <args>`` (``command``: :data:`QUICK_HERALD` for a quick takeover);
     kill it on exit if it is still running."""
     process = await asyncio.create_subprocess_exec(
         *command,

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from tests.gateway.daemon_process import (
-    QUICK_TAKEOVER,
+    QUICK_HERALD,
     daemon_state,
     free_port,
     herald,
@@ -79,10 +79,10 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
     ports = {"r1": free_port(), "r2": free_port()}
     paths = {name: config(tmp_path, name, port, pg_url) for name, port in ports.items()}
     async with herald(
-        "run", "--config", str(paths["r2"]), port=ports["r2"], command=QUICK_TAKEOVER
+        "run", "--config", str(paths["r2"]), port=ports["r2"], command=QUICK_HERALD
     ) as r2:
         async with herald(
-            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_TAKEOVER
+            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_HERALD
         ) as r1:
             await r1.wait_healthy()
             await r2.wait_healthy()
@@ -96,7 +96,7 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
                     assert response.status == 200
         # The replica's runs the kill cut off: the same replica, restarted, takes them up.
         async with herald(
-            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_TAKEOVER
+            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_HERALD
         ) as again:
             await again.wait_healthy()
             await settled_on(state, pg_url)
