@@ -30,11 +30,12 @@ from gateway.cluster import QueueTiming
 from gateway.wiring import Timing
 
 #: Heartbeats every half second; a worker silent for 5 s (ten missed beats) and a replica
-#: silent for 6 s are dead: quick, yet a silence no loaded test machine makes by accident
-#: (a live replica taken for dead would run its work twice, which the tests would see).
+#: silent for 10 s (twenty; as the in-process tests' timing) are dead: quick, yet a silence
+#: no loaded test machine makes by accident (a live replica taken for dead would run its
+#: work twice, which the tests would see).
 QUICK = Timing(
     replica_heartbeat_seconds=0.5,
-    replica_dead_seconds=6.0,
+    replica_dead_seconds=10.0,
     queue=QueueTiming(
         heartbeat_seconds=0.5,
         stalled_seconds=5.0,
