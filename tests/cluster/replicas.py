@@ -17,7 +17,7 @@ import re
 import signal
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,10 @@ class Cluster:
         replicas: int = 3,
         width: int = 8,
         config: dict[str, Any] | None = None,
+        command: Sequence[str] = HERALD,
     ) -> None:
+        #: ``herald``'s command line: :data:`QUICK_HERALD` where a test waits for a takeover.
+        self.command = list(command)
         self.slack = slack
         self.state_dir = tmp_path / "state"
         self.ports = [free_port() for _ in range(replicas)]
@@ -136,7 +139,7 @@ class Cluster:
             HERALD_CLUSTER__REPLICA_ID=self.replica_id(index),
         )
         process = await asyncio.create_subprocess_exec(
-            *HERALD,
+            *self.command,
             "run",
             "--config",
             str(self.config),

@@ -4,7 +4,8 @@ Two real replicas (``herald run`` subprocesses, one PostgreSQL database, one sta
 directory), Slack in HTTP mode against the fake Slack, the scripted model holding the turn.
 The mention goes to replica 0, which is killed with SIGKILL right after its 200: Slack will
 not send the event again. Once replica 0's heartbeat is old enough, replica 1 takes over its
-unhandled message and answers it, exactly once.
+unhandled message and answers it, exactly once. The replicas beat and count one another dead
+at test speed (:mod:`tests.gateway.quick_herald`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import pytest
 
 from tests.cluster.replicas import running_cluster
 from tests.fakes.slack import FakeSlack
+from tests.gateway.daemon_process import QUICK_HERALD
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-#: Generous: takeover waits out the dead-replica cut-off; never an assertion about speed.
+#: Generous: takeover waits out the dead-replica cut-off (seconds: :data:`QUICK_HERALD`);
+#: never an assertion about speed.
 GUARD_SECONDS = 120
 ANSWER = "answered by whoever is left"
 
@@ -46,7 +49,12 @@ async def test_a_survivor_answers_the_mention_a_killed_replica_acknowledged(
     tmp_path: Path, pg_url: str, slack: FakeSlack
 ) -> None:
     async with running_cluster(
-        tmp_path, database_url=pg_url, slack=slack, script=held_script(), replicas=2
+        tmp_path,
+        database_url=pg_url,
+        slack=slack,
+        script=held_script(),
+        replicas=2,
+        command=QUICK_HERALD,
     ) as cluster:
         thread, _ = await cluster.mention("the held question", to=0)
         await cluster.kill(0)

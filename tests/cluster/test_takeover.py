@@ -15,9 +15,9 @@ import aiohttp
 import psycopg
 import pytest
 
-from gateway.cluster import QueueTiming
-from tests.gateway.daemon_process import free_port, herald, write_config
+from tests.gateway.daemon_process import QUICK_HERALD, free_port, herald, write_config
 from tests.gateway.harness import FAST_TIMING, HANG_GUARD_SECONDS, Harness, running_gateway
+from tests.gateway.quick_herald import QUICK
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -34,11 +34,9 @@ QUICK_SCRIPT: dict[str, Any] = {
     ],
     "default": {"reply": "?"},
 }
-#: The survivor's queue: a worker is dead after 15 s without a heartbeat — longer than the
-#: killed replica's own heartbeat interval (10 s, the default), which it keeps while alive.
-SURVIVOR_TIMING = dataclasses.replace(
-    FAST_TIMING, queue=QueueTiming(stalled_seconds=15.0, stalled_check_seconds=0.5)
-)
+#: The survivor's queue is the killed replica's (it beats every half second, and a worker
+#: silent for 5 s is dead): the survivor takes a run over seconds after the kill.
+SURVIVOR_TIMING = dataclasses.replace(FAST_TIMING, queue=QUICK.queue)
 
 
 async def run_status(pg_url: str, run_id: str) -> str | None:
@@ -101,7 +99,7 @@ def survivor_of(tmp_path: Path, pg_url: str) -> AbstractAsyncContextManager[Harn
 async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_url: str) -> None:
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
-    async with herald("run", "--config", str(path), port=port) as doomed:
+    async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as doomed:
         await doomed.wait_healthy()
         run_id = await spawn_on(doomed.url, "task: failover")
         await until_status(pg_url, run_id, "running")
@@ -128,7 +126,7 @@ async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
 ) -> None:
     port = free_port()
     path = doomed_config(tmp_path, pg_url, port)
-    async with herald("run", "--config", str(path), port=port) as doomed:
+    async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as doomed:
         await doomed.wait_healthy()
         run_id = await spawn_on(doomed.url, "task: steered")
         await until_status(pg_url, run_id, "running")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.discord import BOT_ID, FakeDiscord, text_channel_payload, user_payload
-from tests.gateway.daemon_process import free_port, herald, write_config
+from tests.gateway.daemon_process import QUICK_HERALD, free_port, herald, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ async def test_a_mention_sent_while_killed_is_answered_once_after_the_restart(
         discord.add_guild(GUILD, "guild", [text_channel_payload(GENERAL, GUILD, "general")], [])
         port = free_port()
         config = str(gateway_config(tmp_path, port, discord))
-        async with herald("run", "--config", config, port=port) as first:
+        async with herald("run", "--config", config, port=port, command=QUICK_HERALD) as first:
             await first.wait_log("gateway ready")
             await discord.post_message(**mention("question one"))
             await answered(discord, "answer one")
@@ -84,7 +84,7 @@ async def test_a_mention_sent_while_killed_is_answered_once_after_the_restart(
 
         discord.store_message(**mention("question two"))  # no connection: no event
 
-        async with herald("run", "--config", config, port=port) as second:
+        async with herald("run", "--config", config, port=port, command=QUICK_HERALD) as second:
             await second.wait_log("gateway ready")
             await answered(discord, "answer two")
             await discord.post_message(**mention("question three"))

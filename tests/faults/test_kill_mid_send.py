@@ -2,13 +2,14 @@
 each time: every announce ends in its chat exactly once, as the fakes recorded it.
 
 ``herald run`` is a subprocess with both chat channels pointed at the fakes (Slack in
-Socket Mode, replying in threads; Discord with its gateway). Two chat turns, one in a Slack
-channel and one in a Discord channel, spawn :data:`PER_CHAT` sub-agent runs each. Before
-each life the test arranges for one announce post to be cut off: the fake takes the request
-(``stored``: the message is in the chat) or not, and never answers; once the fake holds it,
-the process is killed, so the send was under way and its outcome never recorded. The cuts
-cover both chats and both sides of the instant the chat takes the post. The last life
-finishes everything.
+Socket Mode, replying in threads; Discord with its gateway), started through
+:mod:`tests.gateway.quick_herald` (ready once the fake Discord has sent its guild). Two
+chat turns, one in a Slack channel and one in a Discord channel, spawn :data:`PER_CHAT`
+sub-agent runs each. Before each life the test arranges for one announce post to be cut
+off: the fake takes the request (``stored``: the message is in the chat) or not, and never
+answers; once the fake holds it, the process is killed, so the send was under way and its
+outcome never recorded. The cuts cover both chats and both sides of the instant the chat
+takes the post. The last life finishes everything.
 
 The fakes' records are the truth: each run's announce is in its chat exactly once, and no
 announce is left ``uncertain`` (found in the chat, or sent once more when it was not there).
@@ -38,7 +39,13 @@ from tests.fakes.discord import BOT_ID as DISCORD_BOT_ID
 from tests.fakes.discord import FakeDiscord, RecordedRequest, text_channel_payload, user_payload
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlack
 from tests.faults._support import duplicates
-from tests.gateway.daemon_process import HANG_GUARD_SECONDS, free_port, herald, write_config
+from tests.gateway.daemon_process import (
+    HANG_GUARD_SECONDS,
+    QUICK_HERALD,
+    free_port,
+    herald,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -264,7 +271,9 @@ async def test_sigkill_mid_announce_send_leaves_every_announce_in_its_chat_exact
                     chat, _stored = CUTS[life]
                     cut_at = announce_calls(chat, slack, discord) + 1
                     cut_next_announce(slack, discord, life)
-                async with herald("run", "--config", str(path), port=port) as daemon:
+                async with herald(
+                    "run", "--config", str(path), port=port, command=QUICK_HERALD
+                ) as daemon:
                     await daemon.wait_healthy()
                     await wait_ready(daemon.url)
                     if life == 0:

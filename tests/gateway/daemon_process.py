@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,9 @@ from gateway.state import StateDB
 from gateway.state.pg import PgStateDB
 
 HERALD = [sys.executable, "-m", "gateway"]
+#: ``herald`` at test speed
+#: (:mod:`tests.gateway.quick_herald`): for tests that wait for a takeover.
+QUICK_HERALD = [sys.executable, "-m", "tests.gateway.quick_herald"]
 #: Guard against a hung test; never an assertion about speed.
 HANG_GUARD_SECONDS = 60
 
@@ -119,11 +122,15 @@ class Daemon:
 
 @contextlib.asynccontextmanager
 async def herald(
-    *args: str, env: dict[str, str] | None = None, port: int | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    command: Sequence[str] = HERALD,
 ) -> AsyncIterator[Daemon]:
-    """Start ``herald <args>``; kill it on exit if it is still running."""
+    """Start ``herald <args>`` (``command``: :data:`QUICK_HERALD` for a quick takeover);
+    kill it on exit if it is still running."""
     process = await asyncio.create_subprocess_exec(
-        *HERALD,
+        *command,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -13,7 +13,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.gateway.daemon_process import daemon_state, free_port, herald, write_config
+from tests.gateway.daemon_process import (
+    QUICK_HERALD,
+    daemon_state,
+    free_port,
+    herald,
+    write_config,
+)
 from tests.gateway.harness import hang_guard
 from tests.gateway.schedules.test_kill9 import rows, settled_on
 
@@ -72,8 +78,12 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
     state = tmp_path / "state"
     ports = {"r1": free_port(), "r2": free_port()}
     paths = {name: config(tmp_path, name, port, pg_url) for name, port in ports.items()}
-    async with herald("run", "--config", str(paths["r2"]), port=ports["r2"]) as r2:
-        async with herald("run", "--config", str(paths["r1"]), port=ports["r1"]) as r1:
+    async with herald(
+        "run", "--config", str(paths["r2"]), port=ports["r2"], command=QUICK_HERALD
+    ) as r2:
+        async with herald(
+            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_HERALD
+        ) as r1:
             await r1.wait_healthy()
             await r2.wait_healthy()
             await at_least(state, pg_url, OCCURRENCES // 2)
@@ -85,7 +95,9 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
                 async with http.post(f"{r2.url}/v1/schedules/{job_id}/pause") as response:
                     assert response.status == 200
         # The replica's runs the kill cut off: the same replica, restarted, takes them up.
-        async with herald("run", "--config", str(paths["r1"]), port=ports["r1"]) as again:
+        async with herald(
+            "run", "--config", str(paths["r1"]), port=ports["r1"], command=QUICK_HERALD
+        ) as again:
             await again.wait_healthy()
             await settled_on(state, pg_url)
             again.process.send_signal(signal.SIGTERM)

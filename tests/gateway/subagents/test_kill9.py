@@ -12,6 +12,7 @@ import pytest
 
 from gateway.state import FINISHED_STATUSES
 from tests.gateway.daemon_process import (
+    QUICK_HERALD,
     daemon_state,
     free_port,
     herald,
@@ -56,12 +57,12 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     tmp_path: Path, database_url: str | None
 ) -> None:
     # On PostgreSQL the runs the kill cut off are taken over by the stalled-job check (a
-    # dead worker is known after 30 s): the restart's wait leaves room for it.
+    # dead worker is known after 5 s with QUICK_HERALD, 30 s by default).
     port = free_port()
     path = config(tmp_path, port, database_url)
     seen: dict[str, str] = {}  # announce message id → run id, across both processes
     async with aiohttp.ClientSession() as http:
-        async with herald("run", "--config", str(path), port=port) as first:
+        async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as first:
             await first.wait_healthy()
             async with webchat_page(http, first.url, CLIENT_ID) as client:
                 for n in range(RUNS):
@@ -77,7 +78,7 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
                 first.process.send_signal(signal.SIGKILL)
                 assert await first.wait_exit() == -signal.SIGKILL
                 seen.update(client.announced_ids())
-        async with herald("run", "--config", str(path), port=port) as second:
+        async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as second:
             await second.wait_healthy()
             async with webchat_page(http, second.url, CLIENT_ID) as client:
                 await client.wait(

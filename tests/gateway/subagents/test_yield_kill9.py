@@ -18,6 +18,7 @@ from gateway.delivery import UNCERTAIN
 from gateway.sessions import read_transcript
 from gateway.state import OutboxRecord
 from tests.gateway.daemon_process import (
+    QUICK_HERALD,
     Daemon,
     daemon_state,
     free_port,
@@ -53,7 +54,7 @@ SCRIPT = {
     "default": {"reply": "?"},
 }
 #: A cluster's runs cut off by a kill are taken over by the stalled-job check (a dead worker
-#: is known after 30 s), so the wait for the follow-up leaves room for it.
+#: is known after 5 s with QUICK_HERALD, 30 s by default): the wait leaves room for it.
 RESUME_GUARD_SECONDS = HANG_GUARD_SECONDS + 60
 #: Where the first process is killed: the log line it waits for.
 KILL_POINTS = {
@@ -112,14 +113,14 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
     path = config(tmp_path, port, database_url)
     seen: dict[str, str] = {}
     async with aiohttp.ClientSession() as http:
-        async with herald("run", "--config", str(path), port=port) as first:
+        async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as first:
             await first.wait_healthy()
             async with webchat_page(http, first.url, CLIENT_ID) as client:
                 await client.ws.send_json({"type": "message", "text": "fan"})
                 await first.wait_log(KILL_POINTS[point])
                 await kill(first)
                 seen.update(combined(client.frames))
-        async with herald("run", "--config", str(path), port=port) as second:
+        async with herald("run", "--config", str(path), port=port, command=QUICK_HERALD) as second:
             await second.wait_healthy()
             async with webchat_page(http, second.url, CLIENT_ID) as client:
                 settled = await settled_followup(tmp_path, database_url)
