@@ -17,7 +17,6 @@ inserts nothing; its jobs are then deferred one by one, so each learns its own o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Final
 
 from procrastinate import exceptions as pq_errors
@@ -53,11 +52,6 @@ class Defers:
                 self._drain(job.queue), name=f"defer {job.queue}"
             )
         return await future
-
-    async def aclose(self) -> None:
-        """Wait for the defers in flight (their callers hear of them)."""
-        drains = list(self._drains.values())
-        await asyncio.gather(*drains, return_exceptions=True)
 
     async def _drain(self, queue: str) -> None:
         try:
@@ -95,7 +89,5 @@ def _settle(batch: _Waiting, outcome: bool | BaseException) -> None:
             continue
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
-            with contextlib.suppress(BaseException):
-                future.exception()  # a caller cancelled meanwhile never retrieves it
         else:
             future.set_result(outcome)
