@@ -53,6 +53,8 @@ def list_command(args: argparse.Namespace) -> int:
 
     reports = {r.server: r for r in asyncio.run(probe_all())}
     width = max(len(name) for name in servers)
+    # As wide as the longest label ("stdio, sandboxed"): the states start in one column.
+    transports = max(len(server.shown_transport) for server in servers.values())
     for name, server in servers.items():
         report = reports.get(name)
         if report is None:
@@ -63,7 +65,7 @@ def list_command(args: argparse.Namespace) -> int:
             )
         else:
             state = f"failed: {report.error}"
-        print(f"{name:<{width}}  {server.shown_transport:<5}  {state}")
+        print(f"{name:<{width}}  {server.shown_transport:<{transports}}  {state}")
     return 0
 
 

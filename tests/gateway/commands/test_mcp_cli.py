@@ -105,6 +105,7 @@ def test_both_commands_label_a_sandboxed_server(
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert rows["plain"].split()[1:3] == ["stdio", "failed:"]
     assert rows["boxed"].split()[1:4] == ["stdio,", "sandboxed", "failed:"]
+    assert rows["plain"].index("failed:") == rows["boxed"].index("failed:")  # one column
 
     assert main(["doctor", "--config", str(path)]) == 1
     out = capsys.readouterr().out
