@@ -1,5 +1,9 @@
 """Group commit: the writes that queue up while one transaction commits share the next.
 
+:class:`WriteGroups` is the queue and its drain, for both backends; how a group runs is the
+backend's :class:`GroupRunner` — :class:`SqliteGroups` here (described below), and
+:class:`gateway.state.pggroup.PgGroups` on PostgreSQL.
+
 A write is a function of the connection. :meth:`WriteGroups.submit` queues it and returns
 a future; the writer thread takes everything queued (at most :data:`MAX_GROUP`), opens one
 transaction, runs each write inside a savepoint of its own and commits once. Under load
@@ -31,7 +35,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from gateway.state.connection import Connection
 from gateway.state.sqlite import SqliteConnection
@@ -46,45 +50,60 @@ _SAVEPOINT: Final = "herald_write"
 
 
 @dataclass(slots=True)
-class _Write:
+class Write:
+    """A queued write: its function, and the future (of ``loop``) its caller awaits."""
+
     fn: Callable[[Connection], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
 
 
-_Outcome = tuple[_Write, Any, BaseException | None]
+#: A settled write: its result, or the exception it raised.
+Outcome = tuple[Write, Any, BaseException | None]
+
+
+class GroupRunner(Protocol):
+    """A backend's way of running one group (on the writer thread)."""
+
+    #: Transactions committed and writes kept by them (for tests and benchmarks).
+    commits: int
+    writes: int
+
+    def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
+        """Run ``todo`` in one transaction, adding the outcome of each write it settled to
+        ``outcomes`` (after the commit, for the ones that succeeded); return the writes to
+        run again in a new transaction."""
+        ...
 
 
 class WriteGroups:
-    """The write queue of ``connection``, served on ``thread`` (the only thread that may use
-    the connection). ``begin`` is the
-    statement that opens a write transaction (``BEGIN IMMEDIATE`` on SQLite, so the write
-    lock is taken before the first write of the group runs).
+    """The write queue of a connection, served on ``thread`` (the only thread that may use
+    the connection), each group run by ``run_group`` (the backend's
+    :class:`GroupRunner`: :class:`SqliteGroups` here).
     """
 
     def __init__(
-        self,
-        thread: StateThread,
-        connection: sqlite3.Connection,
-        *,
-        begin: str = "BEGIN IMMEDIATE",
-        max_group: int = MAX_GROUP,
+        self, thread: StateThread, run_group: GroupRunner, *, max_group: int = MAX_GROUP
     ) -> None:
         self._thread = thread
-        self._connection = connection
-        #: What the writes are given: the same connection, raising Herald's typed errors.
-        self._tables = SqliteConnection(connection)
-        self._begin = begin
+        self._run_group = run_group
         self._max_group = max_group
         self._lock = threading.Lock()
-        self._queue: deque[_Write] = deque()
+        self._queue: deque[Write] = deque()
         self._draining = False
-        #: Transactions committed and writes run (for tests and benchmarks).
-        self.commits = 0
-        self.writes = 0
 
     def __repr__(self) -> str:
         return f"<WriteGroups queued={len(self._queue)} commits={self.commits}>"
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed (for tests and benchmarks)."""
+        return self._run_group.commits
+
+    @property
+    def writes(self) -> int:
+        """Writes committed (for tests and benchmarks)."""
+        return self._run_group.writes
 
     @property
     def queued(self) -> int:
@@ -99,7 +118,7 @@ class WriteGroups:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.append(_Write(fn, cast(asyncio.Future[Any], future), loop))
+            self._queue.append(Write(fn, cast(asyncio.Future[Any], future), loop))
             if self._draining:
                 return future  # the running drain takes it with the next group
             self._draining = True
@@ -122,7 +141,7 @@ class WriteGroups:
                     return
                 count = min(len(self._queue), self._max_group)
                 group = [self._queue.popleft() for _ in range(count)]
-            outcomes: list[_Outcome] = []
+            outcomes: list[Outcome] = []
             todo = [w for w in group if not w.future.cancelled()]
             try:
                 while todo:
@@ -132,7 +151,22 @@ class WriteGroups:
                 outcomes.extend((w, None, exc) for w in group if id(w) not in seen)
             _settle_all(outcomes)
 
-    def _run_group(self, todo: list[_Write], outcomes: list[_Outcome]) -> list[_Write]:
+
+class SqliteGroups:
+    """SQLite's :class:`GroupRunner`: ``begin`` opens the transaction (``BEGIN IMMEDIATE``,
+    so the write lock is taken before the group's first write runs), each write runs in a
+    savepoint of its own (see the module docstring)."""
+
+    def __init__(self, connection: sqlite3.Connection, *, begin: str = "BEGIN IMMEDIATE") -> None:
+        self._connection = connection
+        #: What the writes are given: the same connection, raising Herald's typed errors.
+        self._tables = SqliteConnection(connection)
+        self._begin = begin
+        #: Transactions committed and writes run (for tests and benchmarks).
+        self.commits = 0
+        self.writes = 0
+
+    def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
         """Run ``todo`` in one transaction; returns the writes to run again (in a new one)."""
         conn = self._connection
         try:
@@ -140,7 +174,7 @@ class WriteGroups:
         except BaseException as exc:
             outcomes.extend((w, None, exc) for w in todo)
             return []
-        done: list[tuple[_Write, Any]] = []
+        done: list[tuple[Write, Any]] = []
         # A write alone in its transaction needs no savepoint: its failure rolls back all.
         alone = len(todo) == 1
         for index, write in enumerate(todo):
@@ -190,8 +224,8 @@ def _undo_one(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _settle_all(outcomes: list[_Outcome]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+def _settle_all(outcomes: list[Outcome]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].loop, []).append(outcome)
     for loop, settled in by_loop.items():
@@ -199,7 +233,7 @@ def _settle_all(outcomes: list[_Outcome]) -> None:
             loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(outcomes: list[_Outcome]) -> None:
+def _settle(outcomes: list[Outcome]) -> None:
     for write, result, error in outcomes:
         if write.future.done():  # cancelled while its group ran
             continue

@@ -43,7 +43,7 @@ from urllib.parse import quote
 from gateway.backoff import backoff
 from gateway.files import ensure_dir
 from gateway.state import diskfull
-from gateway.state._group import WriteGroups
+from gateway.state._group import SqliteGroups, WriteGroups
 from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
 from gateway.state.connection import SQLITE, Connection, Dialect
@@ -134,7 +134,7 @@ class StateDB:
             if not readonly:
                 db._wconn = await db._run(db._writer, db._open_writer)
                 if db._writer is not None:
-                    db.write_groups = WriteGroups(db._writer, db._wconn)
+                    db.write_groups = WriteGroups(db._writer, SqliteGroups(db._wconn))
                 db.space.attach(asyncio.get_running_loop())
             db._rconn = SqliteConnection(await db._run(db._reader, db._open_reader))
         except BaseException:

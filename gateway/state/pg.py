@@ -12,15 +12,15 @@ What differs:
   psycopg's errors as Herald's typed errors); migrations are PostgreSQL's own
   (:mod:`gateway.state.pgmigrations`), applied at open under an advisory lock
   (:mod:`gateway.state.pgschema`).
-- Each write is one ``SERIALIZABLE`` transaction. The tables count on SQLite running one
+- Each write runs in a ``SERIALIZABLE`` transaction. The tables count on SQLite running one
   write at a time (a run's completion reads and updates its row in one transaction); with
   several replicas writing at once, serializable isolation keeps that promise: a write that
   would break it fails with a :class:`WriteConflictError` and is run again whole, with
-  backoff. Writes are not grouped as on SQLite: a serialization failure condemns the whole
-  transaction, so one conflicting write would make every write of its group run again,
-  and a group's wider read and write sets would conflict with other replicas more often.
-- A write's ``BEGIN`` is sent in one message with its first statement (parameters are bound
-  on the client, so the two go as one simple query): a round trip less per write.
+  backoff.
+- Writes that queue up while one runs share the next transaction, and its messages, as on
+  SQLite (group commit, :mod:`gateway.state.pggroup`); a write alone is one transaction,
+  its ``BEGIN`` sent in one message with its first statement and its ``COMMIT`` with its
+  last (parameters are bound on the client, so they go as one simple query).
 - Reads run in autocommit, one snapshot per statement, as the SQLite reader does: they never
   take part in the serializable writes' conflicts.
 - A lost connection raises :class:`StateUnavailableError` and is opened again by the next
@@ -38,7 +38,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import ClassVar, Final, Literal, TypeVar
 
@@ -47,6 +47,7 @@ import psycopg
 from configbase import redact_url, url_password
 from gateway.backoff import backoff
 from gateway.state import diskfull
+from gateway.state._group import WriteGroups
 from gateway.state.connection import POSTGRESQL, Connection, Dialect
 from gateway.state.db import StateDB
 from gateway.state.diskfull import Headroom
@@ -59,7 +60,8 @@ from gateway.state.errors import (
     WriteConflictError,
 )
 from gateway.state.pgconn import PgConnection, state_error
-from gateway.state.pgprepared import PreparedStatementError
+from gateway.state.pggroup import PG_MAX_GROUP, PgGroups
+from gateway.state.pgprepared import plainly
 from gateway.state.pgschema import current_version, migrate
 from gateway.state.schema import LATEST_VERSION
 from gateway.state.thread import StateThread
@@ -74,9 +76,6 @@ CONFLICT_RETRY_FIRST_SECONDS: Final = 0.005
 CONFLICT_RETRY_MAX_DELAY_SECONDS: Final = 1.0
 #: Seconds a readiness ping may take: a database slower than this is as good as gone.
 PING_SECONDS: Final = 5.0
-#: Times an operation is run again because a prepared statement refused it (each time with
-#: fewer texts prepared).
-PLAIN_AGAIN_TIMES: Final = 8
 #: PostgreSQL truncates application_name to 63 bytes.
 APPLICATION_NAME_MAX: Final = 63
 
@@ -122,6 +121,9 @@ class PgStateDB(StateDB):
         try:
             if not readonly:
                 await db._on("writer", db._open_writer_pg)
+                if db._writer is not None:
+                    runner = PgGroups(functools.partial(db._connection, "writer"))
+                    db.write_groups = WriteGroups(db._writer, runner, max_group=PG_MAX_GROUP)
                 db.space.attach(asyncio.get_running_loop())
             await db._on("reader", db._open_reader_pg)
         except BaseException:
@@ -132,28 +134,27 @@ class PgStateDB(StateDB):
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` on the reader thread (a read-only session, autocommit)."""
         self._check_open()
-        return await self._on(
-            "reader", lambda: self._plainly(lambda: fn(self._connection("reader")))
-        )
+        return await self._on("reader", lambda: plainly(lambda: fn(self._connection("reader"))))
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn(connection)`` on the writer thread in one serializable transaction.
+        """Run ``fn(connection)`` on the writer thread in a serializable transaction.
 
-        Commits when ``fn`` returns, rolls back and re-raises when it raises; a write that
-        conflicts with another replica's is run again whole. A write the server's disk has
-        no room for raises :class:`DiskFullError` (nothing of it was kept).
+        Returns once the transaction that ran ``fn`` committed (writes queued together share
+        one); when ``fn`` raises, its changes are rolled back and the exception re-raised
+        here. A write that conflicts with another replica's is run again whole, so ``fn``
+        must not have effects outside the connection. A write the server's disk has no room
+        for raises :class:`DiskFullError` (nothing of it was kept).
         """
         self._check_open()
-        if self.readonly:
+        groups = self.write_groups
+        if self.readonly or groups is None:
             raise ReadOnlyStateError(f"{self.location} is open read-only")
         deadline = time.monotonic() + CONFLICT_RETRY_SECONDS
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = await self._on(
-                    "writer", lambda: self._plainly(lambda: self._in_transaction(fn))
-                )
+                result = await self._typed(self._queue_write(groups, fn))
             except DiskFullError as exc:
                 # As on SQLite: not retried here; the disk-full state says when space is back.
                 cause = exc.__cause__ or exc
@@ -209,8 +210,13 @@ class PgStateDB(StateDB):
         thread = self._writer if role == "writer" else self._reader
         if thread is None:
             raise ReadOnlyStateError(f"{self.location} is open read-only")
+        return await self._typed(self._run(thread, fn))
+
+    async def _typed(self, operation: Awaitable[T]) -> T:
+        """``operation``'s outcome, the driver's own errors as Herald's (and a lost
+        connection's message naming the database)."""
         try:
-            return await self._run(thread, fn)
+            return await operation
         except psycopg.Error as exc:  # opening a connection, or the connection's own calls
             error = state_error(exc)
             if type(error) is StateUnavailableError:
@@ -263,29 +269,6 @@ class PgStateDB(StateDB):
                     f"version {LATEST_VERSION} (start the daemon once to migrate)"
                 )
             self.schema_version = version
-
-    def _plainly(self, operation: Callable[[], T]) -> T:
-        """Run ``operation``; again while a prepared statement fails it where the plain text
-        might not (:mod:`gateway.state.pgprepared`): each time, its texts run plain."""
-        for _ in range(PLAIN_AGAIN_TIMES):
-            try:
-                return operation()
-            except PreparedStatementError as exc:
-                log.debug("state database: prepared statement refused (%s); plainly now", exc)
-        return operation()
-
-    def _in_transaction(self, fn: Callable[[Connection], T]) -> T:
-        conn = self._connection("writer")
-        # Sent with fn's first statement, in one message (a round trip less per write).
-        conn.begin_with_next("BEGIN ISOLATION LEVEL SERIALIZABLE")
-        try:
-            result = fn(conn)
-            conn.end("COMMIT")
-        except BaseException:
-            if not conn.closed:
-                conn.end("ROLLBACK")
-            raise
-        return result
 
     def _message(self, exc: Exception) -> str:
         # One line (libpq's messages run over several), never the password.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -182,6 +182,12 @@ class PgConnection:
         self._writing = False
         #: The write's last statement went out with its COMMIT: nothing may follow it.
         self._finished = False
+        #: The transaction holds a group of writes (:mod:`gateway.state.pggroup`): a write's
+        #: last statement cannot take the COMMIT with it.
+        self._grouped = False
+        #: Where the group's current write begins in ``_pending`` while its ``SAVEPOINT``
+        #: has not been sent (None once it has).
+        self._mark: int | None = None
         #: The tables' texts prepared on this connection (:mod:`gateway.state.pgprepared`).
         self.prepared = PreparedStatements()
 
@@ -216,15 +222,68 @@ class PgConnection:
     def close(self) -> None:
         self.raw.close()
 
-    def begin_with_next(self, begin: str) -> None:
+    def begin_with_next(self, begin: str, *, grouped: bool = False) -> None:
         """Open a transaction with ``begin`` (no parameters) sent in one message with the
         next statement: a round trip less per transaction. Parameters are bound on the
         client, so the pair goes as one simple query, whose explicit ``BEGIN`` keeps the
-        transaction open after it. :meth:`end` commits or rolls back."""
+        transaction open after it. :meth:`end` commits or rolls back. A ``grouped``
+        transaction runs several writes, each between :meth:`savepoint` and
+        :meth:`release`."""
         self._pending = [begin]
         self._begin_unsent = True
         self._writing = True
         self._finished = False
+        self._grouped = grouped
+        self._mark = None
+
+    # -- a group's writes (gateway.state.pggroup) --------------------------------------------
+
+    def savepoint(self, name: str) -> None:
+        """Begin a write of the group: its ``SAVEPOINT`` goes with its first statement (and
+        the previous write's queued ones)."""
+        self._mark = len(self._pending)
+        self._pending.append(f"SAVEPOINT {name}")
+
+    def release(self, name: str) -> None:
+        """End the write begun by ``savepoint(name)``: its ``RELEASE`` goes with the next
+        message."""
+        self._pending.append(f"RELEASE {name}")
+
+    def undo_write(self, name: str) -> None:
+        """Undo the current write, which raised with the transaction intact: what it queued
+        is dropped and, once its savepoint was sent, a rollback to it queued in its place."""
+        if self._mark is not None:  # nothing of it went out: drop it, savepoint included
+            del self._pending[self._mark :]
+        else:  # only its own statements are pending: the previous write's went before
+            self._pending = [f"ROLLBACK TO SAVEPOINT {name}", f"RELEASE {name}"]
+        self._mark = None
+        self.prepared.dropped()
+
+    def rollback_to(self, name: str) -> bool:
+        """After a message failed the transaction: roll back to savepoint ``name`` now, and
+        release it. False when the transaction has no such savepoint (the statement that
+        failed came before it); the transaction stays failed then."""
+        with self.raw.cursor() as cursor:
+            try:
+                cursor.execute(f"ROLLBACK TO SAVEPOINT {name}; RELEASE {name}")
+            except pg_errors.InvalidSavepointSpecification:
+                return False
+            except psycopg.Error as exc:
+                raise state_error(exc) from exc
+        return True
+
+    @property
+    def transaction(self) -> Literal["open", "failed", "gone"]:
+        """The write transaction's state: ``failed`` once a statement failed it (only a
+        rollback may follow), ``gone`` when it ended (or the connection did)."""
+        if self.closed:
+            return "gone"
+        status = self.raw.info.transaction_status
+        if status == psycopg.pq.TransactionStatus.INERROR:
+            return "failed"
+        if status == psycopg.pq.TransactionStatus.INTRANS or self._begin_unsent:
+            return "open"
+        return "gone"
 
     def end(self, finish: str) -> None:
         """``COMMIT`` or ``ROLLBACK`` the transaction :meth:`begin_with_next` opened: a
@@ -232,7 +291,8 @@ class PgConnection:
         when no statement ran: its ``BEGIN`` was never sent); a ``ROLLBACK`` drops them."""
         pending, unsent = self._pending, self._begin_unsent
         self._pending, self._begin_unsent, self._writing = [], False, False
-        self._finished = False
+        self._finished = self._grouped = False
+        self._mark = None
         if finish == "COMMIT" and pending[1 if unsent else 0 :]:
             self._pending = pending
             self.execute_native(finish)
@@ -265,7 +325,7 @@ class PgConnection:
     def last(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
         """Run the write's last statement in one message with its ``COMMIT`` (see
         :class:`~gateway.state.connection.Connection`); outside a write, as ``execute``."""
-        if not self._writing:
+        if not self._writing or self._grouped:  # in a group, later writes follow it
             return self.execute(sql, parameters)
         self._check_unfinished()
         self._finished = True
@@ -315,16 +375,23 @@ class PgConnection:
         """Execute ``sql``, after the pending statements in the same message if there are
         any, and before ``then`` (their results are skipped: the cursor shows the
         statement's)."""
+        if parameters is not None and (self._pending or then is not None):
+            # Bound before the pending statements are taken: a value the driver cannot bind
+            # fails this statement alone, and what is pending stays for the next.
+            try:
+                sql, parameters = self._binder.mogrify(sql, parameters), None
+            except psycopg.Error as exc:
+                raise state_error(exc) from exc
         pending, self._pending = self._pending, []
         self._begin_unsent = False
+        self._mark = None
         try:
             if not pending and then is None:
                 cursor.execute(sql, parameters)
                 return
-            # Bound already: a literal % in them must survive the binding of sql's own.
-            before = pending if parameters is None else [p.replace("%", "%%") for p in pending]
+            # All bound already: sent as it is, with no parameter marks to read.
             after = [then] if then is not None else []
-            cursor.execute("; ".join([*before, sql, *after]), parameters)
+            cursor.execute("; ".join([*pending, sql, *after]))
             for _ in pending:
                 cursor.nextset()
         except psycopg.Error as exc:

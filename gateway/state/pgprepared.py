@@ -27,9 +27,15 @@ Prepared statements live and die with their connection: a new connection starts 
 
 from __future__ import annotations
 
-from typing import Final
+import logging
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 from gateway.state.errors import StateError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: A text is prepared when it runs for this time on a connection (once is not a pattern).
 PREPARE_AFTER: Final = 2
@@ -42,6 +48,9 @@ SIGHTINGS_MAX: Final = 4096
 #: such prepared statement), 0A000 (a cached plan whose result a migration changed).
 PLAIN_AGAIN_CLASSES: Final = ("42", "22")
 PLAIN_AGAIN_CODES: Final = frozenset({"26000", "0A000"})
+#: Times an operation is run again because a prepared statement refused it (each time with
+#: fewer texts prepared).
+PLAIN_AGAIN_TIMES: Final = 8
 
 
 class PreparedStatementError(StateError):
@@ -54,6 +63,17 @@ def plain_again(sqlstate: str | None) -> bool:
     running again plainly."""
     code = sqlstate or ""
     return code[:2] in PLAIN_AGAIN_CLASSES or code in PLAIN_AGAIN_CODES
+
+
+def plainly(operation: Callable[[], T]) -> T:
+    """Run ``operation``; again while a prepared statement fails it where the plain text
+    might not (:class:`PreparedStatementError`): each time, its texts run plain."""
+    for _ in range(PLAIN_AGAIN_TIMES):
+        try:
+            return operation()
+        except PreparedStatementError as exc:
+            log.debug("state database: prepared statement refused (%s); plainly now", exc)
+    return operation()
 
 
 def numbered(sql: str) -> str:

@@ -146,7 +146,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         # trips for four statements, a BEGIN and a COMMIT. The text run a second time is
         # prepared on its way (the PREPARE travels with it too).
         assert sent == [
-            "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (%s) RETURNING n",
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t VALUES (1) RETURNING n",
             "INSERT INTO t VALUES (%s)",
             "PREPARE h1 AS INSERT INTO t VALUES ($1); EXECUTE h1(3); EXECUTE h1(4); COMMIT",
         ]
@@ -184,7 +184,7 @@ async def test_a_write_opens_its_transaction_with_its_first_statement(
         assert await db.write(last_one) == 2
         assert sent == [
             "BEGIN ISOLATION LEVEL SERIALIZABLE; DELETE FROM t WHERE n = 5;"
-            " UPDATE t SET n = n WHERE n < %s; COMMIT"
+            " UPDATE t SET n = n WHERE n < 3; COMMIT"
         ]
 
         def after_last(conn: Connection) -> None:
