@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -64,9 +64,14 @@ class Reconnecting(Channel):
         state = "retrying" if self._retrying is not None else self.connection_state
         return f"<Reconnecting {self.inner!r} {state} attempts={self.attempts}>"
 
-    def __getattr__(self, name: str) -> Any:
-        # What only the wrapped channel has (Slack's account, say) is read through.
-        return getattr(self.inner, name)
+    # Defined for the interpreter alone: the type checker, seeing ``__getattr__``, would type
+    # any attribute of a ``Reconnecting`` it does not find (a misspelt one too) as ``Any``.
+    # Typed code reaches what only the wrapped channel has through ``inner``.
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # What only the wrapped channel has (Slack's account, say) is read through.
+            return getattr(self.inner, name)
 
     def add_routes(self, app: web.Application) -> None:
         self.inner.add_routes(app)

@@ -24,13 +24,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DiscordChannel":
-        from channels.discord.channel import DiscordChannel
+# Defined for the interpreter alone: the type checker, seeing a module ``__getattr__``, would
+# type any name imported from here as ``Any`` (a misspelt one too) instead of looking for it
+# among the imports above.
+if not TYPE_CHECKING:
 
-        return DiscordChannel
-    if name == "discord_intents":
-        from channels.discord.client import discord_intents
+    def __getattr__(name: str) -> Any:
+        if name == "DiscordChannel":
+            from channels.discord.channel import DiscordChannel
 
-        return discord_intents
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return DiscordChannel
+        if name == "discord_intents":
+            from channels.discord.client import discord_intents
+
+            return discord_intents
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 __all__ = ["SlackChannel", "SlackConfig", "split_text", "to_mrkdwn"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SlackChannel":
-        from channels.slack.channel import SlackChannel
+# Defined for the interpreter alone: the type checker, seeing a module ``__getattr__``, would
+# type any name imported from here as ``Any`` (a misspelt one too) instead of looking for it
+# among the imports above.
+if not TYPE_CHECKING:
 
-        return SlackChannel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name == "SlackChannel":
+            from channels.slack.channel import SlackChannel
+
+            return SlackChannel
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,9 +28,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "WebchatChannel":
-        from channels.webchat.channel import WebchatChannel
+# Defined for the interpreter alone: the type checker, seeing a module ``__getattr__``, would
+# type any name imported from here as ``Any`` (a misspelt one too) instead of looking for it
+# among the imports above.
+if not TYPE_CHECKING:
 
-        return WebchatChannel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name == "WebchatChannel":
+            from channels.webchat.channel import WebchatChannel
+
+            return WebchatChannel
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,9 @@ from gateway.llm import ChatMessage, Usage
 from gateway.metrics import Metrics
 from gateway.sessions import SessionStore
 from gateway.settings import ModelCost
-from gateway.state import RunRecord, SessionRecord
+from gateway.state import SessionRecord
 from tests.gateway.sessions.support import opened_store
+from tests.gateway.state.records import run_record
 
 PRICE = ModelCost(input=2.0, output=10.0)  # USD per million tokens
 
@@ -29,15 +30,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
 
 async def child_with_run(store: SessionStore) -> tuple[SessionRecord, str]:
     child = await store.ensure(f"agent:main:subagent:{uuid.uuid4()}")
-    run = RunRecord(
-        run_id=str(uuid.uuid4()),
-        child_session_key=child.key,
-        child_session_id=child.session_id,
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=1.0,
-    )
+    run = run_record(child)
     await store.db.runs.insert(run)
     return child, run.run_id
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from channels import OutboundMessage
-from gateway.state import BatchRecord, Origin, RunRecord, SessionRecord, StateDB
+from gateway.state import BatchRecord, Origin, RunRecord, StateDB
 from gateway.state.pg import PgStateDB
 from gateway.subagents import SpawnRequest
 from gateway.subagents.completions import COMPLETION_KIND, FOLLOWUP_KIND
 from tests.gateway.cluster._replicas import eventually, replica, two_replicas
 from tests.gateway.harness import TEST_SCRIPT, Harness
+from tests.gateway.state.records import run_record, session_record
 
 pytestmark = pytest.mark.postgres
 
@@ -169,25 +170,14 @@ async def test_a_replica_starting_leaves_a_follow_up_a_live_replica_is_about_to_
 
 async def ghost_run(db: StateDB, parent: str, task: str) -> RunRecord:
     """A run ``parent`` spawned, announcing (its outcome decided), as the ghost left it."""
-    child = SessionRecord(
-        key=f"agent:main:subagent:{uuid.uuid4()}",
-        session_id=str(uuid.uuid4()),
-        agent_id="main",
-        kind="subagent",
-        created_at=time.time(),
-        updated_at=time.time(),
-        parent_key=parent,
-    )
-    await db.sessions.create(child)
-    run = RunRecord(
-        run_id=str(uuid.uuid4()),
-        child_session_key=child.key,
-        child_session_id=child.session_id,
-        requester_agent_id="main",
-        agent_id="main",
+    now = time.time()
+    key = f"agent:main:subagent:{uuid.uuid4()}"
+    child, _ = await db.sessions.create(session_record(key, "subagent", at=now, parent_key=parent))
+    run = run_record(
+        child,
         task=task,
-        created_at=time.time(),
-        started_at=time.time(),
+        created_at=now,
+        started_at=now,
         status="announcing",
         outcome="done",
         result_text=f"result of {task}",

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 
 from configbase import redact_url
@@ -16,9 +15,10 @@ from gateway.config import load_settings
 from gateway.constants import STATE_DB_NAME
 from gateway.llm import ChatMessage
 from gateway.sessions import SessionKey, SessionStore
-from gateway.state import RunRecord, open_state
+from gateway.state import open_state
 from tests.gateway.daemon_process import HERALD, clean_env
 from tests.gateway.sessions.support import opened_store
+from tests.gateway.state.records import run_record
 
 #: Messages in the long transcript: far more output than a pipe holds (64 KiB on Linux),
 #: so the command is still writing when the reader closes the pipe.
@@ -64,12 +64,8 @@ async def test_read_commands_read_the_configured_state_database(
         child = await store.ensure(SessionKey.subagent("main"), parent_key=parent.key)
         await store.append_message(child, ChatMessage(role="user", content="count the stars"))
         run = await db.runs.insert(
-            RunRecord(
-                run_id=str(uuid.uuid4()),
-                child_session_key=child.key,
-                child_session_id=child.session_id,
-                requester_agent_id="main",
-                agent_id="main",
+            run_record(
+                child,
                 task="count the stars",
                 created_at=time.time(),
                 status="done",
@@ -168,12 +164,8 @@ async def test_an_archived_run_is_found_from_any_reference(tmp_path: Path) -> No
         await store.append_message(child, ChatMessage(role="user", content="count the stars"))
         live = store.transcript_path(child)
         run = await store.db.runs.insert(
-            RunRecord(
-                run_id=str(uuid.uuid4()),
-                child_session_key=child.key,
-                child_session_id=child.session_id,
-                requester_agent_id="main",
-                agent_id="main",
+            run_record(
+                child,
                 task="count the stars",
                 created_at=time.time(),
                 status="done",

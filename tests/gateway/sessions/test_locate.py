@@ -24,6 +24,7 @@ from gateway.sessions import (
 )
 from gateway.state import RunRecord, SessionRecord
 from tests.gateway.sessions.support import opened_store
+from tests.gateway.state.records import run_record
 
 
 @dataclass
@@ -44,12 +45,8 @@ async def archived(tmp_path: Path) -> AsyncIterator[Archived]:
         await store.append_message(child, ChatMessage(role="user", content="the task"))
         live = store.transcript_path(child)
         run = await store.db.runs.insert(
-            RunRecord(
-                run_id=str(uuid.uuid4()),
-                child_session_key=child.key,
-                child_session_id=child.session_id,
-                requester_agent_id="main",
-                agent_id="main",
+            run_record(
+                child,
                 task="the task",
                 created_at=time.time(),
                 parent_session_key=parent.key,

@@ -39,6 +39,7 @@ from tests.gateway.harness import (
     fake_model_config,
     running_gateway,
 )
+from tests.gateway.state.records import run_record
 
 CHAT = "agent:main:memory:channel:c1"
 #: Several children at once, so a run and the run under it both run.
@@ -160,12 +161,8 @@ async def nested_run(gw: Harness, parent_id: str, name: str) -> str:
         origin=parent.origin,
         fresh=True,
     )
-    run = RunRecord(
-        run_id=str(uuid.uuid4()),
-        child_session_key=child.key,
-        child_session_id=child.session_id,
-        requester_agent_id="main",
-        agent_id="main",
+    run = run_record(
+        child,
         task=f"job {name}",
         created_at=time.time(),
         parent_session_key=parent.child_session_key,
