@@ -129,3 +129,29 @@ async def test_texts_built_per_call_are_prepared_up_to_a_bound(
         for _ in range(2):
             assert await value(db, select, *range(width)) == min(width - 1, 2)  # 1, 2 in t
     assert len(await prepared_here(db)) == 3
+
+
+async def test_a_statement_prepared_by_a_write_rolled_back_unsent_is_prepared_again(
+    db: PgStateDB,
+) -> None:
+    insert = "INSERT INTO t VALUES (?, ?)"
+
+    class RefusedError(Exception):
+        pass
+
+    def queued_then_refused(conn: Connection) -> None:
+        conn.queue(insert, (20, "never"))  # its PREPARE would have gone with the next
+        raise RefusedError
+
+    await db.write(lambda c: c.execute(insert, (7, "seen once")))
+    with pytest.raises(RefusedError):
+        await db.write(queued_then_refused)  # the second sighting: prepared, never sent
+    # Its sightings start again: prepared at the next second one. Had the writer taken
+    # that PREPARE for sent, these writes would EXECUTE a statement the server never had,
+    # fail, and leave the text plain for good.
+    await db.write(lambda c: c.execute(insert, (8, "seen once again")))
+    await db.write(lambda c: c.execute(insert, (9, "prepared now")))
+    names = await db.write(lambda c: [r[0] for r in c.execute(PREPARED_NAMES).fetchall()])
+    assert len(names) == 1
+    rows = await db.read(lambda c: c.execute("SELECT n FROM t ORDER BY n").fetchall())
+    assert [row[0] for row in rows] == [1, 2, 7, 8, 9]
