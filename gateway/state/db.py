@@ -101,7 +101,7 @@ class StateDB:
         #: The writer thread's queue of writes, committed in groups (once open).
         self.write_groups: WriteGroups | None = None
         self.sessions = SessionsTable(self)
-        self.runs = RunsTable(self)
+        self.runs = RunsTable(self, session_changed=self.sessions.forget)
         self.outbox = OutboxTable(self)
         self.batches = BatchesTable(self)
         self.ends = RunEndsTable(self, session_changed=self.sessions.forget)

@@ -8,6 +8,7 @@ started_at=now)``.
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,6 +35,7 @@ from gateway.state.rows import (
     session_to_columns,
     to_column_value,
 )
+from gateway.state.sessions import session_usage_sql
 
 _COLUMNS = column_list(RUN_COLUMNS)
 _SELECT = f"SELECT {_COLUMNS} FROM runs"
@@ -47,11 +49,20 @@ _SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
 _MAX_CHAIN = 64
 
 
+#: What a turn spent, added to a run's totals and its child session's: the usage, and its
+#: cost when the model is priced.
+Spent = tuple[Usage, float | None]
+
+
 class RunsTable:
     """Data access for ``runs``."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, *, session_changed: Callable[[str], None] = lambda key: None
+    ) -> None:
         self._db = db
+        #: Told the key of a session row a write here changed (the sessions cache drops it).
+        self._session_changed = session_changed
 
     async def insert(self, run: RunRecord, *, max_live_siblings: int | None = None) -> RunRecord:
         """Insert a new run; a duplicate ``run_id`` raises :class:`RecordConflictError`, an
@@ -118,9 +129,16 @@ class RunsTable:
 
         return await self._db.write(run)
 
-    async def update(self, run_id: str, /, **changes: Any) -> RunRecord:
-        """Set columns of one run; return the updated row (or raise RecordNotFoundError)."""
+    async def update(
+        self, run_id: str, /, *, spent: Spent | None = None, **changes: Any
+    ) -> RunRecord:
+        """Set columns of one run; return the updated row (or raise RecordNotFoundError).
+        With ``spent``, a turn's usage is added to the run's totals and its child session's
+        in the same write (a run's own turn, saved with the status it ends in)."""
         assignments, values = update_assignments("runs", changes, _UPDATABLE)
+        if spent is not None:
+            assignments = f"{assignments}, {ADD_USAGE_SQL}"
+            values = [*values, *usage_values(*spent)]
         sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_COLUMNS}"
         status = changes.get("status")
         # A live run moved to another live status (started, announcing) keeps its place in
@@ -131,31 +149,46 @@ class RunsTable:
             if status is not None and is_live(str(status))
             else None
         )
+        now = time.time()
+
+        def add_to_session(conn: Connection, *, live: bool) -> None:
+            # The child session's share goes first, on the same condition as the run's row,
+            # so the run's statement can still travel with the COMMIT.
+            if spent is not None:
+                key = _child_of_run(live=live)
+                marks = [*usage_values(*spent), now, run_id, *(_FINISHED if live else ())]
+                conn.queue(session_usage_sql(self._db.dialect, key=key), marks)
 
         def live_only(conn: Connection) -> RunRecord | None:
+            add_to_session(conn, live=True)
             rows = conn.last(live_to_live or sql, [*values, run_id, *_FINISHED]).fetchall()
             return run_from_row(rows[0]) if rows else None  # none: nothing was written
 
         def run(conn: Connection) -> RunRecord:
             if status is None:  # no count moves: one statement, sent with the COMMIT
+                add_to_session(conn, live=False)
                 rows = conn.last(sql, [*values, run_id]).fetchall()
                 if len(rows) != 1:
                     raise RecordNotFoundError("runs", run_id)
                 return run_from_row(rows[0])
             before = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            add_to_session(conn, live=False)
             after = returned_run(conn, sql, [*values, run_id], run_id)
             if before is not None:
                 delta = is_live(after.status) - is_live(before[0])
                 count_live(conn, after.parent_session_key, delta)
             return after
 
+        updated: RunRecord | None = None
         if live_to_live is not None:
             # Almost always the case, in one round trip on PostgreSQL; a run already final
             # (or missing) writes nothing here and takes the general write.
-            moved = await self._db.write(live_only)
-            if moved is not None:
-                return moved
-        return await self._db.write(run)
+            updated = await self._db.write(live_only)
+        if updated is None:
+            updated = await self._db.write(run)
+        if spent is not None:
+            self._session_changed(updated.child_session_key)
+        return updated
 
     async def add_usage(
         self, run_id: str, usage: Usage, cost_usd: float | None = None
@@ -332,6 +365,14 @@ def _insert_run(
         return rows[0] if rows else None
 
     return write
+
+
+def _child_of_run(*, live: bool) -> str:
+    """SQL of a run's child session key (bound: the run id, then, when ``live``, the final
+    statuses): NULL — no session — when there is no such run, or when ``live`` and the run
+    is final already."""
+    unless_final = f" AND status NOT IN {_FINAL_MARKS}" if live else ""
+    return f"(SELECT child_session_key FROM runs WHERE run_id = ?{unless_final})"
 
 
 _LIVE_COUNT_SQL = (

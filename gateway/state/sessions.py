@@ -37,11 +37,12 @@ _RUN_USAGE_SQL = f"UPDATE runs SET {ADD_USAGE_SQL} WHERE run_id = ?"
 _SELECT = f"SELECT {column_list(SESSION_COLUMNS)} FROM sessions"
 
 
-def session_usage_sql(dialect: Dialect) -> str:
+def session_usage_sql(dialect: Dialect, *, key: str = "?") -> str:
     """The statement adding a turn's usage to a session (bound: :func:`usage_values`, then
-    the time, then the key); the session counts as updated then."""
+    the time, then ``key``'s marks); the session counts as updated then. ``key`` is the SQL
+    of the session's key: a bound key, or a subquery finding it."""
     later = dialect.larger("updated_at", "?")
-    return f"UPDATE sessions SET {ADD_USAGE_SQL}, updated_at = {later} WHERE key = ?"
+    return f"UPDATE sessions SET {ADD_USAGE_SQL}, updated_at = {later} WHERE key = {key}"
 
 
 #: Keys per ``IN (…)`` query: well under SQLite's bound-parameter limit.

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.agent import TurnGate, TurnOutcome, run_turn
+from gateway.agent import StoreSink, TurnGate, TurnOutcome, run_turn
+from gateway.llm import Usage
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
 from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
@@ -62,6 +63,28 @@ class RunControl(Protocol):
     def announce_here(self, run_id: str) -> None:
         """Run ``run_id``'s announce step now, outside the lane."""
         ...
+
+
+@dataclass(slots=True)
+class TurnUsage:
+    """The usage of a run's own turn not yet saved: saved by the write that records the
+    run's end (``announcing``, one write for both), else by a write of its own where the
+    run does not end here (a yield, a shutdown) or that write failed."""
+
+    sink: StoreSink | None = None
+
+    def pending(self) -> tuple[Usage, float | None] | None:
+        return self.sink.unsaved_usage() if self.sink is not None else None
+
+    def saved(self) -> None:
+        """The write that recorded the run's end saved it."""
+        if self.sink is not None:
+            self.sink.take_usage()
+
+    async def save(self) -> None:
+        """Save what is still unsaved (nothing, usually); never raises."""
+        if self.sink is not None:
+            await asyncio.shield(self.sink.save_usage())
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +197,13 @@ class RunRunner:
         yielded = False
         self._in_child.add(run_id)
         box = self._inbox.open(run_id, resume=resume)
+        spent = TurnUsage()
         try:
             if run_id in self._aborting:
                 raise asyncio.CancelledError  # aborted while starting
             run = await self._db.runs.update(run_id, status="running", started_at=started)
             self._feed.publish(run)
-            outcome = await self._run_child(run, resume=resume, batch=batch, box=box)
+            outcome = await self._run_child(run, resume=resume, batch=batch, box=box, spent=spent)
             result = outcome.text
             yielded = outcome.ended_by == "yield"
             if outcome.ended_by == "submit_error":
@@ -191,7 +215,9 @@ class RunRunner:
             status = "timeout"
         except asyncio.CancelledError:
             if run_id not in self._aborting:
-                raise  # gateway shutdown: the run stays `running` and resumes on restart
+                # Gateway shutdown: the run stays `running` and resumes on restart.
+                await spent.save()
+                raise
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 task.uncancel()
@@ -208,17 +234,17 @@ class RunRunner:
             self._in_child.discard(run_id)
             self._tasks[run_id] = None
             self._inbox.close(run_id)
-        if batch is not None:
-            await self._batches.run_answered(batch, result or "")
+        try:
+            if batch is not None:
+                await self._batches.run_answered(batch, result or "")
+        except BaseException:
+            await spent.save()
+            raise
         if yielded and status == "done":
+            await spent.save()
             return  # stays `running`; the batch's end queues it again
-        run = await self._db.runs.update(
-            run_id,
-            status="announcing",
-            outcome=status,
-            ended_at=self._clock(),
-            result_text=result,
-            error=error,
+        run = await self._record_end(
+            run_id, spent, outcome=status, ended_at=self._clock(), result_text=result, error=error
         )
         self._feed.publish(run)
         await self._inbox.drop(run_id, box)
@@ -226,6 +252,22 @@ class RunRunner:
         if self._defer(run):
             return
         await self._announcer.announce(run_id, ended=run)
+
+    async def _record_end(self, run_id: str, spent: TurnUsage, **changes: object) -> RunRecord:
+        """The run's ``announcing`` write, its turn's usage saved with it. When that write
+        fails the usage is saved on its own; not when a shutdown cancels it (the usage went
+        with the write or is lost with it: the transcript keeps every call's usage)."""
+        try:
+            run = await self._db.runs.update(
+                run_id, spent=spent.pending(), status="announcing", **changes
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            await spent.save()
+            raise
+        spent.saved()
+        return run
 
     def _defer(self, run: RunRecord) -> bool:
         """Whether ``run``'s announce waits, outside the lane, for the turn that spawned it
@@ -259,13 +301,20 @@ class RunRunner:
             logger.exception("descendants not stopped", extra={"run_id": run_id})
 
     async def _run_child(
-        self, run: RunRecord, *, resume: bool, batch: BatchRecord | None, box: RunBox
+        self,
+        run: RunRecord,
+        *,
+        resume: bool,
+        batch: BatchRecord | None,
+        box: RunBox,
+        spent: TurnUsage,
     ) -> TurnOutcome:
         child = await self._store.require(run.child_session_key)
         box.attach(child)
         # The spawn answered before its transcript was begun.
         await self._store.ensure_transcript(child, spawned_event(run, task=True))
         setup, sink = self._children.setup(run, child, lineage=await self._children.lineage(run))
+        spent.sink = sink  # its usage is saved with the run's end
         history = await self._children.history(child, run, resume=resume)
         if batch is not None:
             await self._batches.continue_run(batch, child, history)
@@ -285,4 +334,3 @@ class RunRunner:
                 await asyncio.shield(inbox.settle())
             with contextlib.suppress(Exception):  # unsettled steers stay kept
                 await asyncio.shield(box.settle())
-            await asyncio.shield(sink.save_usage())

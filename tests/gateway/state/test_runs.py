@@ -218,6 +218,38 @@ async def test_a_turns_usage_goes_to_its_session_and_its_run_in_one_write(db: St
     assert session.usage == Usage(input=6, output=2)
 
 
+async def test_a_runs_end_carries_its_turns_usage_to_the_run_and_its_session(
+    db: StateDB,
+) -> None:
+    child = await _child(db)
+    run = await db.runs.insert(_run(child, status="running"))
+    seen = await db.sessions.get(child.key)  # cached: the write must drop it
+    assert seen is not None
+    assert seen.usage == Usage()
+    writes = db.write_groups.writes if db.write_groups is not None else None
+    spent = (Usage(input=7, output=3), 0.5)
+    ended = await db.runs.update(run.run_id, spent=spent, status="announcing", outcome="done")
+    if db.write_groups is not None:  # SQLite counts its writes (each a function)
+        assert db.write_groups.writes == (writes or 0) + 1
+    assert (ended.status, ended.usage, ended.cost_usd) == ("announcing", Usage(7, 3), 0.5)
+    session = await db.sessions.get(child.key)
+    assert session is not None
+    assert (session.usage, session.cost_usd) == (Usage(input=7, output=3), 0.5)
+    assert await _kept(db, "agent:main:main") == 1  # still live
+    # A run already final takes the general write: its usage is still added once.
+    final = await db.runs.insert(_run(await _child(db), status="done"))
+    again = await db.runs.update(final.run_id, spent=(Usage(input=2), None), status="running")
+    child_of_final = await db.sessions.get(final.child_session_key)
+    assert child_of_final is not None
+    assert (again.usage, child_of_final.usage) == (Usage(input=2), Usage(input=2))
+    # A missing run changes nothing.
+    with pytest.raises(RecordNotFoundError):
+        await db.runs.update("no-such-run", spent=spent, status="announcing")
+    session = await db.sessions.get(child.key)
+    assert session is not None
+    assert session.usage == Usage(input=7, output=3)
+
+
 async def test_a_runs_final_status_and_its_childs_archive_time_are_one_write(
     db: StateDB,
 ) -> None:

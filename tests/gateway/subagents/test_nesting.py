@@ -210,6 +210,16 @@ async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the
         assert batch is not None
         assert (batch.run_id, batch.state) == (orchestrator.run_id, "done")
         await gw.runs_idle()
+        # Its tokens: the turn before its yield (saved as it yielded), the follow-up (saved
+        # with its end) and its announce, each counted once in its run and its session.
+        contents = await gw.store.read(orchestrator.child_session_key)
+        outputs = [
+            m["message"]["usage"]["output"] for m in contents.messages if m["message"].get("usage")
+        ]
+        assert len(outputs) >= 3
+        orchestrator = await gw.finished(orchestrator.run_id)
+        session = await gw.store.require(orchestrator.child_session_key)
+        assert orchestrator.usage.output == sum(outputs) == session.usage.output
         # Only the orchestrator spoke to the chat; the person's session got its completion.
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id]
