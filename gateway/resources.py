@@ -335,7 +335,14 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         queue=run_queue,
         on_restart=lambda: holder.current.agent.subagents.on_restart,
     )
-    spawner = Spawner(holder=holder, db=db, store=store, manager=manager, feed=feed)
+    spawner = Spawner(
+        holder=holder,
+        db=db,
+        store=store,
+        manager=manager,
+        feed=feed,
+        spawning=completions.spawned,
+    )
     control = SubagentControl(
         db=db,
         manager=manager,

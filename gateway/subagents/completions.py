@@ -48,6 +48,9 @@ COMPLETION_KIND: Final = "subagent_completion"
 FOLLOWUP_KIND: Final = "subagent_followup"
 #: Delay before trying again to queue a completion on a full session lane.
 LANE_FULL_RETRY_SECONDS: Final = 1.0
+#: Childless runs remembered at most (past it the set starts again: a run forgotten is only
+#: looked for, as any other).
+CHILDLESS_MAX: Final = 10_000
 
 
 def completion_text(run: RunRecord) -> str:
@@ -138,6 +141,10 @@ class Completions:
         #: Live runs that have completions waiting for them: their turn looks before its
         #: next model call (a run not in here has nothing new, so it skips the query).
         self._due: set[str] = set()
+        #: Runs whose whole turn runs here (begun fresh, not resumed) and that have spawned
+        #: nothing yet: no completion can be routed to them, so neither their turn (in a
+        #: cluster too) nor their end looks for one. A run not in here is looked for.
+        self._childless: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Completions retrying={len(self._retries)} due={len(self._due)}>"
@@ -160,9 +167,25 @@ class Completions:
             self._queue(target, run, check=check)
         return target is not None
 
+    def began(self, run_id: str, *, resume: bool) -> None:
+        """``run_id``'s turn begins here: fresh (it can have no children yet), or resumed."""
+        if resume:
+            self._childless.discard(run_id)
+            return
+        if len(self._childless) >= CHILDLESS_MAX:  # runs that ended unseen: look for all
+            self._childless.clear()
+        self._childless.add(run_id)
+
+    def spawned(self, requester_run_id: str) -> None:
+        """``requester_run_id`` is spawning a child: completions may be routed to it."""
+        self._childless.discard(requester_run_id)
+
     async def forward(self, run: RunRecord) -> None:
         """``run`` is final: the completions still waiting for it go on up the chain."""
         self._due.discard(run.run_id)
+        if run.run_id in self._childless:
+            self._childless.discard(run.run_id)
+            return  # it spawned nothing: nothing waits for it
         for waiting in await self._db.ends.routed_completions(run.child_session_key):
             await self.deliver(waiting)
 
@@ -219,18 +242,20 @@ class Completions:
         self, run: RunRecord, child: SessionRecord, *, resume: bool, steers: Inbox | None = None
     ) -> RunCompletions:
         """The inbox of ``run``'s turn: the completions routed to it (and ``steers``)."""
+        self.began(run.run_id, resume=resume)
         return RunCompletions(
             self._db, self._store, self.take_due, run, child, resume=resume, steers=steers
         )
 
     def take_due(self, run_id: str) -> bool:
         """Whether completions arrived for ``run_id`` since it last looked (and clear it).
-        In a cluster always: a child that ended on another replica was handed on there,
-        where this replica's turn cannot hear of it, so the turn looks in the database."""
+        In a cluster always, unless the run has spawned nothing: a child that ended on
+        another replica was handed on there, where this replica's turn cannot hear of it,
+        so the turn looks in the database."""
         if run_id in self._due:
             self._due.discard(run_id)
             return True
-        return not self._owner.alone
+        return not self._owner.alone and run_id not in self._childless
 
     async def recover(self) -> int:
         """Start-up: hand on the completions this gateway left pending when it stopped,

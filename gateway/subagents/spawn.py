@@ -171,6 +171,7 @@ class Spawner:
         manager: RunManager,
         feed: RunFeed,
         clock: Callable[[], float] = time.time,
+        spawning: Callable[[str], None] = lambda requester_run_id: None,
     ) -> None:
         self._holder = holder
         self._db = db
@@ -178,6 +179,9 @@ class Spawner:
         self._manager = manager
         self._feed = feed
         self._clock = clock
+        #: Told a requester run's id before its child is recorded (completions may then be
+        #: routed to it: :meth:`gateway.subagents.Completions.spawned`).
+        self._spawning = spawning
 
     def __repr__(self) -> str:
         return f"<Spawner {self._manager!r}>"
@@ -319,6 +323,8 @@ class Spawner:
             job_id=request.job_id,
             occurrence_at=request.occurrence_at,
         )
+        if requester_run is not None:
+            self._spawning(requester_run.run_id)
         try:
             if new_child is None:
                 await self._db.runs.insert(run, max_live_siblings=limit)

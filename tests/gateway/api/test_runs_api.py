@@ -279,6 +279,7 @@ async def test_a_stored_non_finite_number_is_answered_as_null(tmp_path: Path) ->
         _, body = await invoke(client, {"tool": "sessions_spawn", "args": {"task": "task: x"}})
         run_id = body["result"]["runId"]
         await gw.finished(run_id)
+        await gw.runs_idle()  # its completion written: the row no longer moves
         # A row written before inputs had to be finite (or by hand).
         await gw.db.runs.update(run_id, run_timeout_seconds=math.inf, cost_usd=math.inf)
         listed = orjson.loads(await (await client.get("/v1/runs")).read())
