@@ -176,6 +176,11 @@ class Completions:
             self._childless.clear()
         self._childless.add(run_id)
 
+    def childless(self, run_id: str) -> bool:
+        """Whether ``run_id``'s whole turn ran here and spawned nothing: no batch of its own,
+        nothing routed to it."""
+        return run_id in self._childless
+
     def spawned(self, requester_run_id: str) -> None:
         """``requester_run_id`` is spawning a child: completions may be routed to it."""
         self._childless.discard(requester_run_id)

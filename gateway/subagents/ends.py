@@ -37,5 +37,6 @@ class RunEnds:
             await self._batches.run_final(run.batch_id)
         elif where is not Destination.WAITER:
             await self._completions.deliver(run)
-        await self._batches.dissolve_for(run)
+        if not self._completions.childless(run.run_id):  # else it yielded to no batch
+            await self._batches.dissolve_for(run)
         await self._completions.forward(run)

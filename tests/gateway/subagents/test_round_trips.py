@@ -10,7 +10,7 @@ marked delivered; the outbox's claim, ``sending`` mark and delivered mark. Eight
 thirteen when a turn's usage took two writes and the archive time one more, ten while the
 announce turn's usage was a write of its own, nine while the run's own turn's was. On
 PostgreSQL a bound on the round trips of those writes and of the run's reads is pinned too,
-and a run that spawns nothing never looks for completions routed to it.
+and a run that spawns nothing never looks for completions routed to it or a batch of its own.
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ CHAT_KEY = "agent:main:memory:channel:c1"
 ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="channel")
 #: Write transactions of one run, spawn to delivered announce and written completion.
 MAX_WRITES_PER_RUN = 8
-#: Messages from the state layer to PostgreSQL per run, reads and writes together: 21 when
+#: Messages from the state layer to PostgreSQL per run, reads and writes together: 20 when
 #: measured (its eight writes each end with their COMMIT travelling with a statement; no
-#: look for completions routed to a run that spawned nothing), 23 when it looked, 24
+#: look for completions routed to a run that spawned nothing, nor for a batch it yielded
+#: to), 23 when it looked, 24
 #: with the run's own turn's usage a write of its own, 27 with the announce turn's too (and
 #: the run read again after it), 41 when every COMMIT and every unread statement was a
 #: round trip of its own.
-MAX_ROUND_TRIPS_PER_RUN = 22
+MAX_ROUND_TRIPS_PER_RUN = 21
 RUNS = 3
 #: No heartbeat (and no outbox poll) while runs are counted: in a cluster they write on
 #: their own schedule, not a run's.
@@ -126,22 +127,28 @@ async def test_a_run_costs_few_round_trips_to_postgresql(
     assert sum(sent.values()) <= MAX_ROUND_TRIPS_PER_RUN * RUNS, sent
 
 
-async def test_a_run_that_spawns_nothing_never_looks_for_completions_routed_to_it(
+async def test_a_run_that_spawns_nothing_never_looks_for_its_completions_or_batch(
     tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No completion can be routed to a run whose turn spawned nothing: neither its turn
-    # (which in a cluster looks before every model call) nor its end looks for one.
+    # No completion can be routed to a run whose turn spawned nothing, and it yielded to no
+    # batch: neither its turn (which in a cluster looks before every model call) nor its end
+    # looks for either.
     looked: Counter[str] = Counter()
     async with running_gateway(tmp_path, database_url=database_url, timing=QUIET) as gw:
-        routed = gw.db.ends.routed_completions
+        routed, batch = gw.db.ends.routed_completions, gw.db.batches.open_for_run
 
         async def counted(session_key: str) -> Any:
             looked[session_key] += 1
             return await routed(session_key)
 
+        async def batch_counted(run_id: str) -> Any:
+            looked[run_id] += 1
+            return await batch(run_id)
+
         monkeypatch.setattr(gw.db.ends, "routed_completions", counted)
+        monkeypatch.setattr(gw.db.batches, "open_for_run", batch_counted)
         session = await gw.store.ensure(CHAT_KEY, origin=ORIGIN)
         accepted = await gw.spawn(gw.contexts.for_session(session), SpawnRequest(task="task: x"))
         run = await gw.finished(accepted["runId"])
         await gw.runs_idle()
-    assert looked[run.child_session_key] == 0, looked
+    assert looked[run.child_session_key] == looked[run.run_id] == 0, looked
