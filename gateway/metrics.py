@@ -95,12 +95,22 @@ class _Snapshot:
     channels: dict[str, bool] = field(default_factory=dict)
     disk_full: bool = False
     disk_refusals: int = 0
+    #: The state writer's commits, writes kept, writes run again after their group's
+    #: transaction was lost, writes retried after a conflict (None: opened read-only).
+    writer: tuple[int, int, int, int] | None = None
 
 
 def _count_rows(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
     runs = conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
     outbox = conn.execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall()
     return {row[0]: row[1] for row in runs}, {row[0]: row[1] for row in outbox}
+
+
+def _writer_counts(db: StateDB) -> tuple[int, int, int, int] | None:
+    groups = db.write_groups
+    if groups is None:
+        return None
+    return groups.commits, groups.writes, groups.rerun, db.write_conflicts
 
 
 class _StateCollector:
@@ -162,6 +172,25 @@ class _StateCollector:
             "Writes the disk refused for want of space",
             value=snap.disk_refusals,
         )
+        if snap.writer is not None:
+            commits, writes, rerun, conflicts = snap.writer
+            yield CounterMetricFamily(
+                "herald_state_commits", "State transactions committed", value=commits
+            )
+            yield CounterMetricFamily(
+                "herald_state_writes",
+                "State writes committed (several share a commit)",
+                value=writes,
+            )
+            again = CounterMetricFamily(
+                "herald_state_writes_again",
+                "State writes run again: after a conflict with another connection, or because"
+                " the transaction of their group was lost (one conflict condemns a group)",
+                labels=["reason"],
+            )
+            again.add_metric(["conflict"], conflicts)
+            again.add_metric(["group"], rerun)
+            yield again
 
 
 class Metrics:
@@ -316,6 +345,7 @@ class Metrics:
             channels={name: channel.connected for name, channel in source.channels.items()},
             disk_full=source.db.space.full,
             disk_refusals=source.db.space.refusals,
+            writer=_writer_counts(source.db),
         )
         self._state.snapshot = snapshot
         try:

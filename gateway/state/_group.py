@@ -65,9 +65,11 @@ Outcome = tuple[Write, Any, BaseException | None]
 class GroupRunner(Protocol):
     """A backend's way of running one group (on the writer thread)."""
 
-    #: Transactions committed and writes kept by them (for tests and benchmarks).
+    #: Transactions committed and writes kept by them; writes run again because the
+    #: transaction of their group was lost (for metrics, tests and benchmarks).
     commits: int
     writes: int
+    rerun: int
 
     def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
         """Run ``todo`` in one transaction, adding the outcome of each write it settled to
@@ -104,6 +106,11 @@ class WriteGroups:
     def writes(self) -> int:
         """Writes committed (for tests and benchmarks)."""
         return self._run_group.writes
+
+    @property
+    def rerun(self) -> int:
+        """Writes run again because the transaction of their group was lost."""
+        return self._run_group.rerun
 
     @property
     def queued(self) -> int:
@@ -162,9 +169,10 @@ class SqliteGroups:
         #: What the writes are given: the same connection, raising Herald's typed errors.
         self._tables = SqliteConnection(connection)
         self._begin = begin
-        #: Transactions committed and writes run (for tests and benchmarks).
+        #: Transactions committed, writes run, writes run again (see GroupRunner).
         self.commits = 0
         self.writes = 0
+        self.rerun = 0
 
     def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
         """Run ``todo`` in one transaction; returns the writes to run again (in a new one)."""
@@ -193,7 +201,9 @@ class SqliteGroups:
                 if _undo_one(conn):
                     continue
                 # The transaction is gone, and the writes before this one with it.
-                return [w for w, _ in done] + todo[index + 1 :]
+                again = [w for w, _ in done] + todo[index + 1 :]
+                self.rerun += len(again)
+                return again
             done.append((write, result))
         try:
             conn.execute("COMMIT")

@@ -100,6 +100,9 @@ class StateDB:
         self._rconn: SqliteConnection | None = None
         #: The writer thread's queue of writes, committed in groups (once open).
         self.write_groups: WriteGroups | None = None
+        #: Writes run again, with backoff, after meeting another connection's (a lock held
+        #: past busy_timeout on SQLite, a serialization failure on PostgreSQL).
+        self.write_conflicts = 0
         self.sessions = SessionsTable(self)
         self.runs = RunsTable(self, session_changed=self.sessions.forget)
         self.outbox = OutboxTable(self)
@@ -191,6 +194,7 @@ class StateDB:
             if not isinstance(error, WriteConflictError) or time.monotonic() + delay > deadline:
                 raise error from cause
             log.warning("state database %s is locked; retrying in %.1fs", self.path, delay)
+            self.write_conflicts += 1
             await asyncio.sleep(delay)
 
     async def close(self) -> None:

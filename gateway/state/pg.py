@@ -169,6 +169,7 @@ class PgStateDB(StateDB):
                 if time.monotonic() + delay > deadline:
                     raise WriteConflictError(self._message(exc)) from exc
                 log.debug("state database: write conflict (%s); retrying", exc)
+                self.write_conflicts += 1
                 await asyncio.sleep(delay)
             else:
                 self.space.wrote()

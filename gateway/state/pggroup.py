@@ -73,6 +73,7 @@ class PgGroups:
         self._connection = connection
         self.commits = 0
         self.writes = 0
+        self.rerun = 0
 
     def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
         if len(todo) > 1:
@@ -83,7 +84,7 @@ class PgGroups:
                 outcomes.extend((write, None, failed.error) for write in todo)
                 return []
             except _CondemnedError:
-                pass
+                self.rerun += len(todo)
         for write in todo:
             outcomes.append(self._alone(write))
         return []

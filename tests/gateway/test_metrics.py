@@ -145,6 +145,14 @@ async def test_a_scrape_reads_runs_lanes_outbox_and_channels_of_a_gateway(tmp_pa
     assert value(s, "herald_lane_max_concurrent", lane="main") == 4
     assert value(s, "herald_lane_jobs_total", lane="subagent", result="done") == 1
     assert value(s, "herald_lane_wait_seconds_count", lane="subagent") == 1
+    # The state writer: the run's writes (and the chat's) were kept, none run again.
+    commits = value(s, "herald_state_commits_total")
+    writes = value(s, "herald_state_writes_total")
+    assert commits is not None
+    assert writes is not None
+    assert writes >= commits >= 8  # a run alone makes eight
+    assert value(s, "herald_state_writes_again_total", reason="conflict") == 0
+    assert value(s, "herald_state_writes_again_total", reason="group") == 0
 
 
 async def test_a_scrape_shows_work_in_flight(tmp_path: Path) -> None:

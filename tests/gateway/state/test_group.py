@@ -163,6 +163,7 @@ async def test_a_failure_that_ends_the_transaction_runs_the_others_again(db: Sta
     assert calls == ["a", "b", "a", "b", "d"]
     assert await owners(db) == ["a", "b", "d"]
     assert groups(db).commits - before == 2  # the held write's, then a, b and d
+    assert groups(db).rerun == 3  # a and b again, d in the new transaction (for /metrics)
 
 
 async def test_a_group_holds_at_most_max_group_writes(db: StateDB) -> None:

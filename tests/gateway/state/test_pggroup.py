@@ -194,25 +194,21 @@ async def test_a_refused_statement_fails_its_own_write_whichever_message_carried
     assert await kept(db, table) == (["a", "d"], 2)
 
 
-async def test_a_serialization_failure_runs_each_write_of_the_group_again_alone(
-    opened: tuple[PgStateDB, str], pg_url: str
-) -> None:
-    db, table = opened
+async def skewed_once(db: PgStateDB, url: str, calls: list[str]) -> Callable[[Connection], str]:
+    """A write that reads row 1 of a new table ``k`` and writes row 2. The first time it
+    runs, another serializable transaction reads row 2 and writes row 1 in between, and
+    commits: a write skew PostgreSQL refuses the write's transaction for."""
     await db.write(lambda c: c.execute("CREATE TABLE k (id INTEGER PRIMARY KEY, v INTEGER)"))
     await db.write(lambda c: c.execute("INSERT INTO k VALUES (1, 0), (2, 0)"))
-    calls: list[str] = []
     skewed = False
 
     def skew(conn: Connection) -> str:
-        """Reads row 1, writes row 2. The first time, another serializable transaction
-        reads row 2 and writes row 1 in between, and commits: a write skew PostgreSQL
-        refuses the group's transaction for."""
         nonlocal skewed
         calls.append("skew")
         conn.execute("SELECT v FROM k WHERE id = 1").fetchone()
         if not skewed:
             skewed = True
-            with psycopg.connect(pg_url, autocommit=True) as other:
+            with psycopg.connect(url, autocommit=True) as other:
                 other.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
                 other.execute("SELECT v FROM k WHERE id = 2")
                 other.execute("UPDATE k SET v = v + 1 WHERE id = 1")
@@ -220,6 +216,20 @@ async def test_a_serialization_failure_runs_each_write_of_the_group_again_alone(
         conn.execute("UPDATE k SET v = v + 1 WHERE id = 2")
         return "skew wrote"
 
+    return skew
+
+
+async def rows_of_k(db: PgStateDB) -> list[tuple[int, int]]:
+    rows = await db.read(lambda c: c.execute("SELECT id, v FROM k ORDER BY id").fetchall())
+    return [(r[0], r[1]) for r in rows]
+
+
+async def test_a_serialization_failure_runs_each_write_of_the_group_again_alone(
+    opened: tuple[PgStateDB, str], pg_url: str
+) -> None:
+    db, table = opened
+    calls: list[str] = []
+    skew = await skewed_once(db, pg_url, calls)
     assert db.write_groups is not None
     before = db.write_groups.commits
     outcomes = await grouped(
@@ -230,9 +240,22 @@ async def test_a_serialization_failure_runs_each_write_of_the_group_again_alone(
     assert calls[:2] == ["a", "skew"]
     assert calls[-3:] == ["a", "skew", "b"]
     assert db.write_groups.commits - before == 1 + 3  # the held write's, then one each
+    assert db.write_groups.rerun == 3  # counted for /metrics
+    assert db.write_conflicts == 0  # none met a conflict alone
     assert await kept(db, table) == (["a", "b"], 2)  # kept once each
-    rows = await db.read(lambda c: c.execute("SELECT id, v FROM k ORDER BY id").fetchall())
-    assert [tuple(r) for r in rows] == [(1, 1), (2, 1)]
+    assert await rows_of_k(db) == [(1, 1), (2, 1)]
+
+
+async def test_a_write_alone_that_meets_a_conflict_runs_again_whole(
+    opened: tuple[PgStateDB, str], pg_url: str
+) -> None:
+    db, _ = opened
+    calls: list[str] = []
+    skew = await skewed_once(db, pg_url, calls)
+    assert await db.write(skew) == "skew wrote"
+    assert calls == ["skew", "skew"]  # refused once, then kept
+    assert db.write_conflicts == 1  # counted for /metrics
+    assert await rows_of_k(db) == [(1, 1), (2, 1)]
 
 
 async def play(url: str, state_dir: Path, plan: list[Kind]) -> None:
