@@ -18,6 +18,9 @@ event sent to the last announce posted to Slack (each checked posted exactly onc
 baseline is one replica, so the ratio is the speed-up. Goal: ≥ 2.5× with 3 replicas. The
 same mentions on one ``herald run`` on SQLite (the same harness, no ``cluster.databaseUrl``)
 give the baseline of the cluster's CPU per run, replicas and PostgreSQL together. Goal: ≤ 3×.
+For information, the state writes the replicas ran again (after a conflict with another
+replica's, or because one condemned their group) against those they kept, from their
+``/metrics``.
 The same with the model answering after :data:`IO_MODEL_SECONDS` (1 s), 1 and 3 replicas of
 width 8 each: bound by the model's latency, not by these 2 cores, so three replicas should
 give nearly three times one. Goal: ≥ 2.7×.
@@ -178,9 +181,10 @@ async def _runs_per_second(
     model_seconds: float = MODEL_SECONDS,
     *,
     sqlite: bool = False,
-) -> tuple[float, float]:
-    """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``, and
-    CPU ms per run of the replicas and PostgreSQL together; with ``sqlite``, one process on
+) -> tuple[float, float, tuple[float, float]]:
+    """Runs per second of ``batches`` mentions of ``per_batch`` spawns on ``replicas``, CPU
+    ms per run of the replicas and PostgreSQL together, and the state writes run again and
+    kept over the whole run (the replicas' ``/metrics``); with ``sqlite``, one process on
     SQLite instead (the same harness, no ``cluster.databaseUrl``)."""
     script = batch_script(replicas + batches, per_batch, job_seconds=model_seconds)
     # On SQLite the config's cluster section is overridden: no database URL at all.
@@ -213,8 +217,10 @@ async def _runs_per_second(
             cpu = _cluster_cpu_seconds(server, cluster, sqlite=sqlite) - cpu
             await asyncio.sleep(1)  # an announce posted twice would show up now
             _check_once(slack, total)
+            again = await _metric(cluster, "herald_state_writes_again_total")
+            kept = await _metric(cluster, "herald_state_writes_total")
     runs = batches * per_batch
-    return runs / elapsed, 1000 * cpu / runs
+    return runs / elapsed, 1000 * cpu / runs, (again, kept)
 
 
 async def _throughput(
@@ -230,7 +236,7 @@ async def _throughput(
     measured = {
         n: await _runs_per_second(server, n, batches, per_batch, model_seconds) for n in replicas
     }
-    rates = {n: rate for n, (rate, _) in measured.items()}
+    rates = {n: rate for n, (rate, _, _) in measured.items()}
     base, top = replicas[0], replicas[-1]
     label = f"{batches * per_batch:,} runs, model {model_seconds:g} s, width {WIDTH} each"
     rows = []
@@ -246,7 +252,7 @@ async def _throughput(
         )
     if not cpu:
         return rows
-    _, sqlite_cpu = await _runs_per_second(server, 1, batches, per_batch, sqlite=True)
+    _, sqlite_cpu, _ = await _runs_per_second(server, 1, batches, per_batch, sqlite=True)
     rows.append(
         row(
             f"  CPU ms per run, replicas + PostgreSQL, {top} replicas vs {base}",
@@ -263,6 +269,16 @@ async def _throughput(
             sqlite_cpu,
             f"ratio <= {CPU_GOAL:g}",
             digits=2,
+        )
+    )
+    again, kept = measured[top][2]
+    rows.append(
+        row(
+            f"  state writes run again (a conflict, a condemned group) vs kept, {top} replicas",
+            again,
+            kept,
+            "(information)",
+            digits=0,
         )
     )
     return rows
@@ -327,6 +343,20 @@ async def _discord_holder(cluster: Cluster) -> int | None:
         if states.get("discord") == "connected":
             holders.append(index)
     return holders[0] if len(holders) == 1 else None
+
+
+async def _metric(cluster: Cluster, name: str, **labels: str) -> float:
+    """The sum over the cluster's replicas of their samples of ``name`` with ``labels``."""
+    total = 0.0
+    for index in range(len(cluster)):
+        text = await _get(f"{cluster.url(index)}/metrics") or ""
+        total += sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
+    return total
 
 
 async def _executing(cluster: Cluster, index: int) -> int:
