@@ -10,7 +10,7 @@ from gateway.llm import ChatMessage, Usage
 from gateway.metrics import Metrics
 from gateway.sessions import SessionStore
 from gateway.settings import ModelCost
-from gateway.state import DiskFullError, SessionRecord
+from gateway.state import DiskFullError, SessionRecord, Spent
 from gateway.usage import cost_usd
 
 logger = logging.getLogger(__name__)
@@ -62,18 +62,15 @@ class StoreSink:
     async def event(self, name: str, data: dict[str, Any]) -> None:
         await self.store.append_event(self.session, name, data)
 
-    def unsaved_usage(self) -> tuple[Usage, float | None] | None:
-        """The usage (and cost) not yet saved, or None when there is none; still this
-        sink's until :meth:`take_usage`."""
-        if self._unsaved == Usage() and self._unsaved_cost is None:
-            return None
-        return self._unsaved, self._unsaved_cost
+    def unsaved_usage(self) -> Spent:
+        """The usage (and cost) not yet saved; still this sink's until :meth:`take_usage`."""
+        return Spent(self._unsaved, self._unsaved_cost)
 
-    def take_usage(self) -> tuple[Usage, float | None]:
+    def take_usage(self) -> Spent:
         """The usage (and cost) not yet saved, now the caller's to save with a write of its
         own (a run's final write takes its announce turn's, its ``announcing`` write its own
         turn's)."""
-        taken = self._unsaved, self._unsaved_cost
+        taken = Spent(self._unsaved, self._unsaved_cost)
         self._unsaved, self._unsaved_cost = Usage(), None
         return taken
 

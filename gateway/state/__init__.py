@@ -57,6 +57,7 @@ from gateway.state.rows import (
     RunStatus,
     SessionKind,
     SessionRecord,
+    Spent,
 )
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
@@ -104,6 +105,7 @@ __all__ = [
     "SessionRecord",
     "SessionsTable",
     "SpaceMonitor",
+    "Spent",
     "StateClosedError",
     "StateDB",
     "StateError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 import orjson
 
@@ -295,6 +295,32 @@ class RunRecord:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+
+class Spent(NamedTuple):
+    """What a turn spent: its usage, and its cost when the model is priced (None when not).
+    A write adds it to a run's totals and its child session's."""
+
+    usage: Usage
+    cost_usd: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.usage == Usage() and self.cost_usd is None
+
+    def added_to(self, run: RunRecord) -> RunRecord:
+        """``run`` with this added to its totals, as the write that adds it leaves them."""
+        if self.empty:
+            return run
+        cost = run.cost_usd if self.cost_usd is None else (run.cost_usd or 0.0) + self.cost_usd
+        return dataclasses.replace(
+            run,
+            usage_input=run.usage_input + self.usage.input,
+            usage_output=run.usage_output + self.usage.output,
+            usage_cache_read=run.usage_cache_read + self.usage.cache_read,
+            usage_cache_write=run.usage_cache_write + self.usage.cache_write,
+            cost_usd=cost,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ import builtins
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gateway.llm import Usage
 from gateway.state._sql import (
     ADD_USAGE_SQL,
     Database,
@@ -40,6 +39,7 @@ from gateway.state.rows import (
     Delivery,
     OutboxRecord,
     RunRecord,
+    Spent,
     run_from_row,
     to_column_value,
 )
@@ -111,18 +111,18 @@ class RunEndsTable:
         now: float,
         by: str | None = None,
         archive_due_at: float | None = None,
-        usage: Usage | None = None,
-        cost_usd: float | None = None,
+        spent: Spent | None = None,
     ) -> RunRecord:
         """Make a run final: apply ``changes`` (its status, announce text, …) and move its
         delivery as :func:`~gateway.state.lifecycle.destination` says for the row as read
         here; when the result goes to the chat, its announce (``changes["announce_text"]``)
         is queued in the outbox in the same write. The completion is handed on ``by`` this
         replica. With ``archive_due_at``, the run's child session (unless archived) is due
-        for archiving then, in the same write. With ``usage`` (and ``cost_usd``, when
-        priced), the announce turn's, added to the run's totals and its child session's in
-        the same write too."""
-        session_usage = session_usage_sql(self._db.dialect) if usage is not None else ""
+        for archiving then, in the same write. With ``spent`` (the announce turn's), it
+        is added to the run's totals and its child session's in the same write too."""
+        if spent is not None and spent.empty:
+            spent = None  # nothing to add
+        session_usage = session_usage_sql(self._db.dialect) if spent is not None else ""
 
         def run(conn: Connection) -> RunRecord:
             current = _run(conn, run_id)
@@ -143,15 +143,15 @@ class RunEndsTable:
                 check_transition(run_id, current.delivery, new)
                 update["delivery"] = new
             assignments, values = update_assignments("runs", update, _FINISH_ALLOWED)
-            if usage is not None:
+            if spent is not None:
                 assignments = f"{assignments}, {ADD_USAGE_SQL}"
-                values = [*values, *usage_values(usage, cost_usd)]
+                values = [*values, *usage_values(*spent)]
             sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_RUN_COLUMNS}"
             after = returned_run(conn, sql, [*values, run_id], run_id)
             count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
-            if usage is not None:
-                spent = usage_values(usage, cost_usd)
-                conn.queue(session_usage, (*spent, now, after.child_session_key))
+            if spent is not None:
+                marks = (*usage_values(*spent), now, after.child_session_key)
+                conn.queue(session_usage, marks)
             if archive_due_at is not None:
                 conn.queue(
                     "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
@@ -160,7 +160,7 @@ class RunEndsTable:
             return after
 
         final = await self._db.write(run)
-        if archive_due_at is not None or usage is not None:
+        if archive_due_at is not None or spent is not None:
             self._session_changed(final.child_session_key)
         return final
 

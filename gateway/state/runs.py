@@ -31,6 +31,7 @@ from gateway.state.rows import (
     SESSION_COLUMNS,
     RunRecord,
     SessionRecord,
+    Spent,
     run_from_row,
     session_to_columns,
     to_column_value,
@@ -47,11 +48,6 @@ _SESSION_INSERT = insert_sql("sessions", SESSION_COLUMNS)
 #: Bound of a walk up the parent links: far past the deepest configurable tree, so a
 #: corrupted link cycle ends instead of looping.
 _MAX_CHAIN = 64
-
-
-#: What a turn spent, added to a run's totals and its child session's: the usage, and its
-#: cost when the model is priced.
-Spent = tuple[Usage, float | None]
 
 
 class RunsTable:
@@ -136,6 +132,8 @@ class RunsTable:
         With ``spent``, a turn's usage is added to the run's totals and its child session's
         in the same write (a run's own turn, saved with the status it ends in)."""
         assignments, values = update_assignments("runs", changes, _UPDATABLE)
+        if spent is not None and spent.empty:
+            spent = None  # nothing to add
         if spent is not None:
             assignments = f"{assignments}, {ADD_USAGE_SQL}"
             values = [*values, *usage_values(*spent)]

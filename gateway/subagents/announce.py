@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from gateway.agent import bound_tool_results
 from gateway.archive import ArchiveScheduler
@@ -35,6 +34,7 @@ from gateway.state import (
     RunRecord,
     RunStatus,
     SessionRecord,
+    Spent,
     StateDB,
     destination,
 )
@@ -147,32 +147,6 @@ def compose_announce(
     return f"{body}\n\n{stats}"
 
 
-class _Spent(NamedTuple):
-    """What an announce turn spent (its cost None when the model is not priced): saved by
-    the run's final write, in the same transaction as its status."""
-
-    usage: Usage
-    cost_usd: float | None
-
-    @property
-    def empty(self) -> bool:
-        return self.usage == Usage() and self.cost_usd is None
-
-    def added_to(self, run: RunRecord) -> RunRecord:
-        """``run`` with its totals as the final write leaves them."""
-        if self.empty:
-            return run
-        cost = run.cost_usd if self.cost_usd is None else (run.cost_usd or 0.0) + self.cost_usd
-        return dataclasses.replace(
-            run,
-            usage_input=run.usage_input + self.usage.input,
-            usage_output=run.usage_output + self.usage.output,
-            usage_cache_read=run.usage_cache_read + self.usage.cache_read,
-            usage_cache_write=run.usage_cache_write + self.usage.cache_write,
-            cost_usd=cost,
-        )
-
-
 class Announcer:
     """Runs the announce step of finished runs (see the module docstring)."""
 
@@ -234,7 +208,7 @@ class Announcer:
             run = await self._db.runs.get(run_id) or run
         # A run of a batch posts nothing of its own: the follow-up speaks for it.
         turn = status in MODEL_ANNOUNCED and destination(run) is not Destination.BATCH
-        spent = _Spent(Usage(), None)
+        spent = Spent(Usage())
         if turn:
             reply, spent = await self._announce_turn(run, child, status)
             if reply is not None and is_skip(reply):
@@ -268,7 +242,7 @@ class Announcer:
         await self._settled(run, due)
 
     async def _finish(
-        self, run: RunRecord, status: RunStatus, text: str, spent: _Spent
+        self, run: RunRecord, status: RunStatus, text: str, spent: Spent
     ) -> tuple[RunRecord, float | None]:
         """Apply the final status and, where the result goes to the chat, queue the announce,
         in one write (the write decides, as it reads the run: a batch or a wait may take
@@ -282,22 +256,20 @@ class Announcer:
         return run, due
 
     async def _make_final(
-        self, run: RunRecord, changes: dict[str, Any], spent: _Spent | None = None
+        self, run: RunRecord, changes: dict[str, Any], spent: Spent | None = None
     ) -> tuple[RunRecord, float | None]:
         """``finish_run``, with the time its child is due for archiving (when it is
         archived later, not now) and the announce turn's usage (``spent``) written in the
         same transaction; the final run and that time. A stop right after it leaves nothing
         for the start-up's archive check."""
         due = self._archive_due(run)
-        usage, cost = (None, None) if spent is None or spent.empty else spent
         final = await self._db.ends.finish_run(
             run.run_id,
             changes,
             now=self._clock(),
             by=self._by,
             archive_due_at=due,
-            usage=usage,
-            cost_usd=cost,
+            spent=spent,
         )
         return final, due
 
@@ -324,7 +296,7 @@ class Announcer:
 
     async def _announce_turn(
         self, run: RunRecord, child: SessionRecord, status: RunStatus
-    ) -> tuple[str | None, _Spent]:
+    ) -> tuple[str | None, Spent]:
         """One model turn in the child session asking for the reply to post (None if the
         model could not give one: the system announce is posted instead), and what the
         turn spent, for the run's final write to save."""
@@ -350,7 +322,7 @@ class Announcer:
                 model=reply.model,
                 usage=reply.usage,
             )
-            spent = _Spent(*sink.take_usage())
+            spent = sink.take_usage()
             return (reply.text if reply.text.strip() else None), spent
         except asyncio.CancelledError:
             raise
@@ -361,7 +333,7 @@ class Announcer:
             )
             with contextlib.suppress(Exception):
                 await self._store.append_event(child, "announce_failed", {"error": str(exc)})
-            return None, _Spent(Usage(), None)
+            return None, Spent(Usage())
 
     async def settle_archive(self, run: RunRecord, *, recorded_due: float | None = None) -> None:
         """Archive the child (``cleanup: "delete"`` now, else at spawn + archiveAfterMinutes;

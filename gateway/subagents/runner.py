@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.agent import StoreSink, TurnGate, TurnOutcome, run_turn
-from gateway.llm import Usage
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
-from gateway.state import BatchRecord, RunRecord, RunStatus, StateDB
+from gateway.state import BatchRecord, RunRecord, RunStatus, Spent, StateDB
 from gateway.subagents.announce import Announcer, waits_for_requester_turn
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions, spawned_event
@@ -73,7 +72,7 @@ class TurnUsage:
 
     sink: StoreSink | None = None
 
-    def pending(self) -> tuple[Usage, float | None] | None:
+    def pending(self) -> Spent | None:
         return self.sink.unsaved_usage() if self.sink is not None else None
 
     def saved(self) -> None:

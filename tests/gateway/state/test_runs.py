@@ -16,6 +16,7 @@ from gateway.state import (
     RecordNotFoundError,
     RunRecord,
     SessionRecord,
+    Spent,
     StateDB,
 )
 from gateway.state import db as db_module
@@ -227,7 +228,7 @@ async def test_a_runs_end_carries_its_turns_usage_to_the_run_and_its_session(
     assert seen is not None
     assert seen.usage == Usage()
     writes = db.write_groups.writes if db.write_groups is not None else None
-    spent = (Usage(input=7, output=3), 0.5)
+    spent = Spent(Usage(input=7, output=3), 0.5)
     ended = await db.runs.update(run.run_id, spent=spent, status="announcing", outcome="done")
     if db.write_groups is not None:  # SQLite counts its writes (each a function)
         assert db.write_groups.writes == (writes or 0) + 1
@@ -238,7 +239,7 @@ async def test_a_runs_end_carries_its_turns_usage_to_the_run_and_its_session(
     assert await _kept(db, "agent:main:main") == 1  # still live
     # A run already final takes the general write: its usage is still added once.
     final = await db.runs.insert(_run(await _child(db), status="done"))
-    again = await db.runs.update(final.run_id, spent=(Usage(input=2), None), status="running")
+    again = await db.runs.update(final.run_id, spent=Spent(Usage(input=2)), status="running")
     child_of_final = await db.sessions.get(final.child_session_key)
     assert child_of_final is not None
     assert (again.usage, child_of_final.usage) == (Usage(input=2), Usage(input=2))
