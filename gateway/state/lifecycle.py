@@ -102,9 +102,17 @@ def destination(
     return Destination.CHAT
 
 
+#: The states an announce's outbox item gives its run (queued, then as the send ended).
+ITEM_STATES: Final = frozenset({"queued", "delivered", "failed", "uncertain"})
+
+
 def announce_state_for(where: Destination, run: RunRecord) -> str | None:
     """What the run's ``announce_state`` records for ``where`` when it becomes final (None:
-    nothing yet, a wait decides)."""
+    nothing yet, a wait decides). An announce queued already (by an older version, which
+    made the run final in a later write that a crash lost) keeps the state its item gave
+    it: the outbox may have settled it first."""
+    if run.announce_state in ITEM_STATES:
+        return run.announce_state
     if where is Destination.BATCH:
         return "consumed"
     if where is Destination.WAITER:

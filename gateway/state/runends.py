@@ -26,6 +26,7 @@ from gateway.state._sql import (
 from gateway.state.connection import Connection
 from gateway.state.errors import RecordConflictError, RecordNotFoundError
 from gateway.state.lifecycle import (
+    ITEM_STATES,
     announce_item,
     announce_state_for,
     check_transition,
@@ -136,7 +137,8 @@ class RunEndsTable:
             }
             text = changes.get("announce_text")
             item = announce_item(current, text, now) if where.announces and text else None
-            if item is not None and "announce_state" not in changes:
+            queued_before = current.announce_state in ITEM_STATES  # never a second item
+            if item is not None and "announce_state" not in changes and not queued_before:
                 insert_item(conn, item)
             new = delivery_for(where)
             if new != current.delivery:

@@ -14,12 +14,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.delivery import UNCERTAIN
 from gateway.state import (
     FINISHED_STATUSES,
     TRANSITIONS,
     Delivery,
     Destination,
     IllegalTransitionError,
+    OutboxRecord,
     RunRecord,
     StateDB,
     check_transition,
@@ -230,3 +232,49 @@ async def test_the_final_write_queues_the_announce_only_where_the_chat_gets_it(
     assert (runs[chat].announce_state, runs[chat].delivery) == ("queued", "pending")
     assert (runs[waited].announce_state, runs[waited].delivery) == (None, "held")
     assert (runs[silent].announce_state, runs[silent].delivery) == ("no_origin", "pending")
+
+
+@pytest.mark.parametrize("origin", [True, False])
+async def test_an_announce_queued_before_the_final_write_keeps_the_state_its_item_gave_it(
+    db: StateDB, requester: Requester, origin: bool
+) -> None:
+    """An older version queued the announce and made the run final in two writes; a crash
+    lost the second. At the restart the outbox may settle the item (here: a send cut off,
+    its chat unable to tell) before the run's final write lands: that write keeps the
+    item's state and queues no second item, whether or not the run has a chat."""
+    (run_id,) = await requester.spawn(1, origin=origin)
+    queued = {"status": "announcing", "outcome": "done", "announce_state": "queued"}
+    item = await db.outbox.insert_for_run(
+        OutboxRecord(
+            channel="memory",
+            account="default",
+            chat_id="c1",
+            text="t",
+            created_at=0.0,
+            run_id=run_id,
+        ),
+        queued,
+    )
+    assert item.id is not None
+    uncertain = {"announce_state": "uncertain", "announce_error": UNCERTAIN}
+    await db.outbox.settle(item.id, {"state": "failed", "last_error": UNCERTAIN}, uncertain)
+    final = await db.ends.finish_run(run_id, {"status": "done"}, now=1.0)
+    assert (final.status, final.announce_state) == ("done", "uncertain")
+    (only,) = await db.outbox.list()
+    assert only.id == item.id
+    # The item not settled yet: the run stays queued, with that one item.
+    (other,) = await requester.spawn(1, prefix="more", origin=origin)
+    await db.outbox.insert_for_run(
+        OutboxRecord(
+            channel="memory",
+            account="default",
+            chat_id="c1",
+            text="u",
+            created_at=0.0,
+            run_id=other,
+        ),
+        queued,
+    )
+    final = await db.ends.finish_run(other, {"status": "done", "announce_text": "u"}, now=1.0)
+    assert final.announce_state == "queued"
+    assert [i.run_id for i in await db.outbox.list()] == [run_id, other]
