@@ -37,7 +37,6 @@ from gateway.agent.context_window import (
     cap_messages,
     estimated,
     fixed_tokens,
-    message_tokens,
     messages_tokens,
     plan_cut,
     recent_turns_start,
@@ -246,7 +245,9 @@ async def compact(
     elif budget is not None and before <= budget:
         return None
     replacement = summary_message("") if mode == "summary" else truncation_message()
-    overhead = fixed() + message_tokens(replacement)
+    # Estimated as the next call's estimate will count it (with the margin), so a cut
+    # planned to fit does fit that estimate and does not set off another compaction.
+    overhead = fixed() + estimated([replacement])
     # The recent turns come first: the summary is planned at its least, then given what
     # the kept turns leave (up to its usual length). On a small window a long summary
     # would otherwise crowd out the turns kept whole.

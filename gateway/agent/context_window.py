@@ -190,9 +190,11 @@ def block_starts(history: Sequence[ChatMessage]) -> list[int]:
 
 
 def recent_turns_start(history: Sequence[ChatMessage], turns: int) -> int:
-    """Where the last ``turns`` turns begin (0 when there are no more turns than that)."""
+    """Where the last ``turns`` turns begin: at the ``turns``-th last user message (0 when
+    there are fewer). What comes before it is older, also the tail of a turn whose question
+    an earlier compaction replaced."""
     users = [i for i, message in enumerate(history) if message.role == "user"]
-    return users[-turns] if len(users) > turns else 0
+    return users[-turns] if len(users) >= turns else 0
 
 
 def plan_cut(

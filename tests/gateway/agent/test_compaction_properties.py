@@ -41,8 +41,8 @@ from gateway.agent.compaction import (
 from gateway.agent.context_window import (
     ESTIMATE_MARGIN,
     block_starts,
+    estimated,
     fixed_tokens,
-    message_tokens,
     messages_tokens,
     recent_turns_start,
 )
@@ -186,8 +186,8 @@ async def play(
             assert size <= budget or history[1:] == last_block
             # The recent turns are kept whole, unless they alone could not fit.
             recent = body[recent_turns_start(body, policy.keep_recent_turns) :]
-            replacement = message_tokens(
-                summary_message("") if policy.mode == "summary" else truncation_message()
+            replacement = estimated(
+                [summary_message("") if policy.mode == "summary" else truncation_message()]
             )
             if policy.mode == "summary":
                 replacement += summary_tokens(budget)

@@ -155,6 +155,10 @@ def test_cuts_are_never_between_a_tool_call_and_its_results() -> None:
     assert recent_turns_start(HISTORY, 2) == 5
     assert recent_turns_start(HISTORY, 3) == 0
     assert recent_turns_start(HISTORY, 9) == 0
+    # A compaction replaced q2: what is left of its turn is older than the last one.
+    remnant = HISTORY[6:]
+    assert recent_turns_start(remnant, 1) == 3
+    assert recent_turns_start(remnant, 2) == 0
 
 
 def test_a_cut_keeps_the_recent_turns_unless_they_alone_do_not_fit() -> None:
