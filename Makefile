@@ -49,8 +49,12 @@ typecheck: $(STAMP)
 postgresql:
 	@bash .ci/install-postgresql || echo "make: the PostgreSQL tests will fail until it is installed" >&2
 
+# pytest-xdist: one worker per core (at most 4; the slow tests each start servers and
+# replicas of their own). PYTEST_WORKERS=0 runs the suite in this one process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+
 pytest: $(STAMP) postgresql
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
 

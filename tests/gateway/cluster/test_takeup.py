@@ -9,6 +9,7 @@ import asyncio
 import copy
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.postgres
 
 PERSON = "agent:main:memory:channel:c1:thread:t1"
 ORIGIN = Origin(channel="memory", account="default", chat_id="c1", thread_id="t1")
+OTHER = "agent:main:memory:channel:c2"
 
 
 def sent(*gws: Harness, kind: str) -> list[OutboundMessage]:
@@ -192,7 +194,7 @@ async def ghost_run(db: StateDB, parent: str, task: str) -> RunRecord:
 
 async def leave_ghost_work(ghost: StateDB, survivor: Harness) -> dict[str, str]:
     """What replica "ghost" left in flight: a wait's hold on a final run, a completion not
-    yet written, one written but not yet recorded, and a follow-up claimed but not run."""
+    yet written, and one written but not yet recorded."""
     await survivor.store.ensure(PERSON, origin=ORIGIN)
     # A wait held this run; it ended while held (its announce and completion kept back).
     held = await ghost_run(ghost, PERSON, "held")
@@ -207,16 +209,26 @@ async def leave_ghost_work(ghost: StateDB, survivor: Harness) -> dict[str, str]:
     await ghost.ends.finish_run(written.run_id, {"status": "done"}, now=0.0, by="ghost")
     meta = {"kind": COMPLETION_KIND, "runId": written.run_id}
     assert await survivor.conversations.write_in(PERSON, "[sub-agent completion] written", meta)
-    # A yield's batch whose one run ended; the ghost claimed its follow-up.
-    other = "agent:main:memory:channel:c2"
-    await survivor.store.ensure(other, origin=Origin("memory", "default", "c2"))
-    batched = await ghost_run(ghost, other, "batched")
+    return {
+        "held": held.run_id,
+        "pending": pending.run_id,
+        "written": written.run_id,
+    }
+
+
+async def leave_ghost_followup(ghost: StateDB) -> str:
+    """A yield's batch whose one run ended, its follow-up claimed by replica "ghost" and not
+    run; the batch's id. Left before the other replicas start: a live replica's heartbeat
+    starts any batch whose runs have all ended, so it could claim this one first."""
+    origin = Origin("memory", "default", "c2")
+    await ghost.sessions.create(replace(session_record(OTHER, at=time.time()), origin=origin))
+    batched = await ghost_run(ghost, OTHER, "batched")
     await ghost.runs.update(batched.run_id, status="running", outcome=None)
     now = time.time()
     batch = await ghost.batches.form(
         BatchRecord(
             batch_id=str(uuid.uuid4()),
-            session_key=other,
+            session_key=OTHER,
             run_ids=(),
             first_spawn_at=now,
             created_at=now,
@@ -229,13 +241,7 @@ async def leave_ghost_work(ghost: StateDB, survivor: Harness) -> dict[str, str]:
     assert batch is not None
     await ghost.ends.finish_run(batched.run_id, {"status": "done"}, now=0.0, by="ghost")
     assert await ghost.batches.claim(batch.batch_id, now, timed_out=False, by="ghost")
-    return {
-        "held": held.run_id,
-        "pending": pending.run_id,
-        "written": written.run_id,
-        "batch": batch.batch_id,
-        "other": other,
-    }
+    return batch.batch_id
 
 
 async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_once(
@@ -244,6 +250,7 @@ async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_o
     ghost = await PgStateDB.connect(pg_url, replica_id="ghost", state_dir=tmp_path / "state")
     try:
         await ghost.replicas.register("ghost", host="h", pid=1, now=time.time())
+        batch_id = await leave_ghost_followup(ghost)
         async with two_replicas(tmp_path, pg_url) as (a, b):
             await ghost.replicas.beat("ghost", time.time())  # alive until told otherwise
             left = await leave_ghost_work(ghost, a)
@@ -266,7 +273,7 @@ async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_o
             async def settled() -> bool:
                 runs = [await a.db.runs.get(left[k]) for k in ("held", "pending", "written")]
                 done = [r is not None and r.delivery == "delivered" for r in runs]
-                batch = await a.db.batches.get(left["batch"])
+                batch = await a.db.batches.get(batch_id)
                 return all(done) and batch is not None and batch.state == "done"
 
             await eventually(settled, "the ghost's work taken over")
@@ -288,6 +295,6 @@ async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_o
             assert sorted(m["runId"] for m in completions) == sorted(
                 left[k] for k in ("held", "pending", "written")
             )
-            assert len(await meta_lines(a, left["other"], FOLLOWUP_KIND)) == 1
+            assert len(await meta_lines(a, OTHER, FOLLOWUP_KIND)) == 1
     finally:
         await ghost.close()
