@@ -176,6 +176,13 @@ class Channel(abc.ABC):
         """True while the channel can receive and send."""
 
     @property
+    def account(self) -> str:
+        """The account this channel's messages carry (an inbound message's ``account``, the
+        one its announces are sent as): a workspace, a bot. Default: ``"default"``, also
+        until the channel has learnt its own at start."""
+        return "default"
+
+    @property
     def connection_state(self) -> ChannelState:
         """``connected``, ``standby`` (sending only, another replica receives) or
         ``disconnected``. Default: from :attr:`connected` (no standby)."""

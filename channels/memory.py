@@ -27,7 +27,7 @@ class MemoryChannel(Channel):
 
     def __init__(self, name: str = "memory", *, account: str = "default") -> None:
         self.name = name
-        self.account = account
+        self._account = account
         self.sent: list[OutboundMessage] = []
         self.updates: list[RunUpdate] = []
         self._handler: InboundHandler | None = None
@@ -37,6 +37,10 @@ class MemoryChannel(Channel):
         self._next_id = 0
         #: Chat ids that no longer exist: sends to them fail permanently.
         self.vanished: set[str] = set()
+
+    @property
+    def account(self) -> str:
+        return self._account
 
     def __repr__(self) -> str:
         return f"<MemoryChannel {self.name} sent={len(self.sent)} connected={self._connected}>"

@@ -73,6 +73,10 @@ class Reconnecting(Channel):
             # What only the wrapped channel has (Slack's account, say) is read through.
             return getattr(self.inner, name)
 
+    @property
+    def account(self) -> str:
+        return self.inner.account
+
     def add_routes(self, app: web.Application) -> None:
         self.inner.add_routes(app)
 

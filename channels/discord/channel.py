@@ -158,6 +158,11 @@ class DiscordChannel(Channel):
         """The bot's user id once logged in: the ``account`` of every inbound message."""
         return None if self._me is None else str(self._me)
 
+    @property
+    def account(self) -> str:
+        """The bot's user id, or ``"default"`` before it has logged in."""
+        return self.bot_user_id or "default"
+
     async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
         """``GET /users/@me`` with the bot token, as discord.py's login begins; see
         :mod:`channels.discord.probe`. Needs no :meth:`start`, opens no gateway connection

@@ -188,6 +188,10 @@ class WebchatChannel(Channel):
     def connected(self) -> bool:
         return self._started and not self._stopped
 
+    @property
+    def account(self) -> str:
+        return ACCOUNT
+
     async def send(self, message: OutboundMessage) -> SentMessage:
         """Show ``message`` on every open page of its client; keep it for the next hello.
 
@@ -435,7 +439,7 @@ class WebchatChannel(Channel):
         await self._tell_others(client)
         inbound = InboundMessage(
             channel=self.name,
-            account=ACCOUNT,
+            account=self.account,
             chat_id=client.client_id,
             thread_id=None,
             sender_id=client.client_id,

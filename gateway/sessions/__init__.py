@@ -45,7 +45,6 @@ from gateway.sessions.store import (
 from gateway.sessions.targets import (
     ChatTarget,
     ChatTargetError,
-    account_of,
     accounts_of,
     agent_of_channel,
     chat_session,
@@ -97,7 +96,6 @@ __all__ = [
     "TranscriptWriter",
     "TranscriptWriterClosedError",
     "UnsafePathError",
-    "account_of",
     "accounts_of",
     "agent_of_channel",
     "archived_path",

@@ -130,7 +130,7 @@ def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
 def accounts_of(channels: Mapping[str, Channel]) -> dict[str, str]:
     """The running channels by name, each with the account its announces are sent as: what
     :func:`parse_target` takes as ``enabled``."""
-    return {name: account_of(name, channel) for name, channel in channels.items()}
+    return {name: channel.account for name, channel in channels.items()}
 
 
 async def chat_session(
@@ -143,16 +143,6 @@ async def chat_session(
     if session.origin != origin:
         session = await store.set_origin(session.key, origin)
     return session
-
-
-def account_of(name: str, channel: Channel) -> str:
-    """The account a target's announce is sent as (the channel's workspace or bot)."""
-    if name == "webchat":
-        from channels.webchat.channel import ACCOUNT
-
-        return ACCOUNT
-    found = getattr(channel, "account", None) or getattr(channel, "bot_user_id", None)
-    return str(found) if found else "default"
 
 
 def agent_of_channel(settings: HeraldSettings, channel: str) -> str:

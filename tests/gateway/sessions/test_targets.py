@@ -3,9 +3,18 @@ the origin its announce goes to."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from gateway.sessions import ChatTargetError, parse_target
+import pytest
+from pydantic import SecretStr
+
+from channels import Channel
+from channels.discord import DiscordChannel, DiscordConfig
+from channels.memory import MemoryChannel
+from channels.reconnecting import Reconnecting
+from channels.slack import SlackChannel, SlackConfig
+from channels.webchat import WebchatChannel, WebchatConfig
+from gateway.sessions import ChatTargetError, accounts_of, parse_target
 
 ENABLED = {"slack": "T0001", "discord": "bot-1", "webchat": "local"}
 
@@ -72,3 +81,22 @@ def test_a_disabled_channel_is_named() -> None:
         ChatTargetError, match=r"channel 'discord' is not enabled \(enabled: slack\)"
     ):
         parse_target("discord:123456789012345678", {"slack": "T0001"})
+
+
+def test_each_channel_names_the_account_its_announces_are_sent_as(tmp_path: Path) -> None:
+    channels: dict[str, Channel] = {
+        "memory": MemoryChannel(account="acme"),
+        "webchat": WebchatChannel(WebchatConfig(), history_dir=tmp_path),
+        # Wrapped while it reconnects: still the wrapped channel's account.
+        "other": Reconnecting(MemoryChannel("other", account="T0002")),
+        # Not started yet: Slack has no team id and Discord no bot user to go by.
+        "slack": SlackChannel(SlackConfig.model_validate({"enabled": True, "mode": "socket"})),
+        "discord": DiscordChannel(DiscordConfig(enabled=True, token=SecretStr("t"))),
+    }
+    assert accounts_of(channels) == {
+        "memory": "acme",
+        "webchat": "local",
+        "other": "T0002",
+        "slack": "default",
+        "discord": "default",
+    }
