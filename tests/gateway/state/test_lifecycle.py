@@ -242,19 +242,15 @@ async def test_an_announce_queued_before_the_final_write_keeps_the_state_its_ite
     lost the second. At the restart the outbox may settle the item (here: a send cut off,
     its chat unable to tell) before the run's final write lands: that write keeps the
     item's state and queues no second item, whether or not the run has a chat."""
+
+    async def queued_before(run_id: str) -> OutboxRecord:
+        """The run's announce queued, the run left ``announcing`` (the lost write)."""
+        item = OutboxRecord("memory", "default", "c1", f"to {run_id}", 0.0, run_id=run_id)
+        queued = {"status": "announcing", "outcome": "done", "announce_state": "queued"}
+        return await db.outbox.insert_for_run(item, queued)
+
     (run_id,) = await requester.spawn(1, origin=origin)
-    queued = {"status": "announcing", "outcome": "done", "announce_state": "queued"}
-    item = await db.outbox.insert_for_run(
-        OutboxRecord(
-            channel="memory",
-            account="default",
-            chat_id="c1",
-            text="t",
-            created_at=0.0,
-            run_id=run_id,
-        ),
-        queued,
-    )
+    item = await queued_before(run_id)
     assert item.id is not None
     uncertain = {"announce_state": "uncertain", "announce_error": UNCERTAIN}
     await db.outbox.settle(item.id, {"state": "failed", "last_error": UNCERTAIN}, uncertain)
@@ -264,17 +260,7 @@ async def test_an_announce_queued_before_the_final_write_keeps_the_state_its_ite
     assert only.id == item.id
     # The item not settled yet: the run stays queued, with that one item.
     (other,) = await requester.spawn(1, prefix="more", origin=origin)
-    await db.outbox.insert_for_run(
-        OutboxRecord(
-            channel="memory",
-            account="default",
-            chat_id="c1",
-            text="u",
-            created_at=0.0,
-            run_id=other,
-        ),
-        queued,
-    )
+    await queued_before(other)
     final = await db.ends.finish_run(other, {"status": "done", "announce_text": "u"}, now=1.0)
     assert final.announce_state == "queued"
     assert [i.run_id for i in await db.outbox.list()] == [run_id, other]
