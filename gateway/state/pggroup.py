@@ -11,20 +11,24 @@ one round trip in a group, and a group commits once. Each write keeps its own ou
 
 - A write that raises with the transaction intact (a child limit, a row not found) is undone
   alone: what it queued is dropped, a ``ROLLBACK TO`` its savepoint queued in its place.
-- A statement the server refuses (a duplicate key) fails the transaction, and its message
-  may hold the previous write's queued statements as well as the current write's first: a
-  ``ROLLBACK TO SAVEPOINT`` of the current write's savepoint tells them apart (there is no
-  such savepoint when the failure came before it). The write whose statement failed gets
-  the error and is undone alone; a write whose statements never ran is run again.
+- A statement the server refuses (a duplicate key, a full disk) fails the transaction, and
+  its message may hold the previous write's queued statements as well as the current
+  write's first: a ``ROLLBACK TO SAVEPOINT`` of the current write's savepoint tells them
+  apart (there is no such savepoint when the failure came before it). The write whose
+  statement failed gets the error and is undone alone; a write whose statements never ran
+  is run again.
 - A serialization failure or a deadlock condemns the whole transaction (PostgreSQL cannot
   say which write met the other replica), as do a prepared statement the server refused
   and a transaction that ended by itself: the group is rolled back and every write of it
   is run again alone, each to its own outcome (a conflict alone goes back to the caller's
   retry with backoff). Nothing a condemned group decided is kept, errors included: a
   write that failed because of another write of the group may not fail alone.
-- A lost connection, a server shutting down or a full disk fails every write of the group
-  with that error, as it fails a write alone (nothing of the group was kept; the callers'
-  own handling decides what is next).
+- A lost connection or a server shutting down fails every write of the group with that
+  error, as it fails a write alone (nothing of the group was kept; the callers' own
+  handling decides what is next). So does a full disk refusing the ``COMMIT`` itself; one
+  refusing a statement fails that statement's write alone, as a duplicate key does (an
+  update that needs no new space still goes through, and a write that would have gone
+  through alone is not refused for sharing a transaction with one that did not).
 
 Nothing is settled before its commit, as on SQLite.
 """
@@ -36,7 +40,6 @@ from typing import Final, TypeVar
 
 from gateway.state._group import Outcome, Write
 from gateway.state.errors import (
-    DiskFullError,
     StateClosedError,
     StateUnavailableError,
     WriteConflictError,
@@ -57,7 +60,7 @@ class _CondemnedError(Exception):
 
 
 class _GroupFailedError(Exception):
-    """The group's transaction was lost with the connection, or refused for want of disk:
+    """The group's transaction was lost with the connection, or its ``COMMIT`` refused:
     every write of it fails with :attr:`error`."""
 
     def __init__(self, error: BaseException) -> None:
@@ -199,7 +202,7 @@ def _condemning(conn: PgConnection, exc: BaseException) -> None:
     docstring)."""
     if isinstance(exc, WriteConflictError | PreparedStatementError):
         raise _CondemnedError from exc
-    if isinstance(exc, StateUnavailableError | StateClosedError | DiskFullError) or conn.closed:
+    if isinstance(exc, StateUnavailableError | StateClosedError) or conn.closed:
         raise _GroupFailedError(exc) from exc
     if conn.transaction == "gone":
         raise _CondemnedError from exc

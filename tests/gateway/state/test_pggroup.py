@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.state import RecordConflictError, StateError
+from gateway.state import DiskFullError, RecordConflictError, StateError
 from gateway.state.connection import Connection
 from gateway.state.pg import PgStateDB
 from tests.gateway.state.test_group import RefusedError, writer_held
@@ -300,3 +300,45 @@ def test_any_mix_of_writes_keeps_exactly_the_successful_ones(
     pg_url: str, tmp_path: Path, plan: list[Kind]
 ) -> None:
     asyncio.run(play(pg_url, tmp_path, plan))
+
+
+async def test_a_full_disk_refusing_one_statement_fails_that_write_alone(
+    opened: tuple[PgStateDB, str],
+) -> None:
+    """The server's disk refuses new rows of one table (SQLSTATE 53100, from a trigger as in
+    the fault tests): the write inserting one fails with :class:`DiskFullError`, and the
+    writes beside it in the group, which need no new row there, are kept."""
+    db, table = opened
+
+    def full_table(conn: Connection) -> None:
+        conn.execute(f"CREATE TABLE {table}_full (v TEXT)")
+        conn.execute(
+            f"CREATE FUNCTION {table}_no_room() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION USING ERRCODE = 'disk_full',"
+            " MESSAGE = 'could not extend file: No space left on device'; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER {table}_no_room BEFORE INSERT ON {table}_full"
+            f" FOR EACH ROW EXECUTE FUNCTION {table}_no_room()"
+        )
+
+    await db.write(full_table)
+
+    def needs_room(conn: Connection) -> str:
+        conn.execute(f"INSERT INTO {table}_full VALUES ('x')")
+        return "kept"
+
+    calls: list[str] = []
+    outcomes = await grouped(
+        db,
+        [
+            write(table, "a", "ok", calls),
+            needs_room,
+            write(table, "b", "ok", calls),
+        ],
+    )
+    assert outcomes[0] == "a wrote"
+    assert isinstance(outcomes[1], DiskFullError)
+    assert outcomes[2] == "b wrote"
+    assert await kept(db, table) == (["a", "b"], 2)
+    assert db.space.refusals == 1
