@@ -248,3 +248,40 @@ def fill_disk(url: str, *, at_commit: bool = False) -> None:
 def free_disk(url: str) -> None:
     """Undo :func:`fill_disk`."""
     _execute(url, "DROP TRIGGER herald_test_disk_full ON sessions")
+
+
+def cut_connection_once(url: str, name: str, *, table: str, event: str, when: str) -> None:
+    """Make the first ``event`` (``UPDATE``, ``DELETE``) of a ``table`` row matching ``when``
+    (a trigger's ``WHEN`` condition, on ``OLD`` and ``NEW``) lose its connection, as a
+    server restarting under it does: the server ends the statement's own backend
+    (``pg_terminate_backend``), so the client sees the connection drop mid-write and the
+    write is not made. Later ones go through. :func:`cuts` says how many fired."""
+    _execute(url, f"CREATE SEQUENCE herald_test_{name}")
+    _execute(
+        url,
+        f"""
+        CREATE FUNCTION herald_test_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            -- A sequence, not a row: it counts even in the transaction the cut aborts.
+            IF nextval('herald_test_{name}') = 1 THEN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                PERFORM pg_sleep(60);  -- the termination lands here
+            END IF;
+            IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+            RETURN NEW;
+        END $$""",
+    )
+    _execute(
+        url,
+        f"CREATE TRIGGER herald_test_{name} BEFORE {event} ON {table} FOR EACH ROW"
+        f" WHEN ({when}) EXECUTE FUNCTION herald_test_{name}()",
+    )
+
+
+def cuts(url: str, name: str) -> int:
+    """How many writes met the fault :func:`cut_connection_once` armed as ``name`` (the
+    first lost its connection)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(f"SELECT last_value, is_called FROM herald_test_{name}").fetchone()
+    assert row is not None
+    return int(row[0]) if row[1] else 0

@@ -52,11 +52,13 @@ from procrastinate import exceptions as pq_errors
 from procrastinate.job_context import AbortReason, JobContext
 from procrastinate.jobs import Job, Status
 from procrastinate.retry import BaseRetryStrategy
+from procrastinate.utils import utcnow
 from procrastinate.worker import Worker
 from psycopg_pool import AsyncConnectionPool
 
 from gateway.cluster.connection import check_idle
 from gateway.cluster.defers import Defers
+from gateway.cluster.jobends import DurableJobManager
 from gateway.cluster.timing import QueueTiming
 from gateway.constants import SUBAGENT_LANE
 from gateway.state import RunRecord
@@ -158,6 +160,11 @@ class ProcrastinateQueue:
             pool_factory=_pool,
         )
         self._app = App(connector=self._connector)
+        #: Set as the queue closes: a job's end lost with its connection is no longer
+        #: written again (:mod:`gateway.cluster.jobends`).
+        self._stopping = asyncio.Event()
+        # Before any task is made: each task keeps the job manager it was made with.
+        self._app.job_manager = DurableJobManager(self._connector, self._stopping)
         self._task = self._app.task(
             name=TASK_NAME, queue=QUEUE, pass_context=True, retry=_HandBackOnly()
         )(self._job)
@@ -300,8 +307,8 @@ class ProcrastinateQueue:
         for job in stalled:
             if job.worker_id is not None and job.worker_id in own:
                 continue  # this replica lives: its heartbeat only lagged
-            try:
-                await manager.retry_job(job)
+            try:  # written once (not the worker's durable retry_job): a check runs again
+                await manager.retry_job_by_id_async(job.id or 0, retry_at=utcnow())
             except pq_errors.ConnectorException:
                 continue  # another replica put it back first
             retried += 1
@@ -424,6 +431,7 @@ class ProcrastinateQueue:
         if self._closing:
             return
         self._closing = True
+        self._stopping.set()
         # A stopped (or cancelled) worker stops gracefully: it takes no more jobs and waits
         # for its own. Told to stop as well as cancelled: the cancellation may be lost.
         for each in list(self._workers.values()):

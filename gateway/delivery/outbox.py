@@ -20,7 +20,9 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
   ``in_doubt`` by a survivor (:meth:`OutboxTable.reopen_dead`, from the heartbeat).
 - A full disk is waited out: the item stays ``pending`` until its ``sending`` mark can be
   written, and how a send ended is recorded once space is back (an item left ``sending``
-  would be in doubt at the next start, though it reached the chat or never did).
+  would be in doubt at the next start, though it reached the chat or never did). So is a
+  database away for a while (PostgreSQL restarting): how a send ended is written again
+  until it is back.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from channels import Channel, ChannelSendError, DeliveryLookup, OutboundMessage
 from gateway.backoff import backoff
-from gateway.state import DiskFullError, OutboxRecord, StateDB
+from gateway.state import DiskFullError, OutboxRecord, StateDB, StateUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ BASE_DELAY = 2.0
 MAX_DELAY = 300.0
 MAX_ATTEMPTS = 12
 UNCERTAIN = "the gateway stopped during this send; not sent again, to keep announces at most once"
+#: A database away is asked again at least this often to record how a send ended (nothing
+#: says when it is back, as the disk-full state says when space is).
+RECORD_MAX_DELAY = 10.0
 #: Items a loop claims at once: a few, so that other replicas' loops find work too.
 CLAIM_BATCH = 20
 #: The claimant's name of a gateway alone on its database (SQLite).
@@ -351,19 +356,29 @@ class Outbox:
         self._notify(item)
 
     async def _record(self, write: Callable[[], Awaitable[OutboxRecord]]) -> OutboxRecord:
-        """Write how an attempt ended, waiting out a full disk: the attempt happened, and an
-        item left ``sending`` is never sent again. A stop does not wait (the item is then
-        settled as uncertain at the next start)."""
+        """Write how an attempt ended, waiting out a full disk or a database away for a
+        while: the attempt happened, and an item left ``sending`` is never sent again. A
+        stop does not wait (the item is then settled as uncertain at the next start). Each
+        write sets the item's outcome whole, so one a lost connection may have made is
+        harmless made again."""
         attempt = 0
         while True:
             try:
                 return await write()
-            except DiskFullError:
+            except (DiskFullError, StateUnavailableError) as exc:
                 if self._stopping:
                     raise
                 attempt += 1
                 delay = backoff(attempt, base=self._base_delay, cap=MAX_DELAY)
-                await self._db.space.wait_for_space(delay)
+                if isinstance(exc, DiskFullError):
+                    await self._db.space.wait_for_space(delay)
+                    continue
+                if attempt == 1:
+                    logger.warning(
+                        "outbox: how a send ended not recorded; writing it again",
+                        extra={"error": str(exc)},
+                    )
+                await asyncio.sleep(min(delay, RECORD_MAX_DELAY))
 
     def _notify(self, item: OutboxRecord) -> None:
         for listener in self._listeners:

@@ -38,7 +38,15 @@ from typing import Protocol
 from gateway.agent import StoreSink, TurnGate, TurnOutcome, run_turn
 from gateway.providers import ProviderError
 from gateway.sessions import SessionError, SessionStore
-from gateway.state import BatchRecord, RunRecord, RunStatus, Spent, StateDB
+from gateway.state import (
+    BatchRecord,
+    DiskFullError,
+    RunRecord,
+    RunStatus,
+    Spent,
+    StateDB,
+    StateUnavailableError,
+)
 from gateway.subagents.announce import Announcer, waits_for_requester_turn
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions, spawned_event
@@ -223,6 +231,11 @@ class RunRunner:
             status = "cancelled"
         except ProviderError as exc:
             status, error = "error", str(exc)
+        except (StateUnavailableError, DiskFullError):
+            # The database, not the run, failed (away for a moment, or its disk full): the
+            # run keeps the status it has on record, and the manager executes it again.
+            await spent.save()
+            raise
         except (SessionError, OSError) as exc:  # the transcript could not be written
             status, error = "error", f"transcript: {exc}"
         except Exception as exc:

@@ -1,0 +1,100 @@
+"""A write whose connection PostgreSQL drops under it (as a server restarting does) is made
+again once the database answers: no run fails for it, no announce is left unrecorded, no
+queue job is left held. Each test cuts the connection of one real write, once, from inside
+the server (:func:`tests.postgres.cut_connection_once`), on a one-replica gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests import postgres
+from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def gw(tmp_path: Path, pg_url: str) -> AsyncIterator[Harness]:
+    async with running_gateway(tmp_path, database_url=pg_url, replica_id="a") as started:
+        yield started
+
+
+async def spawned(gw: Harness, task: str) -> str:
+    """Spawn ``task`` from a chat (its announce goes there); the run's id."""
+    await gw.say(f"bg {task}")
+    return (await gw.reply()).text.split()[-1]
+
+
+async def job_statuses(pg_url: str, run_id: str) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        cursor = await conn.execute(
+            "SELECT status::text FROM procrastinate_jobs WHERE lock = %s ORDER BY id", [run_id]
+        )
+        return [str(row[0]) for row in await cursor.fetchall()]
+
+
+def announces_of(gw: Harness, run_id: str) -> int:
+    return sum(1 for m in gw.channel.sent if m.kind == "announce" and m.run_id == run_id)
+
+
+async def test_a_run_whose_start_was_not_recorded_runs_rather_than_failing(
+    gw: Harness, pg_url: str
+) -> None:
+    when = "OLD.status = 'queued' AND NEW.status = 'running'"
+    postgres.cut_connection_once(pg_url, "start", table="runs", event="UPDATE", when=when)
+    run_id = await spawned(gw, "task: through")
+    item = await gw.delivery(run_id)
+    run = await gw.db.runs.get(run_id)
+
+    assert postgres.cuts(pg_url, "start") == 2  # the start lost, then made again
+    assert run is not None
+    # Not "error: internal error: StateUnavailableError": the database failed, not the run.
+    assert (run.status, run.result_text, run.error) == ("done", "done: through", None)
+    assert item.state == "delivered"
+    assert announces_of(gw, run_id) == 1
+
+
+async def test_a_delivered_announce_whose_record_was_cut_off_is_recorded_once_back(
+    gw: Harness, pg_url: str
+) -> None:
+    when = "NEW.state = 'delivered'"
+    postgres.cut_connection_once(pg_url, "sent", table="outbox", event="UPDATE", when=when)
+    run_id = await spawned(gw, "task: told")
+    # Left "sending", the item would wait for a restart to be asked about, its run "queued".
+    item = await gw.delivery(run_id)
+    run = await gw.db.runs.get(run_id)
+
+    assert postgres.cuts(pg_url, "sent") == 2
+    assert item.state == "delivered"
+    assert run is not None
+    assert (run.status, run.announce_state) == ("done", "delivered")
+    assert announces_of(gw, run_id) == 1  # recorded again, never sent again
+
+
+async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
+    gw: Harness, pg_url: str
+) -> None:
+    # Procrastinate deletes a job that succeeded (Herald keeps none).
+    postgres.cut_connection_once(
+        pg_url, "end", table="procrastinate_jobs", event="DELETE", when="OLD.status = 'doing'"
+    )
+    run_id = await spawned(gw, "task: ended")
+    await gw.delivery(run_id)
+    # Left "doing" under a worker that still beats, the job would hold the run's lock for
+    # good: a retry of the run could never start, and no replica would take the job over.
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:  # polled: nothing in the gateway tells when a job's row goes
+            if await job_statuses(pg_url, run_id) == []:
+                break
+            await asyncio.sleep(0.05)
+
+    assert postgres.cuts(pg_url, "end") == 2
+    run = await gw.db.runs.get(run_id)
+    assert run is not None
+    assert run.status == "done"
+    assert announces_of(gw, run_id) == 1
