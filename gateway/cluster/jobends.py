@@ -47,7 +47,7 @@ FIRST_SECONDS: Final = 0.2
 MAX_SECONDS: Final = 5.0
 
 
-def connection_lost(exc: pq_errors.ConnectorException) -> bool:
+def _connection_lost(exc: pq_errors.ConnectorException) -> bool:
     """The database could not be reached or dropped the connection (psycopg's
     ``OperationalError``, the pool's timeout included): the write may be made again."""
     return isinstance(exc.__cause__, psycopg.OperationalError)
@@ -92,7 +92,7 @@ class DurableJobManager(JobManager):
                 if lost and _refused_as_ended(exc):
                     logger.info("sub-agent job's end was recorded before", extra={"job": job.id})
                     return
-                if not connection_lost(exc):
+                if not _connection_lost(exc):
                     raise
                 lost += 1
                 if self._stopping.is_set():
