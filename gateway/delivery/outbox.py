@@ -45,8 +45,8 @@ BASE_DELAY = 2.0
 MAX_DELAY = 300.0
 MAX_ATTEMPTS = 12
 UNCERTAIN = "the gateway stopped during this send; not sent again, to keep announces at most once"
-#: A database away is asked again at least this often to record how a send ended (nothing
-#: says when it is back, as the disk-full state says when space is).
+#: A database away is asked again at least this often, to record how a send ended or to
+#: go on delivering (nothing says when it is back, as the disk-full state says when space is).
 RECORD_MAX_DELAY = 10.0
 #: Items a loop claims at once: a few, so that other replicas' loops find work too.
 CLAIM_BATCH = 20
@@ -166,6 +166,7 @@ class Outbox:
 
     async def _loop(self) -> None:
         full = 0  # consecutive rounds the disk refused
+        away = 0  # consecutive rounds the database could not be reached
         while not self._closed and not self._stopping:
             # Cleared before the round reads, never after: a kick while the round runs
             # (an item queued after the claim read) must wake the next wait at once.
@@ -181,13 +182,18 @@ class Outbox:
                 if len(due) == CLAIM_BATCH:
                     continue  # a full batch: there may be more due at once
                 next_at = await self._db.outbox.next_due_at(self._replica_id)
-                full = 0
+                full = away = 0
             except asyncio.CancelledError:
                 raise
             except DiskFullError:  # logged once by the disk-full state, which kicks us after
                 full += 1
                 next_at = self._clock() + backoff(full, base=self._base_delay, cap=MAX_DELAY)
-            except Exception:  # the loop must outlive any one failure (a locked DB, say)
+            except StateUnavailableError as exc:  # the database away (or locked too long)
+                away += 1
+                log = logger.warning if away == 1 else logger.debug
+                log("outbox: state database unavailable; trying again", extra={"error": str(exc)})
+                next_at = self._clock() + backoff(away, base=self._base_delay, cap=RECORD_MAX_DELAY)
+            except Exception:  # the loop must outlive any one failure
                 logger.exception("outbox: delivery loop error")
                 next_at = self._clock() + self._base_delay
             timeout = None if next_at is None else max(0.0, next_at - self._clock())

@@ -6,6 +6,7 @@ the server (:func:`tests.postgres.cut_connection_once`), on a one-replica gatewa
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from tests import postgres
 from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
 
 pytestmark = pytest.mark.postgres
+
+OUTBOX_LOGGER = "gateway.delivery.outbox"
 
 
 @pytest.fixture
@@ -74,6 +77,26 @@ async def test_a_delivered_announce_whose_record_was_cut_off_is_recorded_once_ba
     assert run is not None
     assert (run.status, run.announce_state) == ("done", "delivered")
     assert announces_of(gw, run_id) == 1  # recorded again, never sent again
+
+
+async def test_an_announce_whose_sending_mark_was_cut_off_is_sent_once_back(
+    gw: Harness, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    when = "NEW.state = 'sending'"
+    postgres.cut_connection_once(pg_url, "mark", table="outbox", event="UPDATE", when=when)
+    caplog.set_level(logging.DEBUG, logger=OUTBOX_LOGGER)
+    run_id = await spawned(gw, "task: marked")
+    item = await gw.delivery(run_id)
+
+    assert postgres.cuts(pg_url, "mark") == 2
+    assert item.state == "delivered"
+    assert announces_of(gw, run_id) == 1  # the mark was not made: nothing was sent then
+    # The database away is said once, as a warning: no traceback for what is no bug.
+    said = [
+        (r.levelno, r.getMessage(), r.exc_info) for r in caplog.records if r.name == OUTBOX_LOGGER
+    ]
+    assert (logging.WARNING, "outbox: state database unavailable; trying again", None) in said
+    assert [s for s in said if s[0] >= logging.ERROR] == []
 
 
 async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
