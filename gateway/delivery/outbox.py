@@ -22,7 +22,8 @@ policy lives here (and, for plain replies, in :mod:`gateway.delivery.replies`).
   written, and how a send ended is recorded once space is back (an item left ``sending``
   would be in doubt at the next start, though it reached the chat or never did). So is a
   database away for a while (PostgreSQL restarting): how a send ended is written again
-  until it is back.
+  until it is back, and a ``sending`` mark the lost connection kept without confirming it
+  is asked about at once, as after a crash, rather than at the next start.
 """
 
 from __future__ import annotations
@@ -172,6 +173,12 @@ class Outbox:
             # (an item queued after the claim read) must wake the next wait at once.
             self._wake.clear()
             try:
+                if away:
+                    # A lost connection may have kept a `sending` mark it never confirmed:
+                    # that send was never made. This loop sends one item at a time, so
+                    # none of this gateway's is in flight now: each is asked about as
+                    # after a crash, never left `sending` until the next start.
+                    await self._db.outbox.reopen_interrupted_sends(self._replica_id)
                 due = await self._db.outbox.claim_due(
                     self._clock(), self._claimant, limit=CLAIM_BATCH
                 )

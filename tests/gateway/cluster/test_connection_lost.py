@@ -9,12 +9,15 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from gateway.delivery import UNCERTAIN
 from tests import postgres
 from tests.gateway.harness import HANG_GUARD_SECONDS, Harness, running_gateway
+from tests.pgproxy import AnswerCutter
 
 pytestmark = pytest.mark.postgres
 
@@ -97,6 +100,30 @@ async def test_an_announce_whose_sending_mark_was_cut_off_is_sent_once_back(
     ]
     assert (logging.WARNING, "outbox: state database unavailable; trying again", None) in said
     assert [s for s in said if s[0] >= logging.ERROR] == []
+
+
+async def test_a_sending_mark_kept_but_never_confirmed_is_settled_without_a_restart(
+    tmp_path: Path, pg_url: str
+) -> None:
+    port = urlsplit(pg_url).port
+    assert port is not None
+    async with (
+        AnswerCutter(port) as proxy,
+        running_gateway(tmp_path, database_url=proxy.url(pg_url), replica_id="a") as gw,
+    ):
+        proxy.arm(b"SET state = 'sending'")
+        run_id = await spawned(gw, "task: doubted")
+        # Left "sending" by a live replica, the item would wait for its next start.
+        item = await gw.delivery(run_id)
+        run = await gw.db.runs.get(run_id)
+
+    assert proxy.cuts == 1  # the mark was kept; its answer was lost with the connection
+    # Asked about as after a crash: the memory chat keeps no record to search, so the
+    # announce is settled as uncertain, never sent on a guess (at most once).
+    assert (item.state, item.last_error) == ("failed", UNCERTAIN)
+    assert run is not None
+    assert run.announce_state == "uncertain"
+    assert announces_of(gw, run_id) == 0
 
 
 async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
