@@ -213,8 +213,26 @@ def looked_up(chat: str, first_attempt_at: float, moments: Mapping[str, list[flo
     return any(abs(m - (first_attempt_at - skew)) < 0.002 for m in moments[chat])
 
 
-async def start_batches(slack: FakeSlack, discord: FakeDiscord) -> None:
+async def wait_runs(db_path: Path, count: int) -> None:
+    """Until the database holds ``count`` runs (another process's)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while True:
+            db = await StateDB.open(db_path, readonly=True)
+            try:
+                runs = await db.runs.list(limit=count)
+            finally:
+                await db.close()
+            if len(runs) >= count:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def start_batches(slack: FakeSlack, discord: FakeDiscord, db_path: Path) -> None:
+    """Slack's batch, then Discord's once Slack's runs are queued: Slack's announces come
+    first, so the first two lives cut Slack's and Discord's remain for the next two. Sent
+    together, the two turns race, and under load Discord's could queue its runs first."""
     await slack.push_event(slack.message(f"<@{BOT_USER_ID}> batch slack", channel="C1"))
+    await wait_runs(db_path, PER_CHAT)
     await discord.post_message(
         channel_id=GENERAL,
         author=ALICE,
@@ -277,7 +295,7 @@ async def test_sigkill_mid_announce_send_leaves_every_announce_in_its_chat_exact
                     await daemon.wait_healthy()
                     await wait_ready(daemon.url)
                     if life == 0:
-                        await start_batches(slack, discord)
+                        await start_batches(slack, discord, db_path)
                     if killed:
                         # Killed once the fake holds the cut-off post, before any answer.
                         await wait_cut_off(chat, slack, discord, cut_at)
