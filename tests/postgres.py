@@ -250,12 +250,14 @@ def free_disk(url: str) -> None:
     _execute(url, "DROP TRIGGER herald_test_disk_full ON sessions")
 
 
-def cut_connection_once(url: str, name: str, *, table: str, event: str, when: str) -> None:
-    """Make the first ``event`` (``UPDATE``, ``DELETE``) of a ``table`` row matching ``when``
-    (a trigger's ``WHEN`` condition, on ``OLD`` and ``NEW``) lose its connection, as a
-    server restarting under it does: the server ends the statement's own backend
-    (``pg_terminate_backend``), so the client sees the connection drop mid-write and the
-    write is not made. Later ones go through. :func:`cuts` says how many fired."""
+def cut_connection(
+    url: str, name: str, *, table: str, event: str, when: str, times: int = 1
+) -> None:
+    """Make the first ``times`` writes (``event``: ``UPDATE``, ``DELETE``) of a ``table`` row
+    matching ``when`` (a trigger's ``WHEN`` condition, on ``OLD`` and ``NEW``) lose their
+    connection, as a server restarting under them does: the server ends the statement's own
+    backend (``pg_terminate_backend``), so the client sees the connection drop mid-write and
+    the write is not made. Later ones go through. :func:`cuts` says how many met it."""
     _execute(url, f"CREATE SEQUENCE herald_test_{name}")
     _execute(
         url,
@@ -263,7 +265,7 @@ def cut_connection_once(url: str, name: str, *, table: str, event: str, when: st
         CREATE FUNCTION herald_test_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             -- A sequence, not a row: it counts even in the transaction the cut aborts.
-            IF nextval('herald_test_{name}') = 1 THEN
+            IF nextval('herald_test_{name}') <= {times} THEN
                 PERFORM pg_terminate_backend(pg_backend_pid());
                 PERFORM pg_sleep(60);  -- the termination lands here
             END IF;
@@ -279,8 +281,7 @@ def cut_connection_once(url: str, name: str, *, table: str, event: str, when: st
 
 
 def cuts(url: str, name: str) -> int:
-    """How many writes met the fault :func:`cut_connection_once` armed as ``name`` (the
-    first lost its connection)."""
+    """How many writes met the fault :func:`cut_connection` armed as ``name``."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(f"SELECT last_value, is_called FROM herald_test_{name}").fetchone()
     assert row is not None

@@ -1,7 +1,7 @@
 """A write whose connection PostgreSQL drops under it (as a server restarting does) is made
 again once the database answers: no run fails for it, no announce is left unrecorded, no
 queue job is left held. Each test cuts the connection of one real write, once, from inside
-the server (:func:`tests.postgres.cut_connection_once`), on a one-replica gateway."""
+the server (:func:`tests.postgres.cut_connection`), on a one-replica gateway."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ async def test_a_run_whose_start_was_not_recorded_runs_rather_than_failing(
     gw: Harness, pg_url: str
 ) -> None:
     when = "OLD.status = 'queued' AND NEW.status = 'running'"
-    postgres.cut_connection_once(pg_url, "start", table="runs", event="UPDATE", when=when)
+    postgres.cut_connection(pg_url, "start", table="runs", event="UPDATE", when=when)
     run_id = await spawned(gw, "task: through")
     item = await gw.delivery(run_id)
     run = await gw.db.runs.get(run_id)
@@ -69,7 +69,7 @@ async def test_a_delivered_announce_whose_record_was_cut_off_is_recorded_once_ba
     gw: Harness, pg_url: str
 ) -> None:
     when = "NEW.state = 'delivered'"
-    postgres.cut_connection_once(pg_url, "sent", table="outbox", event="UPDATE", when=when)
+    postgres.cut_connection(pg_url, "sent", table="outbox", event="UPDATE", when=when)
     run_id = await spawned(gw, "task: told")
     # Left "sending", the item would wait for a restart to be asked about, its run "queued".
     item = await gw.delivery(run_id)
@@ -86,7 +86,7 @@ async def test_an_announce_whose_sending_mark_was_cut_off_is_sent_once_back(
     gw: Harness, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     when = "NEW.state = 'sending'"
-    postgres.cut_connection_once(pg_url, "mark", table="outbox", event="UPDATE", when=when)
+    postgres.cut_connection(pg_url, "mark", table="outbox", event="UPDATE", when=when)
     caplog.set_level(logging.DEBUG, logger=OUTBOX_LOGGER)
     run_id = await spawned(gw, "task: marked")
     item = await gw.delivery(run_id)
@@ -130,7 +130,7 @@ async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
     gw: Harness, pg_url: str
 ) -> None:
     # Procrastinate deletes a job that succeeded (Herald keeps none).
-    postgres.cut_connection_once(
+    postgres.cut_connection(
         pg_url, "end", table="procrastinate_jobs", event="DELETE", when="OLD.status = 'doing'"
     )
     run_id = await spawned(gw, "task: ended")
@@ -148,3 +148,22 @@ async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
     assert run is not None
     assert run.status == "done"
     assert announces_of(gw, run_id) == 1
+
+
+async def test_a_stop_does_not_wait_for_a_job_end_the_database_keeps_refusing(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with running_gateway(tmp_path, database_url=pg_url, replica_id="a") as gw:
+        postgres.cut_connection(
+            pg_url, "ends", table="procrastinate_jobs", event="DELETE",
+            when="OLD.status = 'doing'", times=1_000_000,
+        )  # fmt: skip
+        run_id = await spawned(gw, "task: stuck")
+        await gw.delivery(run_id)
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while postgres.cuts(pg_url, "ends") < 2:  # noqa: ASYNC110 - polled: another connection
+                await asyncio.sleep(0.05)
+        # The stop follows (running_gateway fails it as hung if it never ends).
+
+    # Left "doing" under a worker that beats no more: the stalled-job check's to put back.
+    assert await job_statuses(pg_url, run_id) == ["doing"]
