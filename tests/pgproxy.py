@@ -8,8 +8,10 @@ its client sees the connection drop: as when the network or the server dies betw
 commit and its acknowledgement, a fault no server-side trigger can make (one that fires
 aborts the commit).
 
-Only the simple query protocol is read: the state layer binds parameters on the client, so
-a statement travels as text. The tests' server never negotiates TLS.
+A statement's text is looked for in what the client sends: a simple query (the state layer
+binds parameters on the client) or the ``Parse`` of an extended one (procrastinate's, whose
+pool then commits with a simple ``COMMIT``); each answer ends with ``ReadyForQuery``. The
+tests' server never negotiates TLS.
 """
 
 from __future__ import annotations

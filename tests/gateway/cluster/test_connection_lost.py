@@ -150,6 +150,32 @@ async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
     assert announces_of(gw, run_id) == 1
 
 
+async def test_a_job_end_made_but_unconfirmed_counts_as_made_when_refused_again(
+    tmp_path: Path, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = urlsplit(pg_url).port
+    assert port is not None
+    caplog.set_level(logging.INFO)
+    async with (
+        AnswerCutter(port) as proxy,
+        running_gateway(tmp_path, database_url=proxy.url(pg_url), replica_id="a") as gw,
+    ):
+        proxy.arm(b"procrastinate_finish_job_v1")  # its pool connection commits after it
+        run_id = await spawned(gw, "task: twice")
+        await gw.delivery(run_id)
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while True:  # polled: nothing in the gateway tells when a job's row goes
+                settled = "sub-agent job's end was recorded before" in caplog.messages
+                if settled and await job_statuses(pg_url, run_id) == []:
+                    break
+                await asyncio.sleep(0.05)
+
+    assert proxy.cuts == 1  # the job's end was made; its answer was lost
+    # Made again, the end is refused (the job is gone): the first one counts, and the
+    # refusal is no error (else "Task exception was never retrieved").
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def test_a_stop_does_not_wait_for_a_job_end_the_database_keeps_refusing(
     tmp_path: Path, pg_url: str
 ) -> None:
