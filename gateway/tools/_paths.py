@@ -1,27 +1,43 @@
 """Workspace confinement for the file tools (blocking helpers: call them in a thread).
 
-A path from the model is accepted only when, with every symlink of it resolved, it names
-the workspace or something inside it. ``..`` components and NUL bytes are refused outright;
-absolute paths are accepted only when they land inside the workspace. Because the resolved
-path is what gets opened (and writes replace the resolved target by rename), no read or
-write ever goes through a symlink that points outside.
+A path from the model names something below the agent's workspace: NUL bytes and ``..``
+components are refused outright, and an absolute path is accepted only when it starts with
+the workspace's own path. The path is then opened without following a symlink anywhere on
+it (:mod:`gateway.tools._beneath`): component by component below a descriptor of the
+workspace, so what is opened is what was below the workspace at the moment it was opened,
+whatever a sandboxed command swaps meanwhile. A symlink on the path is refused, whether it
+points out of the workspace or within it: the file tools never follow one (``ls`` shows
+them as entries). Writes make a temporary file in the parent folder's descriptor and rename
+it there: a write replaces the directory entry, never writes through what was at the name.
 
-Residual risk, accepted: a process that can write the workspace (``exec``, when allowed)
-could swap a directory for a symlink between the check and the open.
+Messages name the workspace-relative path only, never a host path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import stat
-import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Final
 
+from gateway.tools._beneath import DIR_FLAGS, make_dirs_beneath, open_beneath
 from gateway.tools.errors import PathEscapeError, ToolError
 
 #: New workspaces are private to the gateway's user: agents may write secrets into them.
-WORKSPACE_MODE = 0o700
+WORKSPACE_MODE: Final = 0o700
+#: A regular file for reading: O_NONBLOCK keeps a FIFO from hanging the open.
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK
+#: The temporary file of a write: new, never through a symlink, private until renamed.
+_TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+#: How much of the target's name a temporary file's name keeps (names are ≤ 255 bytes).
+_TEMP_NAME_CHARS: Final = 50
+#: Tries at a fresh temporary name (one clash in 2^32 is already unlikely).
+_TEMP_TRIES: Final = 8
 
 
 def ensure_workspace(workspace: Path) -> Path:
@@ -41,11 +57,33 @@ def ensure_workspace(workspace: Path) -> Path:
         raise ToolError(f"workspace is not usable: {exc.strerror}") from None
 
 
-def resolve_in_workspace(workspace: Path, raw: str) -> tuple[Path, Path]:
-    """``(root, real)``: the resolved workspace and the resolved path ``raw`` names in it.
+@dataclass(frozen=True, slots=True)
+class WorkspacePath:
+    """A path the model named: the resolved workspace and the components below it."""
 
-    Raises :class:`PathEscapeError` for a NUL byte, a ``..`` component, or a path that
-    resolves (symlinks followed) outside the workspace; :class:`ToolError` for an empty path.
+    root: Path
+    parts: tuple[str, ...]
+
+    @property
+    def shown(self) -> str:
+        """As shown to the model: relative to the workspace, ``.`` for the workspace."""
+        return "/".join(self.parts) or "."
+
+    @property
+    def name(self) -> str:
+        """The last component (``.`` for the workspace itself)."""
+        return self.parts[-1] if self.parts else "."
+
+    @property
+    def parent(self) -> tuple[str, ...]:
+        return self.parts[:-1]
+
+
+def locate(workspace: Path, raw: str) -> WorkspacePath:
+    """Where ``raw`` points in ``workspace`` (created when missing); nothing is opened yet.
+
+    Raises :class:`PathEscapeError` for a NUL byte, a ``..`` component or an absolute path
+    outside the workspace; :class:`ToolError` for an empty path.
     """
     if "\x00" in raw:
         raise PathEscapeError("path contains a NUL byte")
@@ -55,81 +93,73 @@ def resolve_in_workspace(workspace: Path, raw: str) -> tuple[Path, Path]:
     if ".." in pure.parts:
         raise PathEscapeError(f"{raw!r}: '..' is not allowed; use paths inside the workspace")
     root = ensure_workspace(workspace)
-    candidate = Path(pure) if pure.is_absolute() else root / pure
-    # realpath (non-strict) follows every symlink that exists, the last component included,
-    # so a dangling link to /etc/x resolves to /etc/x and is refused below.
-    real = Path(os.path.realpath(candidate))
-    if real != root and root not in real.parents:
-        raise PathEscapeError(f"{raw!r} is outside the workspace")
-    return root, real
-
-
-def display(root: Path, real: Path) -> str:
-    """``real`` relative to the workspace, as shown to the model (``.`` for the root)."""
-    rel = real.relative_to(root)
-    return rel.as_posix() if rel.parts else "."
+    if not pure.is_absolute():
+        return WorkspacePath(root, pure.parts)
+    # The workspace as resolved, or as configured: a prefix by name, never by resolving.
+    for base in (root, workspace.absolute()):
+        if pure.is_relative_to(base):
+            return WorkspacePath(root, pure.relative_to(base).parts)
+    raise PathEscapeError(f"{raw!r} is outside the workspace")
 
 
 def os_error(path: str, exc: OSError) -> ToolError:
-    """A tool error for ``exc`` that names the workspace-relative path, never a host path."""
+    """A tool error for ``exc`` that names the workspace-relative path, never a host path.
+
+    ``ELOOP`` from a no-follow open means a symlink on the path: that is a refusal.
+    """
+    if exc.errno == errno.ELOOP:
+        return PathEscapeError(
+            f"{path}: symlinks are not allowed in a path; the file tools do not follow them"
+        )
     reason = exc.strerror or type(exc).__name__
     return ToolError(f"{path}: {reason}")
 
 
-def atomic_write(target: Path, data: bytes) -> None:
-    """Replace ``target`` with ``data``: temp file in the same folder, fsync, rename.
+@contextlib.contextmanager
+def folder(root: Path, parts: tuple[str, ...], *, create: bool = False) -> Iterator[int]:
+    """A descriptor of the folder ``parts`` below the workspace ``root`` (``create``: making
+    missing folders on the way), closed afterwards. OSError as the open raises it.
 
-    The rename replaces the directory entry itself, so a symlink at ``target`` would be
-    replaced, never written through (callers pass resolved paths anyway). An existing
-    file's permission bits are kept.
-    """
+    ``root`` is resolved, so O_NOFOLLOW only refuses a symlink swapped in for the
+    workspace itself."""
+    root_fd = os.open(root, DIR_FLAGS)
     try:
-        mode: int | None = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = None
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:50]}.", suffix=".tmp")
+        fd = (
+            make_dirs_beneath(root_fd, parts) if create else open_beneath(root_fd, parts, DIR_FLAGS)
+        )
+    finally:
+        os.close(root_fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
+        yield fd
+    finally:
+        os.close(fd)
 
 
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename durable; not every filesystem allows fsync on a directory.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def open_regular(real: Path, shown: str) -> int:
-    """An O_RDONLY descriptor of the regular file at ``real``; ToolError for anything else.
-
-    O_NONBLOCK keeps a FIFO from hanging the open; O_NOFOLLOW refuses a symlink swapped in
-    after the check.
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+def open_regular(path: WorkspacePath) -> int:
+    """An O_RDONLY descriptor of the regular file ``path`` names; ToolError for anything
+    else (a symlink on the way, a folder, a FIFO, a missing file)."""
     try:
-        fd = os.open(real, flags)
-    except IsADirectoryError:
-        raise ToolError(f"{shown} is a directory; use ls") from None
+        root_fd = os.open(path.root, DIR_FLAGS)
+    except OSError as exc:
+        raise os_error(path.shown, exc) from None
+    try:
+        return _checked_regular(lambda: open_beneath(root_fd, path.parts, _READ_FLAGS), path.shown)
+    finally:
+        os.close(root_fd)
+
+
+def open_regular_at(dir_fd: int, name: str, shown: str) -> int:
+    """:func:`open_regular` for ``name`` in the folder ``dir_fd``."""
+    return _checked_regular(lambda: open_beneath(dir_fd, (name,), _READ_FLAGS), shown)
+
+
+def _checked_regular(opener: Callable[[], int], shown: str) -> int:
+    try:
+        fd = opener()
     except FileNotFoundError:
         raise ToolError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise ToolError(f"{shown} is a directory; use ls") from None
     except OSError as exc:
         raise os_error(shown, exc) from None
     try:
@@ -144,3 +174,54 @@ def open_regular(real: Path, shown: str) -> int:
         os.close(fd)
         raise ToolError(f"{shown} is not a regular file")
     return fd
+
+
+def atomic_write(dir_fd: int, name: str, data: bytes, shown: str) -> None:
+    """Replace ``name`` in the folder ``dir_fd`` with ``data``: a temporary file beside it,
+    fsync, rename, fsync of the folder.
+
+    The rename replaces the directory entry, so nothing is written through what was there
+    (a hard link's other names keep the old content). An existing file's permission bits
+    are kept; a new file gets 0666 less the umask. A symlink or a folder at ``name`` is
+    refused. OSError as the calls raise it.
+    """
+    try:
+        mode: int | None = _existing_mode(dir_fd, name, shown)
+    except FileNotFoundError:
+        mode = None
+    tmp, fd = _temp_file(dir_fd, name, 0o666 if mode is None else 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    # Makes the rename durable; not every filesystem allows fsync on a directory.
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
+
+
+def _existing_mode(dir_fd: int, name: str, shown: str) -> int:
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        raise os_error(shown, OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{shown} is a directory")
+    return st.st_mode & 0o7777
+
+
+def _temp_file(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
+    """A new temporary file in ``dir_fd`` (its name, an open descriptor)."""
+    for _ in range(_TEMP_TRIES):
+        tmp = f".{name[:_TEMP_NAME_CHARS]}.{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name")

@@ -1,6 +1,8 @@
 """File tools confined to the agent's workspace: ``read``, ``write``, ``edit``, ``ls``.
 
-Paths are relative to the workspace (absolute paths only when they land inside it); see
+Paths are relative to the workspace (absolute paths only when they start with it) and are
+opened below the workspace's descriptor without following a symlink anywhere on them, so a
+sandboxed command that swaps folders for symlinks cannot lead a tool out; see
 :mod:`gateway.tools._paths` for the confinement rules. Every filesystem call runs in a
 worker thread so big files never block the event loop.
 """
@@ -18,10 +20,11 @@ from pydantic import Field
 
 from gateway.tools._paths import (
     atomic_write,
-    display,
+    folder,
+    locate,
     open_regular,
+    open_regular_at,
     os_error,
-    resolve_in_workspace,
 )
 from gateway.tools.base import Tool, ToolContext, ToolOutput, ToolParams
 from gateway.tools.errors import ToolError
@@ -129,9 +132,9 @@ async def _in_thread(fn: Callable[[Path, P], ToolOutput], workspace: Path, param
 
 
 def _read(workspace: Path, params: ReadParams) -> ToolOutput:
-    root, real = resolve_in_workspace(workspace, params.path)
-    shown = display(root, real)
-    fd = open_regular(real, shown)
+    path = locate(workspace, params.path)
+    shown = path.shown
+    fd = open_regular(path)
     with os.fdopen(fd, "rb") as f:
         if b"\x00" in f.read(BINARY_SNIFF_BYTES):
             raise ToolError(f"{shown} looks like a binary file; read handles text only")
@@ -191,14 +194,12 @@ def _lines(f: IO[bytes], max_line: int) -> Iterator[tuple[bytes, bool]]:
 
 
 def _write(workspace: Path, params: WriteParams) -> ToolOutput:
-    root, real = resolve_in_workspace(workspace, params.path)
-    shown = display(root, real)
-    if real.is_dir():
-        raise ToolError(f"{shown} is a directory")
+    path = locate(workspace, params.path)
+    shown = path.shown
     data = params.content.encode("utf-8")
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(real, data)
+        with folder(path.root, path.parent, create=True) as dir_fd:
+            atomic_write(dir_fd, path.name, data, shown)
     except OSError as exc:
         raise os_error(shown, exc) from None
     return ToolOutput(
@@ -207,11 +208,20 @@ def _write(workspace: Path, params: WriteParams) -> ToolOutput:
 
 
 def _edit(workspace: Path, params: EditParams) -> ToolOutput:
-    root, real = resolve_in_workspace(workspace, params.path)
-    shown = display(root, real)
+    path = locate(workspace, params.path)
+    shown = path.shown
     if params.old_text == params.new_text:
         raise ToolError("oldText and newText are the same; nothing to change")
-    fd = open_regular(real, shown)
+    try:
+        with folder(path.root, path.parent) as dir_fd:
+            return _edit_in(dir_fd, path.name, shown, params)
+    except OSError as exc:
+        raise os_error(shown, exc) from None
+
+
+def _edit_in(dir_fd: int, name: str, shown: str, params: EditParams) -> ToolOutput:
+    """The edit, read and written in the one folder ``dir_fd`` (what a swap cannot move)."""
+    fd = open_regular_at(dir_fd, name, shown)
     with os.fdopen(fd, "rb") as f:
         raw = f.read(EDIT_MAX_BYTES + 1)
     if len(raw) > EDIT_MAX_BYTES:
@@ -231,10 +241,7 @@ def _edit(workspace: Path, params: EditParams) -> ToolOutput:
             "it unique, or set replaceAll"
         )
     new = text.replace(params.old_text, params.new_text, -1 if params.replace_all else 1)
-    try:
-        atomic_write(real, new.encode("utf-8"))
-    except OSError as exc:
-        raise os_error(shown, exc) from None
+    atomic_write(dir_fd, name, new.encode("utf-8"), shown)
     replaced = count if params.replace_all else 1
     return ToolOutput(
         content=f"replaced {replaced} occurrence{'s' if replaced != 1 else ''} in {shown}",
@@ -243,19 +250,19 @@ def _edit(workspace: Path, params: EditParams) -> ToolOutput:
 
 
 def _ls(workspace: Path, params: LsParams) -> ToolOutput:
-    root, real = resolve_in_workspace(workspace, params.path)
-    shown = display(root, real)
+    path = locate(workspace, params.path)
+    shown = path.shown
     try:
-        if not real.is_dir():
-            raise ToolError(f"{shown} is not a directory")
-        names = sorted(os.listdir(real))
+        with folder(path.root, path.parts) as dir_fd:
+            names = sorted(os.listdir(dir_fd))
+            entries = [_entry(dir_fd, name) for name in names[:LS_MAX_ENTRIES]]
+    except NotADirectoryError:
+        raise ToolError(f"{shown} is not a directory") from None
     except OSError as exc:
         raise os_error(shown, exc) from None
-    entries: list[dict[str, Any]] = []
     lines: list[str] = []
-    for name in names[:LS_MAX_ENTRIES]:
-        entry = _entry(real / name, name)
-        entries.append(entry)
+    for entry in entries:
+        name = entry["name"]
         if entry["type"] == "dir":
             lines.append(f"{name}/")
         elif entry["type"] == "symlink":
@@ -273,10 +280,11 @@ def _ls(workspace: Path, params: LsParams) -> ToolOutput:
     )
 
 
-def _entry(path: Path, name: str) -> dict[str, Any]:
-    # lstat: a symlink is reported as itself, never followed (it may point outside).
+def _entry(dir_fd: int, name: str) -> dict[str, Any]:
+    # Relative to the folder's descriptor, not followed: a symlink is reported as itself
+    # (it may point outside).
     try:
-        st = path.lstat()
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return {"name": name, "type": "other"}
     if stat.S_ISLNK(st.st_mode):

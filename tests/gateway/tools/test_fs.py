@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.llm import ToolCall
-from gateway.tools import ToolRegistry
+from gateway.tools import ToolRegistry, _beneath
 from gateway.tools.fs import EDIT_MAX_BYTES, READ_MAX_BYTES
 from tests.gateway.tools.conftest import CallTool, MakeCtx
 
@@ -299,13 +299,124 @@ async def test_paths_outside_the_workspace_are_refused(
     assert (outside / "secret.txt").read_text() == "TOP SECRET"
 
 
-async def test_symlinks_inside_the_workspace_work(ws: Path, call_tool: CallTool) -> None:
-    (ws / "real").mkdir()
+@pytest.fixture(params=["openat2", "walk"])
+def opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each confinement test both ways: the kernel's openat2 where it has it, and the
+    per-component walk used where it does not (forced by forgetting openat2)."""
+    if request.param == "walk":
+        monkeypatch.setattr(_beneath, "_openat2", None)
+    elif not _beneath.openat2_in_use():
+        pytest.fail("this kernel has no openat2 (Linux 5.6+); the walk is tested on its own")
+    return str(request.param)
+
+
+#: A symlink first, in the middle and last on the path; each points inside the workspace.
+THROUGH_LINKS = ["alias/f.txt", "real/inner-alias/f.txt", "real/file-alias", "real/inner-alias"]
+
+
+@pytest.mark.parametrize("path", THROUGH_LINKS)
+@pytest.mark.parametrize("tool", ["read", "write", "edit", "ls"])
+async def test_a_symlink_anywhere_on_the_path_is_refused_even_inside(
+    ws: Path, call_tool: CallTool, opener: str, tool: str, path: str
+) -> None:
+    """Not followed, wherever it points: a sandboxed command could swap its target."""
+    (ws / "real/inner").mkdir(parents=True)
     (ws / "real/f.txt").write_text("inside")
+    (ws / "real/inner/f.txt").write_text("inside")
     (ws / "alias").symlink_to(ws / "real")
-    assert (await call_tool("read", path="alias/f.txt")).content == "inside"
-    assert not (await call_tool("write", path="alias/g.txt", content="g")).is_error
-    assert (ws / "real/g.txt").read_text() == "g"
+    (ws / "real/inner-alias").symlink_to("inner")
+    (ws / "real/file-alias").symlink_to("f.txt")
+    before = _snapshot(ws)
+    args = {"write": {"content": "new"}, "edit": {"oldText": "inside", "newText": "new"}}
+    out = await call_tool(tool, path=path, **args.get(tool, {}))
+    assert out.is_error
+    assert out.content == (
+        f"{tool}: {path}: symlinks are not allowed in a path; the file tools do not follow them"
+    )
+    assert _snapshot(ws) == before
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every entry under ``root``: a file's content, a symlink's target, ``/`` for a folder."""
+    found: dict[str, str] = {}
+    for path in root.rglob("*"):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            found[rel] = f"-> {os.readlink(path)}"
+        elif path.is_dir():
+            found[rel] = "/"
+        else:
+            found[rel] = path.read_text()
+    return found
+
+
+@pytest.mark.parametrize("tool", ["read", "write", "edit", "ls"])
+async def test_a_dangling_symlink_is_refused_and_nothing_is_made(
+    ws: Path, call_tool: CallTool, opener: str, tool: str
+) -> None:
+    (ws / "dangling").symlink_to("made-by-the-tool.txt")
+    (ws / "dangling-dir").symlink_to("no-such-folder")
+    args = {"write": {"content": "new"}, "edit": {"oldText": "a", "newText": "b"}}
+    for path in ("dangling", "dangling-dir/new.txt"):
+        out = await call_tool(tool, path=path, **args.get(tool, {}))
+        assert out.is_error
+        assert "symlinks are not allowed" in out.content
+    assert names(ws) == ["dangling", "dangling-dir"]
+
+
+async def test_a_write_replaces_the_entry_never_writes_through(
+    ws: Path, call_tool: CallTool, opener: str
+) -> None:
+    """A hard link's other name keeps the old content: the write made a new file."""
+    (ws / "a.txt").write_text("old")
+    os.link(ws / "a.txt", ws / "b.txt")
+    assert not (await call_tool("write", path="b.txt", content="new")).is_error
+    assert not (await call_tool("edit", path="a.txt", oldText="old", newText="edited")).is_error
+    assert (ws / "b.txt").read_text() == "new"
+    assert (ws / "a.txt").read_text() == "edited"
+    assert (ws / "a.txt").stat().st_ino != (ws / "b.txt").stat().st_ino
+    assert names(ws) == ["a.txt", "b.txt"]
+
+
+async def test_modes_are_kept_and_new_files_follow_the_umask(
+    ws: Path, call_tool: CallTool, opener: str
+) -> None:
+    (ws / "run.sh").write_text("echo 1")
+    (ws / "run.sh").chmod(0o4751)
+    (ws / "secret.txt").write_text("s")
+    (ws / "secret.txt").chmod(0o600)
+    old = os.umask(0o027)
+    try:
+        assert not (await call_tool("edit", path="run.sh", oldText="1", newText="2")).is_error
+        assert not (await call_tool("write", path="secret.txt", content="t")).is_error
+        assert not (await call_tool("write", path="sub/new.txt", content="n")).is_error
+    finally:
+        os.umask(old)
+    assert (ws / "run.sh").read_text() == "echo 2"
+    assert mode(ws / "run.sh") == 0o4751
+    assert mode(ws / "secret.txt") == 0o600
+    assert mode(ws / "sub/new.txt") == 0o640
+    assert mode(ws / "sub") == 0o750
+
+
+async def test_an_absolute_path_is_taken_by_name_not_resolved(
+    tmp_path: Path, ws: Path, make_ctx: MakeCtx, registry: ToolRegistry, opener: str
+) -> None:
+    """Through the workspace's configured name (a symlink to it) an absolute path is
+    accepted; through any other symlink to it, it is outside."""
+    (ws / "f.txt").write_text("ok")
+    configured = tmp_path / "configured"
+    configured.symlink_to(ws)
+    other = tmp_path / "other"
+    other.symlink_to(ws)
+    ctx = make_ctx(workspace=configured)
+    for path, expected in [
+        (f"{configured}/f.txt", "ok"),
+        (f"{ws}/f.txt", "ok"),
+        (f"{other}/f.txt", f"read: '{other}/f.txt' is outside the workspace"),
+    ]:
+        out = await registry.invoke(ToolCall("c", "read", {"path": path}), ctx, frozenset({"read"}))
+        assert out.content == expected
 
 
 async def test_absolute_path_inside_the_workspace_is_accepted(
