@@ -14,6 +14,7 @@ from bench import (
     batches,
     cluster,
     fanin,
+    file_tools,
     mcp,
     queued,
     sandbox,
@@ -140,6 +141,14 @@ def test_sessions_rows() -> None:
     assert "CPU ms per turn at 50 turns vs 10" in rows[0]["figure"]
     assert "mode off" in rows[1]["figure"]
     assert "model calls per turn vs one (40 turns, 4,096-token window" in rows[2]["figure"]
+
+
+def test_file_tools_rows() -> None:
+    rows = file_tools.run(**file_tools.QUICK)
+    check_rows(rows, 4)
+    figures = " ".join(row["figure"] for row in rows)
+    for part in ("read CPU", "write CPU", "openat2", "walk"):
+        assert part in figures
 
 
 def test_transcript_reads_rows() -> None:
