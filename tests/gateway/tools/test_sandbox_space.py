@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gateway.llm import ToolCall
 from gateway.sandboxconfig import SandboxConfig
@@ -49,7 +50,9 @@ async def run(workspace: Path, sandbox: SandboxConfig, command: str) -> ToolOutp
         workspace=workspace,
         settings=HeraldSettings(),
     )
-    return await registry.invoke(ToolCall("c", "exec", {"command": command}), ctx, ["exec"])
+    return await registry.invoke(
+        ToolCall("c", "exec", {"command": command}), ctx, frozenset({"exec"})
+    )
 
 
 def output(result: ToolOutput) -> str:
@@ -129,3 +132,34 @@ async def test_tmp_and_dev_shm_hold_at_most_memory_mb(workspace: Path) -> None:
     assert sum(used for _, used in usage.values()) <= 32 * MIB
     assert usage["/dev/shm"][0] == 8 * MIB  # a quarter of memoryMb, up to 64 MiB
     assert "cannot create /dev/extra: Read-only file system" in text
+
+
+# -- the workspace's size ---------------------------------------------------------------------
+
+
+async def test_a_workspace_over_its_limit_refuses_commands(workspace: Path) -> None:
+    limited = SandboxConfig(mode="bwrap", max_workspace_mb=1)
+    grow = await run(workspace, limited, "head -c 2097152 /dev/zero > big && echo wrote")
+    assert output(grow) == "wrote\n"  # under the limit before it ran
+
+    refused = await run(workspace, limited, "echo ran")
+    assert refused.is_error
+    assert refused.data is None  # never started
+    assert "commands are refused: the workspace holds 2.1 MiB, over its limit of 1 MiB" in (
+        refused.content
+    )
+    assert "maxWorkspaceMb" in refused.content
+    assert str(workspace) not in refused.content  # no host path for the model
+
+    unlimited = SandboxConfig(mode="bwrap", max_workspace_mb=0)  # the control: 0, no limit
+    assert output(await run(workspace, unlimited, "echo ran")) == "ran\n"
+
+    (workspace / "big").write_bytes(b"")  # emptied, as the write tool would
+    assert output(await run(workspace, limited, "echo ran")) == "ran\n"
+
+
+def test_the_workspace_limit_is_not_negative() -> None:
+    with pytest.raises(ValidationError, match="maxWorkspaceMb"):
+        HeraldSettings.model_validate(
+            {"agent": {"tools": {"exec": {"sandbox": {"maxWorkspaceMb": -1}}}}}
+        )
