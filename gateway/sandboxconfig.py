@@ -58,10 +58,10 @@ class SandboxConfig(SandboxLimits):
     cpu_seconds: PositiveInt = 120
     """CPU seconds a command's process may use (`RLIMIT_CPU`, per process)."""
     max_workspace_mb: NonNegativeInt = 2048
-    """Disk space the agent's workspace may hold, in MiB: while it holds more, commands are
-    refused with an error saying so (measured before each command, counting allocated
-    blocks, following no link; a workspace of more than 200,000 entries counts as over).
-    0: no limit."""
+    """Disk space the agent's workspace may hold, in MiB: while it holds more, sandboxed
+    commands are refused with an error saying so (measured before each command, counting
+    allocated blocks, following no link; a workspace of more than 200,000 entries counts
+    as over). 0: no limit."""
 
     @property
     def enabled(self) -> bool:
