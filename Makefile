@@ -12,7 +12,7 @@ TOOL_DIR ?=
 BIN_DIR ?=
 PYTHON ?=
 
-.PHONY: run test lint typecheck pytest bench soak clean env postgresql docs install
+.PHONY: run test lint typecheck pytest bench soak clean env packages docs install
 
 $(UV):
 	python3 -m pip install --user --quiet uv
@@ -44,16 +44,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# The PostgreSQL backend's tests start a server of their own from Debian's postgresql
-# package: installed here when missing (as root); without it those tests fail and say how.
-postgresql:
-	@bash .ci/install-postgresql || echo "make: the PostgreSQL tests will fail until it is installed" >&2
+# Debian packages the tests use for real: postgresql (a server of their own), chromium (the
+# browser tests) and bubblewrap (the exec sandbox). Installed here when missing (as root);
+# otherwise make stops at once with the one line that says how.
+packages:
+	@bash .ci/install-packages
 
 # pytest-xdist: one worker per core (at most 4; the slow tests each start servers and
 # replicas of their own). PYTEST_WORKERS=0 runs the suite in this one process.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
 
-pytest: $(STAMP) postgresql
+pytest: $(STAMP) packages
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
@@ -63,7 +64,7 @@ test: lint typecheck pytest
 docs: $(STAMP)
 	$(VENV)/bin/python -m gateway.config.reference docs/configuration.md
 
-bench: $(STAMP)
+bench: $(STAMP) packages
 	$(VENV)/bin/python -m bench
 
 # Long-running: 10,000 sub-agent runs over 10 minutes; not part of `make test`.

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from configbase import ConfigModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class SandboxLimits(ConfigModel):
@@ -25,7 +26,9 @@ class SandboxLimits(ConfigModel):
     """Let the sandboxed program reach the network; false: its own network namespace,
     loopback only."""
     memory_mb: PositiveInt = 1024
-    """Address space each of its processes may have, in MiB (`RLIMIT_AS`, per process)."""
+    """Address space each of its processes may have, in MiB (`RLIMIT_AS`, per process); also
+    what its private `/tmp` and `/dev/shm` (memory the host holds) may hold together:
+    `/dev/shm` a quarter of it, up to 64 MiB, `/tmp` the rest."""
     max_processes: PositiveInt = 256
     """Processes and threads it may have at once (a pids cgroup where Herald may make one,
     else `RLIMIT_NPROC`; `herald doctor` says which)."""
@@ -54,6 +57,11 @@ class SandboxConfig(SandboxLimits):
     workspace)."""
     cpu_seconds: PositiveInt = 120
     """CPU seconds a command's process may use (`RLIMIT_CPU`, per process)."""
+    max_workspace_mb: NonNegativeInt = 2048
+    """Disk space the agent's workspace may hold, in MiB: while it holds more, sandboxed
+    commands are refused with an error saying so (measured before each command, counting
+    allocated blocks, following no link; a workspace of more than 200,000 entries counts
+    as over). 0: no limit."""
 
     @property
     def enabled(self) -> bool:

@@ -9,7 +9,7 @@ never see each other's rows and need no new database. Durability is off (``fsync
 that crashes its own server (:func:`own_server`) asks for a durable one.
 
 When the binaries are missing the tests that need them FAIL, never skip, with the command
-that installs them (``.ci/run`` and ``make test`` install them when they can).
+that installs them (``make test`` installs them when it can).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def missing_message() -> str:
     return (
         "PostgreSQL is not installed, and the PostgreSQL backend's tests need a real server: "
         f"install it with `{INSTALL}` (Debian; as root), or run `make test`, which installs "
-        "it when it can. .ci/run installs it too."
+        "it when it can."
     )
 
 

@@ -15,6 +15,12 @@ EVENTS_PATH: Final = "/slack/events"
 #: stop producing notifications around 3,000, so chunks stay at that.
 CHUNK_LIMIT: Final = 3_000
 
+#: Most text one native streaming call (``chat.startStream``/``appendStream``) carries:
+#: Slack's documented ``markdown_text`` limit. A longer call is refused (``msg_too_long``),
+#: and slack_sdk's helper keeps the refused text for its next call, so one oversized piece
+#: would fail every later one: a longer piece goes in several calls.
+STREAM_APPEND_LIMIT: Final = 12_000
+
 #: Inbound text beyond this is cut: Slack's own ``text`` limit, so nothing real is lost.
 MAX_INBOUND_CHARS: Final = 40_000
 

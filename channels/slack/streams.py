@@ -4,8 +4,9 @@
 (``AsyncWebClient.chat_stream``: ``chat.startStream``, ``chat.appendStream``,
 ``chat.stopStream``), in the thread the reply goes to; a native stream only grows, so a
 tool-call status line is appended as its own paragraph, and when the final reply differs
-from what was streamed the stopped message is updated to it (``chat.update``). ``edit``
-posts the text (``chat.postMessage``) and updates it (``chat.update``); text past one
+from what was streamed the stopped message is updated to it (``chat.update``). A piece
+longer than Slack's limit for one call (:data:`STREAM_APPEND_LIMIT`) goes in several calls.
+``edit`` posts the text (``chat.postMessage``) and updates it (``chat.update``); text past one
 message's limit waits for the final reply, which posts the rest. Either way the chat is
 asked at most once every :data:`UPDATE_INTERVAL` seconds (Slack's ``chat.update`` is a
 tier-3 method: about 50 a minute per workspace), the final update included.
@@ -13,6 +14,15 @@ tier-3 method: about 50 a minute per workspace), the final update included.
 ``auto`` is native in threads and edit elsewhere (Slack streams only thread replies outside
 DMs' own threads); when Slack refuses native streaming (an older workspace, a missing scope)
 the stream falls back to edit and the channel stops asking for native.
+
+The final reply is never lost to a stream Slack gave up on. Slack ends a stream on its own
+(one left without appends for a while, one the person stopped), and then refuses its
+appends and its stop (``message_not_in_streaming_state``); any call of a started stream may
+fail. A refused append hands the message over to edits (the stream is stopped first, in
+case it is still open; its refusal ignored); a refused stop is logged and the message is
+updated to the final reply all the same. Where that update is refused too, the reply is
+posted whole (once: the poster resumes after the chunks that landed) and the half-written
+message is deleted; a message gone meanwhile (``message_not_found``) is posted anew.
 
 The final reply (the channel's send of the message whose ``reply_to`` is this stream's)
 goes through :meth:`SlackStream.finish`: one reply per turn. Showing text as it grows is a
@@ -36,6 +46,7 @@ from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import OutboundMessage, SentMessage
+from channels.slack.constants import STREAM_APPEND_LIMIT
 from channels.slack.delivery import Poster, announce_metadata, send_error
 from channels.slack.format import split_text, to_mrkdwn
 from channels.streaming import StreamedMessage, StreamRecorder
@@ -88,9 +99,14 @@ class SlackStream(ThrottledStream):
         #: message posted before a crash).
         self.ts: str | None = None
         self._shown: str | None = ""
-        #: A message a run before a crash posted, maybe still a native stream: stop it
-        #: before the first edit.
+        #: A message a run before a crash posted, or one whose native stream Slack refused,
+        #: maybe still streaming: stop it before the first edit.
         self._stale = False
+        #: The final reply's later parts already posted beside the streamed message (a
+        #: finish tried again resumes after them).
+        self._rest: list[str] = []
+        #: The streamed message, once the final reply is posted whole instead: deleted.
+        self._orphan: str | None = None
         if earlier is not None and earlier.chat_id == final.chat_id and earlier.message_ids:
             self.mode, self.ts, self._shown, self._stale = (
                 "edit",
@@ -116,14 +132,17 @@ class SlackStream(ThrottledStream):
             try:
                 await self._show_native(text)
                 return
-            except SlackApiError as exc:
+            except Exception as exc:
                 if self._native is not None and self._native.ts is not None:
-                    raise  # started, then failed: not a refusal
-                self._native = None
+                    self._leave_native(exc)  # started, then failed: not a refusal
+                    return
+                self._native, self._basis = None, ""  # not started: the next round starts
+                if not isinstance(exc, SlackApiError):
+                    raise
                 self._on_refused()
                 if not self._fallback:
                     raise
-                log.info("slack: native streaming refused (%s); editing instead", exc)
+                log.info("slack: native streaming refused (%s); editing instead", _why(exc))
                 self.mode = "edit"
         await self._show_edit(text)
 
@@ -139,13 +158,22 @@ class SlackStream(ThrottledStream):
             )
         piece = text[len(self._basis) :] if text.startswith(self._basis) else f"\n\n{text}"
         self._basis = text
-        if piece:
-            await self._native.append(markdown_text=piece)
+        for start in range(0, len(piece), STREAM_APPEND_LIMIT):
+            await self._native.append(markdown_text=piece[start : start + STREAM_APPEND_LIMIT])
             self._counted()
             first = self.ts is None
             self.ts = self._native.ts
             if first:
                 await self._recorded()
+
+    def _leave_native(self, exc: Exception) -> None:
+        """Slack refused a call of the started stream (see the module docstring): the
+        message goes on by edits, from the next round (one more is asked for, so the
+        text shows even if the model writes nothing more)."""
+        log.info("slack: native stream refused (%s); updating the message instead", _why(exc))
+        self._native = None
+        self.mode, self._shown, self._stale = "edit", None, True
+        self._dirty.set()
 
     async def _show_edit(self, text: str) -> None:
         chunks = split_text(to_mrkdwn(text), self._poster.chunk_limit)
@@ -195,47 +223,77 @@ class SlackStream(ThrottledStream):
 
     async def finish(self, message: OutboundMessage) -> SentMessage:
         """Make the streamed message the final reply ``message``; raises
-        ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual."""
+        ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual; shown in a
+        message Slack will not update: posted whole (see the module docstring)."""
         await self._stop_writing()
         self._finished = True
-        if self.ts is None:
-            return await self._poster.post(message)
-        await self._keep_interval()
-        chunks = self._poster.chunks(message)
-        try:
-            if self._native is not None:
-                await self._native.stop()
-                self._native = None
-            await self._end_stale()
-            ids = [self.ts]
-            # Always updated once: the reply's metadata (what finds it after a crash, as for
-            # a reply posted whole) goes on with the final text.
+        if self.ts is not None:
+            await self._keep_interval()
             try:
-                await self._client.chat_update(
-                    channel=message.chat_id,
-                    ts=self.ts,
-                    text=chunks[0] if chunks else self._shown or "",
-                    metadata=announce_metadata(message, 0, len(chunks)),
-                )
-            except SlackApiError as exc:
-                if not _gone(exc):
-                    raise
-                gone = True  # deleted meanwhile: the reply is posted whole, below
-            else:
-                gone = False
-            for part, chunk in enumerate([] if gone else chunks[1:], start=1):
-                response = await self._client.chat_postMessage(
-                    channel=message.chat_id,
-                    text=chunk,
-                    thread_ts=message.thread_id,
-                    metadata=announce_metadata(message, part, len(chunks)),
-                )
-                ids.append(str(response.get("ts") or ""))
+                sent = await self._finish_in_place(message)
+            except Exception as exc:
+                raise send_error("chat.update", exc) from exc
+            if sent is not None:
+                return sent
+        sent = await self._poster.post(message)
+        await self._delete_orphan()
+        return sent
+
+    async def _finish_in_place(self, message: OutboundMessage) -> SentMessage | None:
+        """Update the streamed message to the reply's first part and post the rest; None
+        when Slack refuses the update (the message is then posted whole)."""
+        assert self.ts is not None
+        await self._stop_native()
+        await self._end_stale()
+        chunks = self._poster.chunks(message)
+        # Always updated once: the reply's metadata (what finds it after a crash, as for
+        # a reply posted whole) goes on with the final text.
+        try:
+            await self._client.chat_update(
+                channel=message.chat_id,
+                ts=self.ts,
+                text=chunks[0] if chunks else self._shown or "",
+                metadata=announce_metadata(message, 0, len(chunks)),
+            )
+        except SlackApiError as exc:
+            if send_error("chat.update", exc).retryable:
+                raise
+            log.warning("slack: the streamed reply not updated (%s); posting it whole", _why(exc))
+            self._orphan = None if _gone(exc) else self.ts
+            self.ts = None
+            return None
+        for part in range(1 + len(self._rest), len(chunks)):
+            response = await self._client.chat_postMessage(
+                channel=message.chat_id,
+                text=chunks[part],
+                thread_ts=message.thread_id,
+                metadata=announce_metadata(message, part, len(chunks)),
+            )
+            self._rest.append(str(response.get("ts") or ""))
+        return SentMessage(chat_id=message.chat_id, message_ids=(self.ts, *self._rest))
+
+    async def _stop_native(self) -> None:
+        """Stop the native stream; Slack may refuse (it ended the stream itself): the
+        message is updated all the same, after one more plain stop in case it is open."""
+        native, self._native = self._native, None
+        if native is None:
+            return
+        try:
+            await native.stop()
+            self._counted()
         except Exception as exc:
-            raise send_error("chat.update", exc) from exc
-        if gone:
-            return await self._poster.post(message)
-        return SentMessage(chat_id=message.chat_id, message_ids=tuple(ids))
+            log.info("slack: native stream not stopped (%s); updating the message", _why(exc))
+            self._stale = True
+
+    async def _delete_orphan(self) -> None:
+        """Delete the half-written message of a reply posted whole; a failure is logged."""
+        orphan, self._orphan = self._orphan, None
+        if orphan is None:
+            return
+        try:
+            await self._client.chat_delete(channel=self.final.chat_id, ts=orphan)
+        except Exception as exc:
+            log.warning("slack: streamed message not deleted: %s", _why(exc))
 
     async def _take_back(self) -> None:
         native, self._native = self._native, None
@@ -246,6 +304,12 @@ class SlackStream(ThrottledStream):
                 await self._client.chat_delete(channel=self.final.chat_id, ts=self.ts)
         except Exception as exc:
             log.info("slack: streamed message not taken back: %s", send_error("chat.delete", exc))
+
+
+def _why(exc: BaseException) -> str:
+    """A failed call in one line for the log: Slack's error code and HTTP status, or the
+    connection failure (never the token, never the request)."""
+    return str(send_error("call", exc)).removeprefix("slack call: ")
 
 
 def _gone(exc: SlackApiError) -> bool:

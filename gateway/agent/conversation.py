@@ -34,6 +34,12 @@ logger = logging.getLogger(__name__)
 
 #: The apology of a turn that could not be recorded (the chat router sends it too).
 DISK_FULL_REPLY = "Sorry, I could not record this conversation (the gateway's disk may be full)."
+#: The line that ends a reply whose model stream broke after some of it was shown. Herald's
+#: own words: the client's error text (``<TransferEncodingError …>``, which Slack shows as
+#: HTML entities) means nothing to the person; the detail is logged by the provider.
+STREAM_BROKE_NOTE = (
+    "(Sorry, the answer broke off here: the model stopped sending it. Please ask again.)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +234,8 @@ class Conversations:
             return f"Sorry, this took longer than {format_runtime(profile.timeout_seconds)}."
         if isinstance(exc, ProviderError):
             await self._record(session, "error", {"error": str(exc)})
-            if exc.partial.strip():  # a stream broke: keep what was said, then say why
-                return f"{exc.partial.rstrip()}\n\n(Sorry, the model call failed: {exc})"
+            if exc.partial.strip():  # a stream broke: keep what was said, then one line
+                return f"{exc.partial.rstrip()}\n\n{STREAM_BROKE_NOTE}"
             return f"Sorry, the model call failed: {exc}"
         if isinstance(exc, SessionError):
             logger.warning("turn refused", extra={"session": key, "error": str(exc)})

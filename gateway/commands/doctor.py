@@ -232,9 +232,15 @@ async def check_sandbox(settings: HeraldSettings) -> list[Finding]:
         ]
     network = "its own, loopback only" if not config.network else "the host's"
     processes = process_limit()
+    workspace = (
+        f"workspace {config.max_workspace_mb} MiB, checked before each command"
+        if config.max_workspace_mb
+        else "workspace: no limit"
+    )
     limits = (
-        f"memory {config.memory_mb} MiB by RLIMIT_AS, CPU {config.cpu_seconds} s by "
-        f"RLIMIT_CPU, files {config.max_file_mb} MiB by RLIMIT_FSIZE, "
+        f"memory {config.memory_mb} MiB by RLIMIT_AS (/tmp and /dev/shm together by their "
+        f"tmpfs sizes), CPU {config.cpu_seconds} s by RLIMIT_CPU, files "
+        f"{config.max_file_mb} MiB by RLIMIT_FSIZE, {workspace}, "
         f"{config.max_processes} processes by {processes}"
     )
     usage = "" if allowed else " (exec is not allowed: unused)"

@@ -18,6 +18,11 @@ class PathEscapeError(ToolError):
     """A path would leave the agent's workspace (``..``, absolute path, symlink, NUL)."""
 
 
+class WorkspaceOverLimitError(ToolError):
+    """``exec`` refuses commands while the workspace holds more than its size limit (or
+    cannot be measured against it)."""
+
+
 class ServiceUnavailableError(ToolError):
     """A tool needs a gateway service the :class:`ToolContext` was built without."""
 

@@ -6,7 +6,9 @@ with stdin closed, stdout and stderr merged, and an environment scrubbed of Hera
 other secrets. When the timeout passes, or when the shell exits, the whole group is killed
 (in the sandbox, its PID namespace goes with it): background processes do not outlive the
 call. Output beyond the cap keeps its head and its tail (the
-tail is where errors usually are) with a note of what was left out.
+tail is where errors usually are) with a note of what was left out. In the sandbox, a
+command is refused while the workspace is over its size limit
+(:mod:`gateway.tools._disk_usage`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Final
 from pydantic import Field
 
 from gateway.settings import ExecConfig
+from gateway.tools._disk_usage import check_workspace
 from gateway.tools._paths import ensure_workspace
 from gateway.tools.base import Tool, ToolContext, ToolOutput, ToolParams
 from gateway.tools.errors import ToolError
@@ -133,6 +136,8 @@ class ExecTool(Tool[ExecParams]):
                     f"(Debian package {BWRAP_PACKAGE})"
                 )
             sandbox = self.config.sandbox
+            # Before the command, in a thread: the walk is bounded but not instant.
+            await asyncio.to_thread(check_workspace, cwd, sandbox.max_workspace_mb)
             argv = bwrap_argv(
                 argv, workdir=cwd, config=sandbox, cpu_seconds=sandbox.cpu_seconds, bwrap=bwrap
             )

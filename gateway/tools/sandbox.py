@@ -4,8 +4,8 @@
 behalf: ``exec``'s commands and sandboxed stdio MCP servers. The sandbox sees only:
 the system's programs and libraries (``/usr``, ``/bin``, ``/lib*``) and the few ``/etc``
 files programs need, read-only; the ``readOnly`` paths, read-only; the working directory
-(when there is one), read-write; a fresh ``/tmp``, a minimal ``/dev`` and its own read-only
-``/proc``. It gets
+(when there is one), read-write; a fresh ``/tmp``, a minimal read-only ``/dev`` with a fresh
+``/dev/shm``, and its own read-only ``/proc``. It gets
 new mount, PID, IPC, UTS and (unless ``network``) network namespaces, a new session (no
 terminal to inject input into), and dies with its parent.
 
@@ -16,6 +16,11 @@ counts the sandbox's processes only, not every process of Herald's user. The ker
 ignores ``RLIMIT_NPROC`` for root, so the process limit also uses a pids cgroup where Herald
 may make one (:mod:`gateway.tools._cgroups`, :class:`Limits`); :func:`process_limit` says
 which holds.
+
+``/tmp`` and ``/dev/shm`` are the sandbox's only memory-backed places it may write (its root
+and ``/dev``, tmpfs too, are read-only). A tmpfs is shared memory the host holds, which no
+rlimit bounds, so each gets a size (:func:`tmpfs_sizes`): together they hold at most
+``memoryMb``.
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ ETC_FILES: Final = (
     "/etc/ssl",
     "/etc/timezone",
 )
+#: The largest share of ``memoryMb`` that goes to ``/dev/shm`` (POSIX shared memory and
+#: semaphores); ``/tmp`` gets the rest. 64 MiB is Docker's default ``/dev/shm``.
+SHM_MAX_BYTES: Final = 64 * MIB
+#: ``/dev/shm``'s share of a smaller ``memoryMb``: a quarter.
+SHM_SHARE: Final = 4
 #: Where a command's HOME and TMPDIR point: its private /tmp (the host's home is not there).
 SANDBOX_HOME: Final = "/tmp"
 #: What to do when bubblewrap cannot make a sandbox (the usual causes, in order).
@@ -118,7 +128,12 @@ def bwrap_argv(
         args += ["--ro-bind-try", path, path]
     # /proc is read-only: a root command could otherwise write the sysctls and
     # /proc/sysrq-trigger of the host (they do not check capabilities, only the owner).
-    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--remount-ro", "/proc"]
+    # /dev is a tmpfs of bubblewrap's with no size: read-only, with a sized /dev/shm over its
+    # shm folder (the device nodes are mounts of their own and stay writable).
+    tmp_bytes, shm_bytes = tmpfs_sizes(config)
+    args += ["--dev", "/dev", "--remount-ro", "/dev", "--size", str(shm_bytes), "--tmpfs"]
+    args += ["/dev/shm", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     for path in config.read_only:
         args += ["--ro-bind", path, path]
     # Last, so that a readOnly path holding the workspace does not cover it.
@@ -131,6 +146,15 @@ def bwrap_argv(
     # write outside the workspace and /tmp fails rather than landing in memory.
     args += ["--remount-ro", "/", "--", *limit_argv(config, cpu_seconds), *argv]
     return args
+
+
+def tmpfs_sizes(config: SandboxLimits) -> tuple[int, int]:
+    """The sizes, in bytes, of the sandbox's ``/tmp`` and ``/dev/shm``: ``memoryMb`` between
+    them, ``/dev/shm`` a quarter of it up to :data:`SHM_MAX_BYTES`. Both are above zero
+    (a tmpfs of size 0 would have no limit at all)."""
+    total = config.memory_mb * MIB
+    shm = min(SHM_MAX_BYTES, total // SHM_SHARE)
+    return total - shm, shm
 
 
 def limit_argv(config: SandboxLimits, cpu_seconds: int | None = None) -> list[str]:

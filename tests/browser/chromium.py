@@ -6,7 +6,6 @@ machine's ``chromium`` is launched through ``executable_path``, with a fresh pro
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -37,17 +36,17 @@ VIEWPORT = ViewportSize(width=1280, height=800)
 def chromium() -> str:
     """The path of Debian's ``chromium``.
 
-    When it is missing, CI (``CI=true``) fails the test, since ``.ci/run`` installs it and a
-    skip there would hide a browser test that never ran; elsewhere the test is skipped.
-    Either way the message says how to install it.
+    When it is missing the test fails, never skips (a skip would hide a browser test that
+    never ran): ``make test`` installs it, or stops with the line that says how.
     """
     path = shutil.which("chromium")
-    if path is not None:
-        return path
-    problem = f"chromium is not installed; install it with `{INSTALL}` (Debian)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-        pytest.fail(f"{problem}. .ci/run installs it when missing", pytrace=False)
-    pytest.skip(problem)
+    if path is None:
+        pytest.fail(
+            f"chromium is not installed; install it with `{INSTALL}` (Debian; as root), "
+            "or run `make test`, which installs it when it can",
+            pytrace=False,
+        )
+    return path
 
 
 @dataclass

@@ -9,9 +9,13 @@ method (``ok: false`` codes, HTTP 5xx, 429 with ``Retry-After``), or decided per
 Native streaming: ``chat.startStream`` (a thread reply; outside a DM it needs
 ``recipient_user_id`` and ``recipient_team_id``), ``chat.appendStream`` and
 ``chat.stopStream`` build one message, as Slack does; with :attr:`FakeSlack.refuse_streaming`
-set, ``chat.startStream`` answers that error (an older workspace). ``chat.update`` changes a
-stored message's text (``chat.delete`` removes it); :attr:`FakeSlack.updates` keeps each
-update's time.
+set, ``chat.startStream`` answers that error (an older workspace). One call carrying more than
+:data:`STREAM_TEXT_LIMIT` characters of text is refused ``msg_too_long``.
+:meth:`FakeSlack.end_streams` ends streams on Slack's side (one left too long without an
+append, or stopped by the person): their later appends and stops are refused
+``message_not_in_streaming_state`` and the message keeps the text it had. ``chat.update``
+changes a stored message's text (``chat.delete`` removes it); :attr:`FakeSlack.updates` keeps
+each update's time.
 
 Conversations keep their messages, as Slack does: the bot's posts (with their message
 ``metadata``) and the ``message`` events a test pushes. ``conversations.history`` (top-level
@@ -49,6 +53,10 @@ TEAM_ID = "T0FAKE"
 APP_ID = "A0FAKE"
 BOT_USER_ID = "U0HERALD"
 BOT_ID = "B0HERALD"
+#: Slack's documented limit of the ``markdown_text`` one ``chat.startStream``,
+#: ``chat.appendStream`` or ``chat.stopStream`` call carries (``markdown_text`` chunks count
+#: alike); a longer call is refused ``msg_too_long``.
+STREAM_TEXT_LIMIT = 12_000
 #: Seconds any wait on the fake gives up after: generous, never reached when things work.
 WAIT = 5.0
 
@@ -210,6 +218,12 @@ class FakeSlack:
         the middle of it: Slack has acted on it (``stored``: the post is in the
         conversation) or not yet. It hangs until the fake closes."""
         self._cuts.setdefault(method, deque()).append([after, stored, matching])
+
+    def end_streams(self) -> None:
+        """Slack ends every open stream itself (left too long without an append, or stopped
+        by the person in the client): later appends and stops of them are refused
+        ``message_not_in_streaming_state``; each message keeps the text it had."""
+        self.open_streams.clear()
 
     def calls_to(self, method: str) -> list[ApiCall]:
         return [call for call in self.calls if call.method == method]
@@ -619,8 +633,10 @@ class FakeSlack:
         in_dm = channel.startswith("D")
         if not in_dm and not (args.get("recipient_user_id") and args.get("recipient_team_id")):
             return _error("missing_recipient_user_id")
+        text = stream_text(args)
+        if len(text) > STREAM_TEXT_LIMIT:
+            return _error("msg_too_long")
         ts = self.next_ts()
-        text = _stream_text(args)
         message: dict[str, Any] = {
             "type": "message",
             "text": text,
@@ -638,9 +654,11 @@ class FakeSlack:
         ts, channel = str(args.get("ts") or ""), str(args.get("channel") or "")
         if self.open_streams.get(ts) != channel:
             return _error("message_not_in_streaming_state")
-        text = _stream_text(args)
+        text = stream_text(args)
         if not text:
             return _error("invalid_arguments")
+        if len(text) > STREAM_TEXT_LIMIT:
+            return _error("msg_too_long")
         message = self.stored(channel, ts)
         assert message is not None
         message["text"] = str(message["text"]) + text
@@ -651,10 +669,13 @@ class FakeSlack:
         ts, channel = str(args.get("ts") or ""), str(args.get("channel") or "")
         if self.open_streams.get(ts) != channel:
             return _error("message_not_in_streaming_state")
+        text = stream_text(args)
+        if len(text) > STREAM_TEXT_LIMIT:
+            return _error("msg_too_long")
         del self.open_streams[ts]
         message = self.stored(channel, ts)
         assert message is not None
-        message["text"] = str(message["text"]) + _stream_text(args)
+        message["text"] = str(message["text"]) + text
         return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
 
     def _m_reactions_add(self, args: dict[str, Any]) -> web.Response:
@@ -709,7 +730,7 @@ class FakeSlack:
             self._changed.notify_all()
 
 
-def _stream_text(args: Mapping[str, Any]) -> str:
+def stream_text(args: Mapping[str, Any]) -> str:
     """The text a streaming call adds: ``markdown_text``, then its ``markdown_text`` chunks
     (slack_sdk's helper sends chunks: ``{"type": "markdown_text", "text": …}``)."""
     chunks = args.get("chunks")

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.agent.conversation import STREAM_BROKE_NOTE
 from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
@@ -122,7 +123,7 @@ async def test_a_stream_cut_midway_ends_with_what_was_said_and_one_error_line(
         assert STORY.startswith(said)
         said_text, error_line = frames[-1]["text"].rsplit("\n\n", 1)
         assert said_text == said.rstrip()
-        assert error_line.startswith("(Sorry, the model call failed:")
+        assert error_line == STREAM_BROKE_NOTE
         assert len(fake.requests) == 1
 
 

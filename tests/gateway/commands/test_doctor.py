@@ -494,10 +494,18 @@ async def test_doctor_reports_the_sandbox_and_what_holds_each_limit() -> None:
     assert "memory 1024 MiB by RLIMIT_AS" in limits.message
     assert "CPU 120 s by RLIMIT_CPU" in limits.message
     assert "files 1024 MiB by RLIMIT_FSIZE" in limits.message
+    assert "(/tmp and /dev/shm together by their tmpfs sizes)" in limits.message
+    assert "workspace 2048 MiB, checked before each command" in limits.message
     # Which one holds the process limit depends on the machine; it is named either way.
     mechanisms = ("pids cgroup", "RLIMIT_NPROC", "nothing: root ignores RLIMIT_NPROC")
     assert any(f"256 processes by {m}" in limits.message for m in mechanisms), limits
     assert (limits.level == "warn") == ("by nothing" in limits.message)
+
+    unlimited = HeraldSettings.model_validate(
+        {"agent": {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"maxWorkspaceMb": 0}}}}}
+    )
+    _, limits = await check_sandbox(unlimited)
+    assert "workspace: no limit" in limits.message
 
     off = HeraldSettings.model_validate(
         {"agent": {"tools": {"allow": ["*", "exec"], "exec": {"sandbox": {"mode": "off"}}}}}
