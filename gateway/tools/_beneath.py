@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-#: openat2's number where the brief's kernels have been checked (new syscalls share it).
+#: openat2's syscall number on the architectures that use it here (the same on both).
 _SYS_OPENAT2: Final = {"x86_64": 437, "aarch64": 437}
 # <linux/openat2.h>
 _RESOLVE_NO_MAGICLINKS: Final = 0x02
