@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from gateway.tools._beneath import DIR_FLAGS
 from gateway.tools.errors import WorkspaceOverLimitError
 
 MIB: Final = 1024 * 1024
@@ -41,7 +42,6 @@ BLOCK_BYTES: Final = 512
 #: Entries (files, folders, links) a measurement examines at most: ~0.5 s of CPU for
 #: 200,000 on a small machine (measured), so the check never costs a command much more.
 MAX_ENTRIES: Final = 200_000
-_DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class Usage:
 
 def measure(root: Path, *, max_entries: int = MAX_ENTRIES) -> Usage:
     """The disk space the tree at ``root`` holds (``root`` itself must not be a link)."""
-    top = os.open(root, _DIRECTORY_FLAGS)
+    top = os.open(root, DIR_FLAGS)
     try:
         return _Walk(top, max_entries).run()
     finally:
@@ -128,7 +128,7 @@ def open_folder(top: int, relative: str, device: int, inode: int) -> int | None:
     """A descriptor of the folder at ``relative`` under ``top``, if it is still the inode
     ``(device, inode)`` that was listed; None if something else is there now (a link
     swapped in above it would have led the open elsewhere: the inode tells)."""
-    fd = os.open(relative, _DIRECTORY_FLAGS, dir_fd=top)
+    fd = os.open(relative, DIR_FLAGS, dir_fd=top)
     found = os.fstat(fd)
     if (found.st_dev, found.st_ino) == (device, inode):
         return fd
