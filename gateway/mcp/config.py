@@ -113,8 +113,8 @@ class McpServeConfig(ConfigModel):
 
 class McpConfig(ConfigModel):
     servers: dict[str, McpServerConfig] = {}
-    """MCP servers, by name (lowercase letters, digits, `_` and `-`, at most 32): their
-    tools reach agents as `<server>__<tool>`."""
+    """MCP servers, by name (lowercase letters, digits, `_` and `-`, at most 32; no `__`
+    and no `_` at the end): their tools reach agents as `<server>__<tool>`."""
     serve: McpServeConfig = McpServeConfig()
     """Herald as an MCP server."""
 

@@ -5,6 +5,8 @@ Each connection runs in one task of its own that holds the SDK's contexts (they 
 entered and left in the same task) while any number of turns call tools on the session
 concurrently. A server that fails to start, exits or breaks its connection is restarted
 after a backoff; meanwhile its tools are withdrawn, so a turn sees the tools of the moment.
+The backoff waited is the one the log gives (only a stop ends it early), and it grows until
+the server has stayed ready for :data:`STABLE_SECONDS`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Opening one MCP client session over stdio or Streamable HTTP, with the official SDK.
+"""Opening one MCP client session over stdio or Streamable HTTP, with the official SDK's
+``ClientSession`` (over Herald's stdio transport, :mod:`gateway.mcp.stdio`, or the SDK's
+Streamable HTTP client), and listing a server's tools within bounds.
 
 Shared by the gateway's long-lived connections (:mod:`gateway.mcp.connection`) and the
 one-off probes of ``herald mcp probe`` and ``herald doctor`` (:mod:`gateway.mcp.probe`).
