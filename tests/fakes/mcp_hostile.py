@@ -3,8 +3,8 @@ well-behaved server never sends: a ``tools/list`` that pages forever, a 40 MiB r
 line of many small values, a 256 KiB tool description and schema, a tool name with ``__``,
 and a child process left behind.
 
-Run as ``python -m tests.fakes.mcp_hostile [--endless-pages [--page-size N]]
-[--exit-after-list] [--marks DIR]``. Tools:
+Run as ``python -m tests.fakes.mcp_hostile [--endless-pages [--page-size N]
+[--page-seconds S]] [--exit-after-list] [--marks DIR]``. Tools:
 
 - ``big`` {chars, text?}: one text block of ``chars`` characters (``text`` repeated, "x");
 - ``many`` {count}: ``count`` text blocks of 64 characters each;
@@ -14,7 +14,8 @@ Run as ``python -m tests.fakes.mcp_hostile [--endless-pages [--page-size N]]
 - ``x__y``: a name with the separator in it; answers "x__y here".
 
 With ``--endless-pages`` every ``tools/list`` page holds ``--page-size`` tools ``t<n>`` (1)
-and a next cursor, forever; ``<marks>/pages`` counts the pages served. With
+and a next cursor, forever, each after ``--page-seconds`` (0); ``<marks>/pages`` counts the
+pages served. With
 ``--exit-after-list`` the server exits just after its first ``tools/list`` answer.
 """
 
@@ -74,7 +75,11 @@ EXIT_AFTER_SECONDS = 0.2
 
 
 def build(
-    endless_pages: bool, page_size: int, exit_after_list: bool, marks: Path | None
+    endless_pages: bool,
+    page_size: int,
+    page_seconds: float,
+    exit_after_list: bool,
+    marks: Path | None,
 ) -> Server[Any]:
     pages = 0
 
@@ -87,6 +92,7 @@ def build(
         if not endless_pages:
             return types.ListToolsResult(tools=TOOLS)
         pages += 1
+        await anyio.sleep(page_seconds)
         if marks is not None:
             (marks / "pages").write_text(str(pages))
         cursor = params.cursor if params is not None and params.cursor else "0"
@@ -123,9 +129,13 @@ def build(
 
 
 async def serve(
-    endless_pages: bool, page_size: int, exit_after_list: bool, marks: Path | None
+    endless_pages: bool,
+    page_size: int,
+    page_seconds: float,
+    exit_after_list: bool,
+    marks: Path | None,
 ) -> None:
-    server = build(endless_pages, page_size, exit_after_list, marks)
+    server = build(endless_pages, page_size, page_seconds, exit_after_list, marks)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -134,10 +144,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--page-seconds", type=float, default=0.0)
     parser.add_argument("--exit-after-list", action="store_true")
     parser.add_argument("--marks", type=Path, default=None)
     args = parser.parse_args()
-    anyio.run(serve, args.endless_pages, args.page_size, args.exit_after_list, args.marks)
+    anyio.run(
+        serve,
+        args.endless_pages,
+        args.page_size,
+        args.page_seconds,
+        args.exit_after_list,
+        args.marks,
+    )
 
 
 if __name__ == "__main__":

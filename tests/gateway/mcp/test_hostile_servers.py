@@ -167,6 +167,21 @@ async def test_endless_tool_pages_stop_at_a_bound_with_one_warning(
     assert getattr(warned[0], "bound", None) == (bound or f"more than {MAX_TOOLS} tools")
 
 
+async def test_slow_endless_tool_pages_stop_at_the_listing_time_with_the_tools_so_far(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A page a second, forever: 64 pages would outlast the start's 20 s; the listing stops
+    # at half of it (10 s), the server ready with the tools it listed.
+    config = hostile("--endless-pages", "--page-seconds", "1", startupTimeoutSeconds=20)
+    with caplog.at_level(logging.WARNING, logger="gateway.mcp.transport"):
+        async with connection(config) as (server, published):
+            assert server.state is ServerState.READY
+            listed = published[-1] if published else []
+    assert listed == [f"t{n}" for n in range(len(listed))]
+    (warned,) = [r for r in caplog.records if "tool list is past a bound" in r.getMessage()]
+    assert getattr(warned, "bound", None) == "still paging after 10s"
+
+
 # -- 3. a large result is read whole-free, cut once, and the same cut is kept -------------
 
 
