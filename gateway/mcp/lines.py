@@ -118,8 +118,6 @@ class StringCutter:
         if self._escaped:
             self._escaped = False
             start += 1  # the byte after a chunk's trailing backslash is escaped
-            if start > len(data):
-                return -1
         while True:
             quote = data.find(b'"', start)
             segment_end = len(data) if quote < 0 else quote
