@@ -7,6 +7,8 @@ settings, and the SDK is imported only by a gateway that uses MCP):
 - :mod:`~gateway.mcp.config`: the ``mcp`` section of the configuration;
 - :mod:`~gateway.mcp.results`: tool names and what the model reads of a result;
 - :mod:`~gateway.mcp.transport`: one client session opened over stdio or HTTP with the SDK;
+- :mod:`~gateway.mcp.stdio`: Herald's stdio transport (the server's process group, its lines);
+- :mod:`~gateway.mcp.lines`: a server's output as lines, in linear time and bounded memory;
 - :mod:`~gateway.mcp.connection`: one server's client session, restarted with backoff;
 - :mod:`~gateway.mcp.manager`: every server, their tools in the registry, their state;
 - :mod:`~gateway.mcp.tools`: an MCP server's tool as a Herald tool;

@@ -17,6 +17,10 @@ from gateway.sandboxconfig import SandboxLimits
 
 #: A server's name: it prefixes its tools' names, so it stays short and plain.
 SERVER_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+#: Between the server and the tool in an MCP tool's name (``time__get_current_time``); a
+#: server name never contains it nor ends in ``_``, so the name's server is the part before
+#: its first ``__``.
+TOOL_SEPARATOR: Final = "__"
 STDIO_FIELDS: Final = ("command", "args", "env", "cwd", "sandbox")
 HTTP_FIELDS: Final = ("url", "headers")
 
@@ -109,8 +113,8 @@ class McpServeConfig(ConfigModel):
 
 class McpConfig(ConfigModel):
     servers: dict[str, McpServerConfig] = {}
-    """MCP servers, by name (lowercase letters, digits, `_` and `-`, at most 32): their
-    tools reach agents as `<server>__<tool>`."""
+    """MCP servers, by name (lowercase letters, digits, `_` and `-`, at most 32; no `__`
+    and no `_` at the end): their tools reach agents as `<server>__<tool>`."""
     serve: McpServeConfig = McpServeConfig()
     """Herald as an MCP server."""
 
@@ -122,6 +126,14 @@ class McpConfig(ConfigModel):
                 raise ValueError(
                     f"server name {name!r} must match {SERVER_NAME.pattern} "
                     "(lowercase letters, digits, '_' and '-', at most 32)"
+                )
+            if TOOL_SEPARATOR in name or name.endswith("_"):
+                # Server `n` tool `x__y` and server `n__x` tool `y` would both be `n__x__y`
+                # (and `a_` tool `t` would be `a___t`, as `a` tool `_t` is).
+                raise ValueError(
+                    f"server name {name!r} must not contain {TOOL_SEPARATOR!r} nor end in "
+                    f"'_': {TOOL_SEPARATOR!r} separates the server from the tool in its "
+                    "tools' names"
                 )
         return servers
 
@@ -136,8 +148,6 @@ def _snake(key: str) -> str:
 
 #: A policy pattern naming one server's tools: ``mcp:<server>``.
 SERVER_PATTERN_PREFIX: Final = "mcp:"
-#: Between the server and the tool in an MCP tool's name.
-TOOL_SEPARATOR: Final = "__"
 
 
 def policy_problems(

@@ -5,15 +5,17 @@ Each connection runs in one task of its own that holds the SDK's contexts (they 
 entered and left in the same task) while any number of turns call tools on the session
 concurrently. A server that fails to start, exits or breaks its connection is restarted
 after a backoff; meanwhile its tools are withdrawn, so a turn sees the tools of the moment.
+The backoff waited is the one the log gives (only a stop ends it early), and it grows until
+the server has stayed ready for :data:`STABLE_SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any, Final, TextIO
@@ -24,13 +26,23 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.backoff import backoff
 from gateway.mcp.config import McpServerConfig
-from gateway.mcp.transport import describe_failure, list_all_tools, open_session, server_secrets
+from gateway.mcp.lines import MAX_MESSAGE_BYTES
+from gateway.mcp.transport import (
+    describe_failure,
+    list_all_tools,
+    listing_seconds,
+    open_session,
+    server_secrets,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Restart delays: a crashing server is retried quickly at first, then once a minute.
 RESTART_BASE_SECONDS: Final = 1.0
 RESTART_CAP_SECONDS: Final = 60.0
+#: A server must stay ready this long for its next failure to count as a first one again:
+#: one that gets ready and exits at once would otherwise be restarted every second.
+STABLE_SECONDS: Final = 60.0
 #: How long a stopping connection may take to close its session before it is cancelled.
 STOP_SECONDS: Final = 5.0
 #: An idle session is pinged this often: an HTTP server that went away says nothing until
@@ -86,6 +98,9 @@ class ServerConnection:
         restart_base: float = RESTART_BASE_SECONDS,
         restart_cap: float = RESTART_CAP_SECONDS,
         ping_seconds: float = PING_SECONDS,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.config = config
@@ -96,6 +111,10 @@ class ServerConnection:
         self._restart_base = restart_base
         self._restart_cap = restart_cap
         self._ping_seconds = ping_seconds
+        self._max_message_bytes = max_message_bytes
+        #: The restart backoff waits with these (a test gives a clock of its own).
+        self._sleep = sleep
+        self._clock = clock
         self.state = ServerState.STOPPED
         #: Why the server last failed ("" while it never did).
         self.error = ""
@@ -105,6 +124,7 @@ class ServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._stopped = asyncio.Event()  # set by stop(): ends a backoff's wait early
         self._ended = False
         self._broken = False
         self._refresh = False
@@ -123,6 +143,7 @@ class ServerConnection:
         """Begin connecting in the background (idempotent)."""
         if self._task is None:
             self._stopping = False
+            self._stopped.clear()
             self._task = asyncio.create_task(self._run(), name=f"mcp:{self.name}")
 
     async def settled(self) -> None:
@@ -132,6 +153,7 @@ class ServerConnection:
     async def stop(self) -> None:
         """Close the session (a stdio server's process ends with it); idempotent."""
         self._stopping = True
+        self._stopped.set()
         self._wake.set()
         task, self._task = self._task, None
         if task is None:
@@ -187,9 +209,9 @@ class ServerConnection:
         attempt = 0
         while not self._stopping:
             self._set_state(ServerState.STARTING)
-            reached_ready = False
+            ready_at: float | None = None
             try:
-                reached_ready = await self._attempt()
+                ready_at = await self._attempt()
                 reason = "the server closed the connection"
             except asyncio.CancelledError:
                 self._withdraw()
@@ -201,7 +223,8 @@ class ServerConnection:
             self._withdraw()
             if self._stopping:
                 break
-            attempt = 1 if reached_ready else attempt + 1
+            stable = ready_at is not None and self._clock() - ready_at >= STABLE_SECONDS
+            attempt = 1 if stable else attempt + 1
             self.error = reason
             self.restarts += 1
             self._set_state(ServerState.FAILED)
@@ -211,14 +234,25 @@ class ServerConnection:
                 "mcp server down; restarting",
                 extra={"server": self.name, "reason": reason, "retry_in": round(delay, 2)},
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-            self._wake.clear()
+            await self._pause(delay)
         self._set_state(ServerState.STOPPED)
         self._settled.set()
 
-    async def _attempt(self) -> bool:
-        """Connect, serve until the connection ends; whether it got ready. The session lives
+    async def _pause(self, delay: float) -> None:
+        """Wait the ``delay`` the log just gave, or until the connection stops: nothing
+        else (not the end of the session that just failed) shortens it."""
+        sleeping = asyncio.ensure_future(self._sleep(delay))
+        stopping = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleeping, stopping):
+                waiter.cancel()
+            await asyncio.gather(sleeping, stopping, return_exceptions=True)
+
+    async def _attempt(self) -> float:
+        """Connect, serve until the connection ends; when it got ready (on ``clock``). A
+        failure to get ready raises. The session lives
         in a task of its own, so a start that takes too long is cancelled whole."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ended = self._broken = self._refresh = False
@@ -239,6 +273,7 @@ class ServerConnection:
                 limit = self.config.startup_timeout_seconds
                 raise TimeoutError(f"no answer within startupTimeoutSeconds ({limit:g}s)")
             self.error = ""
+            ready_at = self._clock()
             self._set_state(ServerState.READY)
             self._settled.set()
             logger.info(
@@ -246,7 +281,7 @@ class ServerConnection:
                 extra={"server": self.name, "tools": len(self.tools)},
             )
             await task
-            return True
+            return ready_at
         finally:
             if not task.done():
                 task.cancel()
@@ -261,8 +296,11 @@ class ServerConnection:
                 errlog=self._errlog(),
                 on_end=self._mark_ended,
                 message_handler=self._on_message,
+                max_message_bytes=self._max_message_bytes,
             )
-            self._publish(await list_all_tools(session))
+            self._publish(
+                await list_all_tools(session, self.name, seconds=listing_seconds(self.config))
+            )
             self._session = session
             ready.set_result(None)
             while True:
@@ -278,7 +316,11 @@ class ServerConnection:
                     return
                 if self._refresh:
                     self._refresh = False
-                    self._publish(await list_all_tools(session))
+                    self._publish(
+                        await list_all_tools(
+                            session, self.name, seconds=listing_seconds(self.config)
+                        )
+                    )
                     logger.info(
                         "mcp tools changed", extra={"server": self.name, "tools": len(self.tools)}
                     )

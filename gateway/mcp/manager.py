@@ -18,7 +18,7 @@ from typing import Protocol, TextIO
 from mcp import types
 
 from gateway.mcp.config import TOOL_SEPARATOR, McpServerConfig
-from gateway.mcp.connection import ServerConnection, ServerState
+from gateway.mcp.connection import RESTART_BASE_SECONDS, ServerConnection, ServerState
 from gateway.mcp.tools import McpTool
 from gateway.tools import DuplicateToolError, ToolRegistry
 
@@ -60,7 +60,6 @@ class McpManager:
         self._logs: dict[str, TextIO] = {}
         #: Registered tools by server: the names this manager put in the registry.
         self._registered: dict[str, dict[str, McpTool]] = {}
-        extra = {} if restart_base is None else {"restart_base": restart_base}
         self.connections = {
             name: ServerConnection(
                 name,
@@ -69,7 +68,7 @@ class McpManager:
                 on_state=self._state_changed,
                 errlog=self._errlog_for(name),
                 environ=environ,
-                **extra,
+                restart_base=RESTART_BASE_SECONDS if restart_base is None else restart_base,
             )
             for name, config in servers.items()
             if config.enabled

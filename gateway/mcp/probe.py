@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from gateway.mcp.config import McpServerConfig
-from gateway.mcp.transport import describe_failure, list_all_tools, open_session, server_secrets
+from gateway.mcp.transport import (
+    describe_failure,
+    list_all_tools,
+    listing_seconds,
+    open_session,
+    server_secrets,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +56,7 @@ async def probe(
         try:
             async with asyncio.timeout(limit), AsyncExitStack() as stack:
                 session = await open_session(stack, config, environ=environ, errlog=errlog)
-                tools = await list_all_tools(session)
+                tools = await list_all_tools(session, name, seconds=listing_seconds(config))
         except TimeoutError:
             error = f"no answer within {limit:g}s" + _last_line(errlog, secrets)
             return ProbeReport(name, error=error)

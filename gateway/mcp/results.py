@@ -2,8 +2,12 @@
 
 Text content is kept in order; ``structuredContent`` stands in as JSON text when there is no
 text; images, audio and resources become one-line notes (``[image/png, 12,345 bytes]``), since
-no provider here takes them inside a tool result. The cut at ``agent.tools.maxResultChars``
-happens where every tool's result is cut, in the request.
+no provider here takes them inside a tool result.
+
+The text is cut to ``agent.tools.maxResultChars`` here, as the result arrives, so that the
+transcript and the model get the same cut and neither holds what was cut
+(:func:`bounded_text`); a stdio server's longest strings were cut before, while they were
+read (:mod:`gateway.mcp.lines`), and the note counts what that dropped too.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Final
 import orjson
 from mcp import types
 
+from gateway.mcp.config import TOOL_SEPARATOR
+from gateway.mcp.lines import reader_cuts, uncut_length
+
 #: Provider tool names: OpenAI and Anthropic take at most 64 of these characters.
 MAX_TOOL_NAME: Final = 64
-SEPARATOR: Final = "__"
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
 _HASH_CHARS: Final = 6
 
@@ -28,17 +34,11 @@ def tool_name(server: str, tool: str) -> str:
     """``<server>__<tool>`` as a provider accepts it: characters outside ``[A-Za-z0-9_-]``
     become ``_``; a name past 64 characters is cut and ends in 6 hex characters of the
     whole name's hash, so two long names that share a start stay apart."""
-    name = _UNSAFE.sub("_", f"{server}{SEPARATOR}{tool}")
+    name = _UNSAFE.sub("_", f"{server}{TOOL_SEPARATOR}{tool}")
     if len(name) <= MAX_TOOL_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:_HASH_CHARS]
     return f"{name[: MAX_TOOL_NAME - _HASH_CHARS - 1]}_{digest}"
-
-
-def server_of(name: str) -> str | None:
-    """The server part of a ``<server>__<tool>`` name (None: not such a name)."""
-    server, sep, rest = name.partition(SEPARATOR)
-    return server if sep and server and rest else None
 
 
 def result_text(result: types.CallToolResult) -> str:
@@ -54,6 +54,18 @@ def result_text(result: types.CallToolResult) -> str:
         texts.append(orjson.dumps(result.structured_content).decode())
     parts = [*texts, *notes] if texts else notes
     return "\n".join(parts) if parts else "(no content)"
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, its end replaced by a note when it is longer:
+    ``[cut: 41,943,040 chars, showing the first 19,950]`` (the length before any cut, what
+    the reader dropped counted in bytes)."""
+    if len(text) <= limit:
+        return text
+    total = uncut_length(text)
+    note = "\n[cut: {total:,} chars, showing the first {shown:,}]"
+    shown = max(0, limit - len(note.format(total=total, shown=limit)))
+    return text[:shown] + note.format(total=total, shown=shown)
 
 
 def content_note(block: object) -> str:
@@ -72,6 +84,8 @@ def content_note(block: object) -> str:
 
 
 def _decoded_size(data: str) -> int:
+    if cuts := reader_cuts(data):  # cut while read: base64's 4 characters are 3 bytes
+        return sum(total for total, _kept in cuts) * 3 // 4
     try:
         return len(base64.b64decode(data, validate=False))
     except (binascii.Error, ValueError):

@@ -3,19 +3,37 @@ input schema, in groups ``mcp`` and ``mcp:<server>``.
 
 Arguments are passed on as the model wrote them: the server validates them against its own
 schema and answers a bad call with an error the model reads, as for any tool.
+
+Whatever a server sends here goes out with every model request that offers the tool, so its
+size is bounded: a description is cut at :data:`MAX_DESCRIPTION_CHARS`, and a schema past
+:data:`MAX_SCHEMA_BYTES` is replaced by one that takes any object (the server still checks
+the arguments). A result is cut to ``agent.tools.maxResultChars`` before it is returned, so
+the transcript keeps the same text the model reads.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+import orjson
 from mcp import types
 from pydantic import BaseModel, ConfigDict
 
 from gateway.mcp.connection import McpCallError
-from gateway.mcp.results import result_text, tool_name
+from gateway.mcp.results import bounded_text, result_text, tool_name
 from gateway.tools import Tool, ToolContext, ToolOutput
+
+logger = logging.getLogger(__name__)
+
+#: A tool's description as sent to the model: 2,048 characters say what any real tool does
+#: (most take a few hundred); one server sent 256 KiB, with every request.
+MAX_DESCRIPTION_CHARS: Final = 2048
+#: A tool's input schema as sent to the model, in bytes of JSON: real ones take a few KiB.
+MAX_SCHEMA_BYTES: Final = 32 * 1024
+#: The schema that stands for one past the limit: any object.
+ANY_OBJECT: Final[dict[str, Any]] = {"type": "object", "properties": {}}
 
 
 class McpArguments(BaseModel):
@@ -36,13 +54,31 @@ class ToolCaller(Protocol):
 CallRecorder = Callable[[str, str], None]
 
 
-def input_schema(remote: types.Tool) -> dict[str, Any]:
-    """The server's input schema as providers take it: always an ``object`` with
-    ``properties``."""
+def sent_schema(remote: types.Tool) -> tuple[dict[str, Any], bool]:
+    """The server's input schema as providers take it (always an ``object`` with
+    ``properties``), and whether it was past :data:`MAX_SCHEMA_BYTES` (then it is
+    :data:`ANY_OBJECT`)."""
     schema = dict(remote.input_schema or {})
     schema["type"] = "object"
     schema.setdefault("properties", {})
-    return schema
+    if len(orjson.dumps(schema)) > MAX_SCHEMA_BYTES:
+        return dict(ANY_OBJECT), True
+    return schema, False
+
+
+def description(remote: types.Tool, server: str, *, schema_cut: bool) -> str:
+    """The tool's description as the model reads it: the server's, cut at
+    :data:`MAX_DESCRIPTION_CHARS` with a note, and where it comes from."""
+    text = (remote.description or remote.title or remote.name).strip()
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        shown = f"{text[:MAX_DESCRIPTION_CHARS]}…"
+        text = (
+            f"{shown} [description cut: {len(text):,} chars, "
+            f"showing the first {MAX_DESCRIPTION_CHARS:,}]"
+        )
+    if schema_cut:
+        text += " [its input schema was too large to send: pass the arguments it documents]"
+    return f"{text} (from MCP server {server})"
 
 
 class McpTool(Tool[McpArguments]):
@@ -56,10 +92,14 @@ class McpTool(Tool[McpArguments]):
         self._record = record
         self.remote_name = remote.name
         self.name = tool_name(server.name, remote.name)
-        described = (remote.description or remote.title or remote.name).strip()
-        self.description = f"{described} (from MCP server {server.name})"
+        self._schema, schema_cut = sent_schema(remote)
+        self.description = description(remote, server.name, schema_cut=schema_cut)
         self.extra_groups = (f"mcp:{server.name}",)
-        self._schema = input_schema(remote)
+        if schema_cut or len(remote.description or "") > MAX_DESCRIPTION_CHARS:
+            logger.warning(
+                "mcp tool's description or schema is past its limit; cut",
+                extra={"server": server.name, "tool": remote.name},
+            )
 
     def input_schema(self) -> dict[str, Any]:
         return self._schema
@@ -71,9 +111,13 @@ class McpTool(Tool[McpArguments]):
         except McpCallError as exc:
             self._record(server, exc.outcome)
             return ToolOutput.error(str(exc))
-        text = result_text(result)
-        if result.is_error:
+        limit = ctx.settings.agent.tools.max_result_chars
+        text, failed = result_text(result), result.is_error
+        del result  # what is cut is not held past here
+        if failed:
             self._record(server, "error")
-            return ToolOutput.error(f"{self.name} (MCP server {server!r}) failed: {text}")
+            return ToolOutput.error(
+                bounded_text(f"{self.name} (MCP server {server!r}) failed: {text}", limit)
+            )
         self._record(server, "ok")
-        return ToolOutput(content=text)
+        return ToolOutput(content=bounded_text(text, limit))

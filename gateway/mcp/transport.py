@@ -1,4 +1,6 @@
-"""Opening one MCP client session over stdio or Streamable HTTP, with the official SDK.
+"""Opening one MCP client session over stdio or Streamable HTTP, with the official SDK's
+``ClientSession`` (over Herald's stdio transport, :mod:`gateway.mcp.stdio`, or the SDK's
+Streamable HTTP client), and listing a server's tools within bounds.
 
 Shared by the gateway's long-lived connections (:mod:`gateway.mcp.connection`) and the
 one-off probes of ``herald mcp probe`` and ``herald doctor`` (:mod:`gateway.mcp.probe`).
@@ -7,7 +9,9 @@ one-off probes of ``herald mcp probe`` and ``herald doctor`` (:mod:`gateway.mcp.
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -15,13 +19,15 @@ from types import TracebackType
 from typing import Any, Final, Self, TextIO
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp import ClientSession, types
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from gateway.mcp.config import McpServerConfig
+from gateway.mcp.lines import MAX_MESSAGE_BYTES
+from gateway.mcp.stdio import stdio_transport
 from gateway.sandboxconfig import SandboxLimits
 from gateway.tools.sandbox import (
     BWRAP,
@@ -37,6 +43,17 @@ from gateway.tools.sandbox import (
 PASSED_VARIABLES: Final = ("PATH", "HOME", "LANG", "TZ")
 PASSED_PREFIXES: Final = ("LC_",)
 CLIENT_INFO: Final = types.Implementation(name="herald", version="0.1.0")
+#: Bounds on one ``tools/list``: a server that pages forever (a cursor that never ends)
+#: grew memory by 40 MiB a second. 256 tools is more than any real server lists (GitHub's
+#: has about 100), and more than a provider takes in one request (OpenAI: 128).
+MAX_TOOLS: Final = 256
+#: Pages of ``tools/list`` followed at most (a server paging 10 at a time reaches 256 tools).
+MAX_TOOL_PAGES: Final = 64
+#: Seconds one listing may take; at most half the server's ``startupTimeoutSeconds``, so
+#: that a start ends with the tools found rather than a start timeout.
+LIST_TOOLS_SECONDS: Final = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 def stdio_environment(config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
@@ -117,13 +134,16 @@ async def open_session(
     errlog: TextIO | None = None,
     on_end: Callable[[], None] = lambda: None,
     message_handler: MessageHandlerFnT | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> ClientSession:
     """A client session with the server of ``config``, initialized, its contexts on ``stack``
     (closing the stack closes the session and stops a stdio server's process).
 
     ``errlog`` receives a stdio server's stderr (default: Herald's own); ``on_end`` is told
-    when the transport ends. Raises what the SDK raises: ``OSError`` for a command that
-    cannot start, ``McpError`` and transport errors for a server that does not answer.
+    when the transport ends; a stdio server's message keeping more than
+    ``max_message_bytes`` is dropped (:mod:`gateway.mcp.lines`). Raises what the SDK
+    raises: ``OSError`` for a command that cannot start, ``McpError`` and transport errors
+    for a server that does not answer.
     """
     if config.command is not None:
         argv = [config.command, *config.args]
@@ -132,11 +152,16 @@ async def open_session(
         if config.sandbox is not None:
             argv, env = await _sandboxed(stack, argv, env, cwd, config.sandbox)
             cwd = None  # bubblewrap itself may start anywhere: the server's is --chdir's
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)
-        if errlog is None:
-            read, write = await stack.enter_async_context(stdio_client(params))
-        else:
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        read, write = await stack.enter_async_context(
+            stdio_transport(
+                argv[0],
+                argv[1:],
+                env=env,
+                cwd=cwd,
+                errlog=errlog if errlog is not None else sys.stderr,
+                max_message_bytes=max_message_bytes,
+            )
+        )
     else:
         headers = {key: value.get_secret_value() for key, value in config.headers.items()}
         client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
@@ -173,17 +198,50 @@ async def _sandboxed(
     return wrapped, sandbox_environment(env, workdir)
 
 
-async def list_all_tools(session: ClientSession) -> list[types.Tool]:
-    """Every tool the server lists, following its pages."""
+async def list_all_tools(
+    session: ClientSession, server: str, *, seconds: float = LIST_TOOLS_SECONDS
+) -> list[types.Tool]:
+    """The tools the server lists, following its pages, within :data:`MAX_TOOLS`,
+    :data:`MAX_TOOL_PAGES` and ``seconds``. Past a bound, the tools found so far are the
+    server's tools (the first :data:`MAX_TOOLS` of them), and one warning names the server:
+    a server with a paging bug keeps its useful tools, and failing would only restart it
+    into the same listing."""
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
+    pages = 0
+    bound = ""
+    with anyio.move_on_after(seconds) as scope:
+        while True:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            pages += 1
+            tools.extend(page.tools[: MAX_TOOLS + 1 - len(tools)])
+            cursor = page.next_cursor
+            if not cursor and len(tools) <= MAX_TOOLS:
+                return tools
+            if len(tools) > MAX_TOOLS:
+                bound = f"more than {MAX_TOOLS} tools"
+                break
+            if pages >= MAX_TOOL_PAGES:
+                bound = f"more than {MAX_TOOL_PAGES} pages"
+                break
+    if scope.cancelled_caught:
+        bound = f"still paging after {seconds:g}s"
+    logger.warning(
+        "mcp server's tool list is past a bound; using the tools listed so far",
+        extra={
+            "server": server,
+            "bound": bound,
+            "pages": pages,
+            "tools": min(len(tools), MAX_TOOLS),
+        },
+    )
+    return tools[:MAX_TOOLS]
+
+
+def listing_seconds(config: McpServerConfig) -> float:
+    """How long one ``tools/list`` of this server may take (see :data:`LIST_TOOLS_SECONDS`)."""
+    return min(LIST_TOOLS_SECONDS, config.startup_timeout_seconds / 2)
 
 
 def describe_failure(exc: BaseException, secrets: list[str]) -> str:

@@ -16,6 +16,7 @@ from bench import (
     fanin,
     file_tools,
     mcp,
+    mcp_results,
     queued,
     sandbox,
     schedules,
@@ -50,6 +51,13 @@ def test_mcp_rows() -> None:
     rows = mcp.run(turns=1, rounds=1)
     check_rows(rows, 2)
     assert rows[0]["figure"].startswith("MCP call in a turn")
+
+
+def test_mcp_results_rows() -> None:
+    rows = mcp_results.run(calls=1, sizes=(2, 4, 8))
+    check_rows(rows, 8)
+    assert rows[0]["figure"] == "2 MiB MCP result vs bare client (s)"
+    assert rows[-2]["figure"].startswith("/healthz p99 during 8 MiB calls")
 
 
 def test_turns_rows() -> None:
