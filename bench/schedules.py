@@ -116,7 +116,7 @@ async def _chat_reads(db: StateDB) -> tuple[float, float]:
     every: list[float] = []
     for _ in range(CHAT_READS):
         start = time.perf_counter()
-        _ = [job for job in await table.of_chat(chat.session_key, chat.target) if chat.owns(job)]
+        _ = [job for job in await table.of_chat(chat.session_key, chat.chat) if chat.owns(job)]
         own.append(time.perf_counter() - start)
         start = time.perf_counter()
         _ = [job for job in await table.list() if chat.owns(job)]

@@ -27,6 +27,11 @@ HTTP_STOP_SECONDS: Final = 3.0
 #: Session, agent and chat ids after normalising.
 ID_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
+#: Bounds that keep a single spawn (or a scheduled job's runs) from flooding a transcript or
+#: a prompt: a sub-agent's task and its label.
+MAX_TASK_CHARS: Final = 50_000
+MAX_LABEL_CHARS: Final = 200
+
 #: Lane names. The per-session lane is one keyed lane: a key runs one job at a time.
 MAIN_LANE: Final = "main"
 SUBAGENT_LANE: Final = "subagent"

@@ -3,7 +3,9 @@ gateway's HTTP API (``/v1/schedules``), so the daemon owns every job and its nex
 
 ``add`` takes the job as the config file does: ``herald schedules add --cron "0 9 * * 1-5"
 --to slack:C0123456789 "Summarise yesterday's incidents."``. A mistake prints the API's
-message with the option to blame.
+message with the option to blame, on one line, and exits 1; a gateway that cannot be
+reached, or answers something else than the API's JSON, is said in one line too and exits
+69 (never a traceback).
 """
 
 from __future__ import annotations
@@ -45,18 +47,26 @@ def _api(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
 def _call(
     args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, Any]] | None:
-    """The API's status and JSON answer; None (after saying why) when it cannot be reached."""
+    """The API's status and JSON answer; None (after saying why, in one line) when it cannot
+    be reached or answers something else than JSON."""
     import aiohttp  # here: the other commands build this module's parser, and need none
 
     url, headers = _api(args)
 
-    async def send() -> tuple[int, dict[str, Any]]:
+    async def send() -> tuple[int, dict[str, Any]] | None:
         async with (
             aiohttp.ClientSession(headers=headers) as http,
             http.request(method, f"{url}{path}", json=body) as response,
         ):
-            data = await response.json(content_type=None)
-            return response.status, data if isinstance(data, dict) else {}
+            try:
+                data = await response.json(content_type=None)
+            except ValueError:  # not JSON: a proxy's page, or not Herald at that address
+                data = None
+            if not isinstance(data, dict):
+                what = f"{response.status} {response.reason or ''}".strip()
+                err(f"the gateway at {url} answered {what} without a JSON body")
+                return None
+            return response.status, data
 
     try:
         return asyncio.run(send())
@@ -66,7 +76,9 @@ def _call(
 
 
 def _failed(status: int, data: dict[str, Any]) -> int:
-    error = data.get("error", {})
+    error = data.get("error")
+    if not isinstance(error, dict):
+        error = {}
     field = error.get("field")
     blamed = f" ({_OPTIONS.get(field, field)})" if field else ""
     err(f"{safe(str(error.get('message', status)))}{blamed}")

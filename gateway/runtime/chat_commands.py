@@ -14,9 +14,8 @@ from gateway.agent import ToolContexts
 from gateway.runtime.commands import HELP_TEXT, ChatCommand, CommandUsageError
 from gateway.runtime.turns import ChatTurns
 from gateway.schedules.service import ChatScope, ScheduleError, Schedules
-from gateway.schedules.tool import chat_target
 from gateway.schedules.views import job_line
-from gateway.sessions import SessionStore
+from gateway.sessions import SessionStore, target_of_origin
 from gateway.state import SessionRecord, StateDB
 from gateway.subagents import (
     RunFinishedError,
@@ -121,7 +120,7 @@ class ChatCommands:
         service = self._schedules()
         if service is None:
             return "Scheduled jobs are not available yet; try again in a moment."
-        scope = ChatScope(session.key, chat_target(session.origin))
+        scope = ChatScope(session.key, target_of_origin(session.origin))
         if command.name == "unschedule":
             try:
                 job = await service.cancel_for_chat(command.argument, scope)

@@ -4,20 +4,26 @@ Kept free of the rest of :mod:`gateway.schedules` (and of the state), because
 :mod:`gateway.settings` composes it. What one job can say about itself is checked here with
 the key it came from (``schedules.jobs[2].cron``); what needs other sections — the agent, the
 channel of ``to``, ``minEverySeconds`` — is :func:`job_problems`, which the settings' cross
-checks call.
+checks call. The API, the CLI and the agent's tool take a job as :class:`JobSpec`, so the
+same fields are checked the same way wherever a job comes from, and its ``to`` is in the
+one written form of a chat target from here on.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field, field_validator, model_validator
 
 from configbase import ConfigModel
-from gateway.constants import ID_PATTERN
+from gateway.constants import ID_PATTERN, MAX_LABEL_CHARS, MAX_TASK_CHARS
 from gateway.schedules.triggers import (
+    MAX_AT_CHARS,
+    MAX_CRON_CHARS,
+    MAX_EVERY_CHARS,
+    MAX_TIMEZONE_CHARS,
     TRIGGER_KINDS,
     Trigger,
     TriggerError,
@@ -29,33 +35,43 @@ from gateway.schedules.triggers import (
 
 #: A key path as the config loader places it: (section, "jobs", index, key).
 KeyPath = tuple[str | int, ...]
+#: Longest chat target (a Slack thread's is under 40 characters, a web chat client id 64).
+MAX_TARGET_CHARS: Final = 200
+#: Longest agent id or ``<provider>/<model id>`` a job names (ids are at most 64 characters).
+MAX_NAME_CHARS: Final = 200
+#: The longest run timeout a job may set (a week): a run is not meant to outlive that.
+MAX_RUN_TIMEOUT_SECONDS: Final = 7 * 86400
 
 
 class _JobFields(ConfigModel):
     """What a job says, whether declared or created through the API."""
 
-    timezone: str | None = None
+    timezone: Annotated[str | None, Field(max_length=MAX_TIMEZONE_CHARS)] = None
     """The time zone of `cron` (IANA name); null: `schedules.timezone`."""
-    cron: str | None = None
+    cron: Annotated[str | None, Field(max_length=MAX_CRON_CHARS)] = None
     """Five-field crontab (`"0 9 * * 1-5"`: 09:00 on weekdays) in the job's time zone."""
-    every: str | None = None
-    """A fixed period: `"90s"`, `"15m"`, `"2h"`, `"1d"`; at least `schedules.minEverySeconds`."""
-    at: str | None = None
-    """One time, ISO-8601 with an offset (`"2026-12-01T09:00:00+01:00"`); the job is gone
-    once it ran. A time already past is an error: remove the job from the file after it ran."""
-    agent_id: str | None = None
+    every: Annotated[str | None, Field(max_length=MAX_EVERY_CHARS)] = None
+    """A fixed period: `"90s"`, `"15m"`, `"2h"`, `"1d"`; at least `schedules.minEverySeconds`,
+    at most 366 days."""
+    at: Annotated[str | None, Field(max_length=MAX_AT_CHARS)] = None
+    """One time, ISO-8601 with an offset (`"2026-12-01T09:00:00+01:00"`), at most ten years
+    ahead; the job is gone once it ran. A time already past is an error: remove the job
+    from the file after it ran."""
+    agent_id: Annotated[str | None, Field(max_length=MAX_NAME_CHARS)] = None
     """The agent that runs each occurrence; null: `routing.defaultAgent`."""
-    task: Annotated[str, Field(min_length=1)]
+    task: Annotated[str, Field(min_length=1, max_length=MAX_TASK_CHARS)]
     """What each occurrence's sub-agent is asked to do."""
-    to: Annotated[str, Field(min_length=1)]
+    to: Annotated[str, Field(min_length=1, max_length=MAX_TARGET_CHARS)]
     """The chat target its results are announced in: `slack:C0123456789`,
     `slack:C0123456789/<thread ts>`, `discord:<channel id>`, `webchat:<clientId>`."""
-    label: str | None = None
+    label: Annotated[str | None, Field(max_length=MAX_LABEL_CHARS)] = None
     """The runs' label (shown in the announce)."""
-    model: str | None = None
+    model: Annotated[str | None, Field(max_length=MAX_NAME_CHARS)] = None
     """A `<provider>/<model id>` for the runs; null: the sub-agent default."""
-    run_timeout_seconds: Annotated[float, Field(ge=0)] = 0
-    """Each run's timeout; 0: none."""
+    run_timeout_seconds: Annotated[
+        float, Field(ge=0, le=MAX_RUN_TIMEOUT_SECONDS, allow_inf_nan=False)
+    ] = 0
+    """Each run's timeout, at most a week (604800); 0: none."""
     enabled: bool = True
     """false: listed, never fires."""
 
@@ -69,9 +85,20 @@ class _JobFields(ConfigModel):
     @field_validator("cron")
     @classmethod
     def _crontab(cls, text: str | None) -> str | None:
-        if text is not None:
-            Trigger("cron", text).first(time.time())
+        if text is not None:  # in UTC here: a date no calendar has never fires in any zone
+            Trigger("cron", text).check(min_every_seconds=0, now=time.time())
         return text
+
+    @field_validator("to")
+    @classmethod
+    def _target(cls, text: str) -> str:
+        # Imported here: the sessions package builds on the state, which reads settings.
+        from gateway.sessions.targets import ChatTargetError, normalize_target
+
+        try:
+            return normalize_target(text)
+        except ChatTargetError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("every")
     @classmethod
@@ -127,7 +154,8 @@ class SchedulesConfig(ConfigModel):
     min_every_seconds: Annotated[float, Field(ge=1)] = 60
     """The shortest `every` a job may have."""
     max_per_chat: Annotated[int, Field(ge=0)] = 20
-    """How many jobs the agent may create for one chat."""
+    """How many jobs agents may create for one chat (a channel, DM or web chat client, its
+    threads together); an agent creates jobs only for the chat it is asked in."""
     jobs: list[JobConfig] = []
     """Jobs declared in this file: listed everywhere; run now, paused and resumed through
     the API, changed or removed only here."""

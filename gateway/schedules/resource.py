@@ -5,6 +5,11 @@ be reachable), closed before they stop.
 A job's chat target resolves at each occurrence against the channels that run, to the chat's
 own session for the job's agent (created when nobody has talked there yet), so the agent of
 that chat sees the run's completion on its next turn.
+
+At start, targets stored before they were normalised are rewritten in their one written form
+(a fix in place, on every start, rather than a schema migration: the rule is this version's
+code, not SQL both databases could run), and the runs not started of jobs that are gone are
+withdrawn (as again after a reload removes declared jobs).
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
     """The scheduler, from after the channels start until before they stop."""
     db = app[STATE]
     jobs = JobsTable(db)
+    await jobs.normalize_targets()  # each one rewritten is logged
     await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
 
     async def requester(job: JobRecord) -> ToolContext:
@@ -104,13 +110,16 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
         agents=lambda: settings_of(app).routing.agents,
         default_agent=lambda: settings_of(app).routing.default_agent,
         enabled_channels=lambda: accounts_of(channels_of(app)),
+        runs=app[SUBAGENTS].manager,
     )
     app[TOOL_SERVICES][SCHEDULE_JOBS] = service
+    await service.withdraw_orphans()
     pending: set[asyncio.Task[None]] = set()
 
     async def resync() -> None:
         try:
             await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
+            await service.withdraw_orphans()  # a removed job's runs not started: none runs
             scheduler.wake()
             logger.info("declared jobs reloaded")
         except Exception:

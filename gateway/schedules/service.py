@@ -4,25 +4,34 @@ each mistake naming its field), list, show, delete, pause, resume, run now.
 Declared jobs (the config file's) can be run now, paused and resumed, never changed or
 deleted here; an id a declared job has cannot be taken. A job's first fire time is worked
 out when it is created; an ``every`` job first runs one period after it was created.
+
+A job's ``to`` is stored in the one written form of a chat target. A chat — one channel,
+DM or web chat client, all its threads together — owns the jobs aimed at it and those its
+sessions created: an agent creates jobs only for the chat it is asked in (and its threads),
+at most ``maxPerChat`` of them for that chat. Deleting or pausing a job withdraws its runs
+that have not started: they end ``cancelled`` and post nothing.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import re
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.constants import ID_PATTERN
 from gateway.schedules.config import JobSpec, SchedulesConfig
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
 from gateway.schedules.triggers import TriggerError, parse_every, trigger_of
-from gateway.sessions import ChatTargetError, parse_target
+from gateway.sessions import ChatTargetError, chat_of, parse_target
 from gateway.state import RecordConflictError
+
+logger = logging.getLogger(__name__)
 
 #: Characters of a made-up job id after its prefix.
 _MADE_ID_HEX: Final = 8
@@ -43,17 +52,29 @@ class JobDetail:
     occurrences: list[OccurrenceRecord]
 
 
+class QueuedRuns(Protocol):
+    """What deleting or pausing a job needs of :class:`gateway.subagents.RunManager`."""
+
+    async def drop_queued(self, run_id: str, why: str) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ChatScope:
-    """One chat as a job's owner: its session, and its target (None: a chat with no
-    target, such as an API session)."""
+    """One chat as a job's owner, as a session there sees it: the session, and the target
+    it was asked from (its thread included; None: a session with no chat, such as an API
+    session), in the one written form (:func:`gateway.sessions.target_of_origin`)."""
 
     session_key: str
     target: str | None
 
+    @property
+    def chat(self) -> str | None:
+        """The chat, all its threads together."""
+        return chat_of(self.target) if self.target is not None else None
+
     def owns(self, job: JobRecord) -> bool:
         return job.created_by == self.session_key or (
-            self.target is not None and job.to_target == self.target
+            self.chat is not None and chat_of(job.to_target) == self.chat
         )
 
 
@@ -75,9 +96,11 @@ class Schedules:
         agents: Callable[[], Collection[str]],
         default_agent: Callable[[], str],
         enabled_channels: Callable[[], Mapping[str, str]],
+        runs: QueuedRuns,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._jobs = jobs
+        self._runs = runs
         self._scheduler = scheduler
         self._section = section
         self._agents = agents
@@ -90,6 +113,19 @@ class Schedules:
 
     async def create(self, spec: JobSpec, *, created_by: str | None = None) -> JobRecord:
         """Check and store a new job; :class:`ScheduleError` naming the field otherwise."""
+        record = self._checked(spec, created_by=created_by)
+        try:
+            await self._jobs.insert(record)
+        except RecordConflictError:
+            raise ScheduleError(
+                "job_exists", f"a job {record.job_id!r} exists", field="id"
+            ) from None
+        self._scheduler.wake()
+        return record
+
+    def _checked(self, spec: JobSpec, *, created_by: str | None) -> JobRecord:
+        """``spec`` as a job row, every field checked (the trigger by the one check of
+        :meth:`~gateway.schedules.triggers.Trigger.check`); its ``to`` in written form."""
         section = self._section()
         now = self._clock()
         try:
@@ -107,7 +143,7 @@ class Schedules:
             field = exc.field if exc.field != "trigger" else "cron"
             raise ScheduleError("invalid_field", str(exc), field=field) from None
         try:
-            parse_target(spec.to, self._enabled())
+            target = parse_target(spec.to, self._enabled())
         except ChatTargetError as exc:
             raise ScheduleError("invalid_field", str(exc), field="to") from None
         agent_id = spec.agent_id or self._default_agent()
@@ -125,7 +161,7 @@ class Schedules:
             raise ScheduleError(
                 "job_exists", f"{job_id!r} is a job declared in the config file", field="id"
             )
-        record = JobRecord(
+        return JobRecord(
             job_id=job_id,
             trigger_kind=trigger.kind,
             trigger_value=trigger.value,
@@ -133,7 +169,7 @@ class Schedules:
             anchor=trigger.anchor,
             agent_id=agent_id,
             task=spec.task,
-            to_target=spec.to,
+            to_target=str(target),
             created_at=now,
             label=spec.label,
             model=spec.model,
@@ -142,12 +178,6 @@ class Schedules:
             created_by=created_by,
             next_run_at=trigger.first(now),
         )
-        try:
-            await self._jobs.insert(record)
-        except RecordConflictError:
-            raise ScheduleError("job_exists", f"a job {job_id!r} exists", field="id") from None
-        self._scheduler.wake()
-        return record
 
     async def list(self, *, created_by: str | None = None) -> builtins.list[JobRecord]:
         return await self._jobs.list(created_by=created_by)
@@ -164,7 +194,8 @@ class Schedules:
                 f"{job_id!r} is declared in the config file: remove it there",
                 field="jobId",
             )
-        await self._jobs.delete(job_id)
+        await self._jobs.delete(job_id)  # first: no run of it can be recorded from here on
+        await self._withdraw(job_id, "its scheduled job was deleted")
         return job
 
     async def set_paused(self, job_id: str, paused: bool) -> JobRecord:
@@ -184,8 +215,25 @@ class Schedules:
         changed = await self._jobs.set_paused(job_id, paused, next_run_at=moved)
         if changed is None:
             raise ScheduleError("job_not_found", f"no job {job_id!r}", field="jobId")
+        if paused:  # after the pause is written: no scheduled run of it starts from here on
+            await self._withdraw(job_id, "its scheduled job was paused")
         self._scheduler.wake()
         return changed
+
+    async def withdraw_orphans(self) -> int:
+        """Withdraw the runs not started of jobs that no longer exist (deleted by a reload
+        of the file, or while a stop cut the withdrawal short); how many."""
+        return await self._withdraw(None, "its scheduled job was deleted")
+
+    async def _withdraw(self, job_id: str | None, why: str) -> int:
+        """The runs of ``job_id`` (None: of jobs gone) that have not started end
+        ``cancelled`` without a post (``why`` is their error); how many."""
+        dropped = 0
+        for run_id in await self._jobs.queued_runs(job_id):
+            dropped += await self._runs.drop_queued(run_id, why)
+        if dropped:
+            logger.info("queued runs of a job withdrawn", extra={"job": job_id, "runs": dropped})
+        return dropped
 
     async def run_now(self, job_id: str) -> str:
         """Start an occurrence now, besides the schedule; its run id."""
@@ -201,20 +249,42 @@ class Schedules:
 
     async def chat_jobs(self, chat: ChatScope) -> builtins.list[JobRecord]:
         """The jobs of one chat: created from it, or aimed at it."""
-        jobs = await self._jobs.of_chat(chat.session_key, chat.target)
+        jobs = await self._jobs.of_chat(chat.session_key, chat.chat)
         return [job for job in jobs if chat.owns(job)]  # the rule itself, decided here
 
     async def create_for_chat(self, spec: JobSpec, chat: ChatScope) -> JobRecord:
-        """:meth:`create` by the agent of ``chat``: at most ``maxPerChat`` jobs it created."""
-        limit = self._section().max_per_chat
-        mine = await self._jobs.list(created_by=chat.session_key)
-        if len(mine) >= limit:
+        """:meth:`create` by the agent of ``chat``: aimed at that chat or one of its threads
+        only, and at most ``maxPerChat`` jobs agents created for it (its threads together)."""
+        if chat.target is None or chat.chat is None:
             raise ScheduleError(
                 "invalid_field",
-                f"this chat already has {len(mine)} scheduled jobs (schedules.maxPerChat is "
+                "this session has no chat: scheduled jobs are created from the chat they post "
+                "to (or through the API)",
+                field="to",
+            )
+        record = self._checked(spec, created_by=chat.session_key)
+        if chat_of(record.to_target) != chat.chat:
+            raise ScheduleError(
+                "invalid_field",
+                f"{spec.to!r:.80} is another chat: a job created here posts to this chat "
+                f"({chat.chat}) or one of its threads",
+                field="to",
+            )
+        limit = self._section().max_per_chat
+        try:
+            count = await self._jobs.insert_for_chat(record, chat.chat, limit)
+        except RecordConflictError:
+            raise ScheduleError(
+                "job_exists", f"a job {record.job_id!r} exists", field="id"
+            ) from None
+        if count is not None:
+            raise ScheduleError(
+                "invalid_field",
+                f"this chat already has {count} scheduled jobs (schedules.maxPerChat is "
                 f"{limit}); cancel one first",
             )
-        return await self.create(spec, created_by=chat.session_key)
+        self._scheduler.wake()
+        return record
 
     async def cancel_for_chat(self, job_id: str, chat: ChatScope) -> JobRecord:
         """Delete a job of ``chat``; another chat's job is as unknown as a missing one."""

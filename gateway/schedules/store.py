@@ -1,6 +1,9 @@
 """Jobs and occurrences in the state database (``schedule_jobs``, ``schedule_occurrences``).
 
-Rows are :class:`JobRecord` (fields = columns). The one write that matters is
+Rows are :class:`JobRecord` (fields = columns); a job's ``to_target`` is a chat target in
+its one written form (:func:`gateway.sessions.normalize_target`), so a chat's jobs are found
+by comparing text: those aimed at the chat ``slack:C1`` are ``slack:C1`` and
+``slack:C1/<thread>``. The one write that matters is
 :func:`advance`: it records a job's due occurrences and moves its ``next_run_at`` on, but
 only from the ``next_run_at`` the caller read — in a cluster, or after a restart, exactly one
 writer wins each due time; the others raise :class:`OccurrenceTakenError` and roll back.
@@ -9,13 +12,17 @@ writer wins each due time; the others raise :class:`OccurrenceTakenError` and ro
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from gateway.schedules.triggers import Trigger, TriggerKind
+from gateway.sessions import ChatTargetError, normalize_target
 from gateway.state import RecordConflictError, StateDB, StateError
 from gateway.state.connection import Connection
+
+logger = logging.getLogger(__name__)
 
 Outcome = Literal["ran", "missed", "skipped"]
 #: What a job's runs ended as, for the failure count: these count as failures.
@@ -170,18 +177,89 @@ class JobsTable:
 
         return await self._db.read(read)
 
-    async def of_chat(self, session_key: str, target: str | None) -> builtins.list[JobRecord]:
-        """The jobs created by ``session_key`` or aimed at ``target``, by id: a page or a
-        command asks after each turn, so this reads those rows, not every job."""
+    async def of_chat(self, session_key: str, chat: str | None) -> builtins.list[JobRecord]:
+        """The jobs created by ``session_key`` or aimed at ``chat`` (or one of its threads),
+        by id: a page or a command asks after each turn, so the database picks those rows,
+        not this process from every job."""
         where, params = "created_by = ?", [session_key]
-        if target is not None:
-            where, params = "created_by = ? OR to_target = ?", [session_key, target]
+        if chat is not None:
+            aimed, marks = _aimed_at(chat)
+            where, params = f"created_by = ? OR {aimed}", [session_key, *marks]
 
         def read(conn: Connection) -> builtins.list[JobRecord]:
             rows = conn.execute(f"{_SELECT} WHERE {where} ORDER BY job_id", params).fetchall()
             return [_job(row) for row in rows]
 
         return await self._db.read(read)
+
+    async def insert_for_chat(self, job: JobRecord, chat: str, limit: int) -> int | None:
+        """Insert ``job``, an agent's job for ``chat``, unless agents created ``limit`` jobs
+        for that chat (its threads included) already: then how many they did. None when
+        inserted; an id that exists raises :class:`RecordConflictError`."""
+        aimed, marks = _aimed_at(chat)
+        count_sql = f"SELECT COUNT(*) FROM schedule_jobs WHERE created_by IS NOT NULL AND ({aimed})"
+        columns = ", ".join(JOB_COLUMNS)
+        insert = (
+            f"INSERT INTO schedule_jobs ({columns}) VALUES ({', '.join('?' for _ in JOB_COLUMNS)})"
+        )
+
+        def write(conn: Connection) -> int | None:
+            # Counted in the insert's transaction: on SQLite writes take turns, so two agents
+            # creating at once cannot both take the last place.
+            count = int(conn.execute(count_sql, marks).fetchone()[0])
+            if count >= limit:
+                return count
+            try:
+                conn.execute(insert, _values(job))
+            except RecordConflictError as exc:
+                raise RecordConflictError("schedule_jobs", job.job_id) from exc
+            return None
+
+        return await self._db.write(write)
+
+    async def queued_runs(self, job_id: str | None = None) -> builtins.list[str]:
+        """The runs of ``job_id`` that have not started; with None, those of every job that
+        no longer exists (deleted while its run waited, then a stop came first)."""
+        if job_id is not None:
+            sql, params = "SELECT run_id FROM runs WHERE job_id = ? AND status = 'queued'", [job_id]
+        else:
+            sql, params = (
+                "SELECT r.run_id FROM runs r WHERE r.status = 'queued' AND r.job_id IS NOT NULL"
+                " AND NOT EXISTS (SELECT 1 FROM schedule_jobs j WHERE j.job_id = r.job_id)",
+                [],
+            )
+
+        def read(conn: Connection) -> builtins.list[str]:
+            return [str(row[0]) for row in conn.execute(f"{sql} ORDER BY run_id", params)]
+
+        return await self._db.read(read)
+
+    async def normalize_targets(self) -> int:
+        """Rewrite each job's ``to_target`` in the one written form of a chat target (rows
+        stored before targets were normalised, such as one padded with spaces, which its
+        chat's ``/schedules`` did not find); returns how many changed. A target that does
+        not parse is left for ``herald doctor`` to report."""
+
+        def write(conn: Connection) -> int:
+            changed = 0
+            for row in conn.execute("SELECT job_id, to_target FROM schedule_jobs").fetchall():
+                try:
+                    written = normalize_target(row[1])
+                except ChatTargetError:
+                    continue
+                if written != row[1]:
+                    conn.execute(
+                        "UPDATE schedule_jobs SET to_target = ? WHERE job_id = ?",
+                        (written, row[0]),
+                    )
+                    logger.warning(
+                        "scheduled job's target rewritten",
+                        extra={"job": row[0], "target": written},
+                    )
+                    changed += 1
+            return changed
+
+        return await self._db.write(write)
 
     async def due(self, now: float) -> builtins.list[JobRecord]:
         """Jobs whose next fire time has come (not paused, enabled), soonest first."""
@@ -345,15 +423,28 @@ def advance(
 def record_run_now(conn: Connection, job_id: str, at: float, run_id: str) -> None:
     """In the run's transaction: an occurrence started by hand at ``at`` (the schedule's
     next fire time stays as it was)."""
-    conn.execute(
+    cursor = conn.execute(
         "UPDATE schedule_jobs SET last_run_at = ?, last_run_id = ?, last_status = NULL"
         " WHERE job_id = ?",
         (at, run_id, job_id),
     )
+    if cursor.rowcount != 1:  # deleted meanwhile: no run of it starts (the write rolls back)
+        raise OccurrenceTakenError(f"job {job_id!r} was deleted")
     conn.execute(
         "INSERT INTO schedule_occurrences (job_id, occurrence_at, outcome, run_id, recorded_at)"
         " VALUES (?, ?, 'ran', ?, ?)",
         (job_id, at, run_id, at),
+    )
+
+
+def _aimed_at(chat: str) -> tuple[str, list[str]]:
+    """The condition (and its values) of a job aimed at ``chat`` or one of its threads: its
+    target is the chat, or sorts between ``<chat>/`` and ``<chat>0`` (``0`` follows ``/``
+    in byte order, which both databases use for this column: SQLite's BINARY, PostgreSQL's
+    ``COLLATE "C"``), with no ``LIKE`` whose wildcards a client id could hold."""
+    return (
+        "(to_target = ? OR (to_target > ? AND to_target < ?))",
+        [chat, f"{chat}/", f"{chat}0"],
     )
 
 

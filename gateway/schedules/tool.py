@@ -1,10 +1,12 @@
 """The agent's ``schedule`` tool (group ``group:schedule``; sub-agents never get it):
 ``create`` a job for this chat, ``list`` this chat's jobs, ``cancel`` one of them.
 
-``create`` aims the job at this chat and thread unless ``to`` names another target; an agent
-creates at most ``schedules.maxPerChat`` jobs per chat. ``list`` and ``cancel`` see only the
-jobs of this chat (created here, or aimed here): another chat's jobs are invisible. Declared
-jobs are refused.
+``create`` aims the job at this chat and thread, or with ``to`` at this chat or another of
+its threads — never at another chat (a stranger's DM is not the agent's to post in); an agent
+creates at most ``schedules.maxPerChat`` jobs per chat, its threads together. ``list`` and
+``cancel`` see only the jobs of this chat (created here, or aimed at it or its threads):
+another chat's jobs are invisible. Declared jobs are refused. Every mistake is a tool error
+naming the field, in Herald's own words (never a host path).
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from pydantic import Field, ValidationError
 
 from gateway.schedules.config import JobSpec
 from gateway.schedules.service import ChatScope, ScheduleError, Schedules
-from gateway.sessions import optional_iso
-from gateway.state import Origin
+from gateway.sessions import optional_iso, target_of_origin
 from gateway.tools import ServiceKey, Tool, ToolContext, ToolError, ToolOutput, ToolParams
 
 SCHEDULE_JOBS: ServiceKey[Schedules] = ServiceKey("schedules")
@@ -32,20 +33,12 @@ class ScheduleParams(ToolParams):
     task: str | None = None
     label: str | None = None
     timezone: str | None = Field(default=None, description="of cron")
-    to: str | None = Field(default=None, description="chat target; default: this chat")
+    to: str | None = Field(default=None, description="this chat's thread; default: here")
     job_id: str | None = None
 
 
-def chat_target(origin: Origin | None) -> str | None:
-    """This chat (and thread) as a chat target, or None outside a chat."""
-    if origin is None:
-        return None
-    thread = f"/{origin.thread_id}" if origin.thread_id else ""
-    return f"{origin.channel}:{origin.chat_id}{thread}"
-
-
 def scope_of(ctx: ToolContext) -> ChatScope:
-    return ChatScope(ctx.session_key, chat_target(ctx.origin))
+    return ChatScope(ctx.session_key, target_of_origin(ctx.origin))
 
 
 class ScheduleTool(Tool[ScheduleParams]):
@@ -96,9 +89,9 @@ class ScheduleTool(Tool[ScheduleParams]):
     ) -> ToolOutput:
         if not params.task:
             raise ToolError("create needs task")
+        if scope.target is None:
+            raise ToolError("to: this session has no chat to post to; jobs are made in a chat")
         to = params.to or scope.target
-        if to is None:
-            raise ToolError("to: this session has no chat; name a chat target")
         try:
             spec = JobSpec.model_validate(
                 {

@@ -12,16 +12,23 @@ Monday, so :func:`crontab_weekdays` rewrites the field as day names first.
 Times cross this module as epoch seconds (what the state database stores); APScheduler sees
 aware datetimes.
 
+What a job may say is bounded here, once, for the config file, the API, the CLI and the
+agent's tool alike: an ``every`` of at most :data:`MAX_EVERY_SECONDS`, an ``at`` at most
+:data:`MAX_AT_AHEAD_SECONDS` ahead, a cron that fires at all, a time zone that is an IANA
+name. Each mistake is a :class:`TriggerError` naming its field, whose message never carries
+more than a cut of the value (never a host path: zoneinfo's own errors name its files).
+
 Kept free of the rest of Herald: the config schema validates triggers with it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 if TYPE_CHECKING:
     from apscheduler.triggers.base import BaseTrigger
@@ -35,6 +42,18 @@ _MAX_PROBE: Final = 2 * 86400.0
 _DAY_NAMES: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _EVERY: Final = re.compile(r"^([1-9][0-9]{0,8})([smhd])$")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DAY: Final = 86400
+#: The longest ``every``: a rarer job is a cron (``0 9 1 1 *``) or an ``at``; and every fire
+#: time stays far from the end of what a datetime holds (year 9999).
+MAX_EVERY_SECONDS: Final = 366 * _DAY
+#: How far ahead an ``at`` may be: later is a typo (or a time no calendar of ours can hold).
+MAX_AT_AHEAD_SECONDS: Final = 10 * 366 * _DAY
+#: Longest texts a trigger's fields take (the longest IANA zone name has 32 characters; a
+#: crontab of five fields is far shorter): a value is cut before anything parses it.
+MAX_CRON_CHARS: Final = 200
+MAX_EVERY_CHARS: Final = 16
+MAX_AT_CHARS: Final = 64
+MAX_TIMEZONE_CHARS: Final = 64
 
 
 class TriggerError(ValueError):
@@ -46,11 +65,19 @@ class TriggerError(ValueError):
 
 
 def parse_every(text: str) -> int:
-    """``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` as seconds (TriggerError otherwise)."""
-    match = _EVERY.fullmatch(text.strip())
+    """``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` as seconds, at most
+    :data:`MAX_EVERY_SECONDS` (TriggerError otherwise)."""
+    match = _EVERY.fullmatch(text.strip()) if len(text) <= MAX_EVERY_CHARS else None
     if match is None:
         raise TriggerError("every", f"{text!r:.40} is not <number><s|m|h|d> (e.g. '15m')")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_EVERY_SECONDS:
+        raise TriggerError(
+            "every",
+            f"{text!r:.40} is longer than {MAX_EVERY_SECONDS // _DAY}d, the longest every "
+            "(a rarer job is a cron or an at)",
+        )
+    return seconds
 
 
 def crontab_weekdays(field: str) -> str:
@@ -83,22 +110,41 @@ def crontab_weekdays(field: str) -> str:
 
 
 def parse_at(text: str) -> float:
-    """An ISO-8601 time with an offset (``2026-12-01T09:00:00+01:00``) as epoch seconds."""
+    """An ISO-8601 time with an offset (``2026-12-01T09:00:00+01:00``) as epoch seconds.
+    How far ahead it may be is :meth:`Trigger.check`'s (it knows the time now)."""
     try:
+        if len(text) > MAX_AT_CHARS:
+            raise ValueError("too long")
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise TriggerError("at", f"{text!r:.60} is not an ISO-8601 time") from None
     if when.tzinfo is None:
         raise TriggerError("at", f"{text!r:.60} has no offset (write e.g. '+00:00' or 'Z')")
-    return when.timestamp()
+    try:  # 9999-12-31T23:59:59-14:00 is in the year 10000 in UTC: no datetime holds it
+        return when.astimezone(UTC).timestamp()
+    except (OverflowError, ValueError):
+        raise TriggerError("at", f"{text!r:.60} is out of the range of times") from None
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    # Read once: the names the system's and the tzdata package's databases know.
+    return frozenset(available_timezones())
 
 
 def zone(name: str) -> ZoneInfo:
-    """The IANA time zone ``name`` (TriggerError naming ``timezone`` otherwise)."""
+    """The IANA time zone ``name`` (TriggerError naming ``timezone`` otherwise). Only a
+    name the time zone database lists: a folder (``America``), a path or a long name is
+    refused before a file is looked for."""
+    unknown = TriggerError(
+        "timezone", f"unknown time zone {name!r:.60} (an IANA name, e.g. 'Europe/Berlin')"
+    )
+    if len(name) > MAX_TIMEZONE_CHARS or name not in _zone_names():
+        raise unknown
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise TriggerError("timezone", f"unknown time zone {name!r:.60}") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # a broken file: its path unsaid
+        raise unknown from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +168,9 @@ class Trigger:
         return out
 
     def check(self, *, min_every_seconds: float, now: float) -> None:
-        """Raise :class:`TriggerError` naming the field when the trigger cannot be used."""
+        """Raise :class:`TriggerError` naming the field when the trigger cannot be used: the
+        one check of a job's trigger, whoever gives it. A trigger that passes has a first
+        fire time from ``now`` (:meth:`first` answers, and not None)."""
         if self.kind == "every":
             seconds = parse_every(self.value)
             if seconds < min_every_seconds:
@@ -132,10 +180,22 @@ class Trigger:
                     f"({min_every_seconds:g}s)",
                 )
         elif self.kind == "at":
-            if parse_at(self.value) <= now:
+            at = parse_at(self.value)
+            if at <= now:
                 raise TriggerError("at", f"{self.value!r} is in the past")
-        else:
-            self._apscheduler()
+            if at > now + MAX_AT_AHEAD_SECONDS:
+                years = MAX_AT_AHEAD_SECONDS // (366 * _DAY)
+                raise TriggerError("at", f"{self.value!r} is more than {years} years ahead")
+        try:
+            first = self.first(now)
+        except (OverflowError, ValueError) as exc:  # a TriggerError (a ValueError) as it is
+            if isinstance(exc, TriggerError):
+                raise
+            raise TriggerError(
+                self.kind, f"{self.value!r:.60} has no time Herald can hold"
+            ) from None
+        if first is None:
+            raise TriggerError(self.kind, f"{self.value!r:.60} never fires")
 
     def first(self, now: float) -> float | None:
         """The first fire time at or after ``now`` (an ``at`` gives its time even if past:
@@ -165,6 +225,8 @@ class Trigger:
         tz = zone(self.timezone)
         if self.kind == "cron":
             try:
+                if len(self.value) > MAX_CRON_CHARS:
+                    raise ValueError(f"longer than {MAX_CRON_CHARS} characters")
                 fields = self.value.split()
                 if len(fields) != 5:
                     raise ValueError(f"wrong number of fields: {len(fields)}, expected 5")

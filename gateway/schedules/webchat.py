@@ -18,8 +18,7 @@ from channels.webchat.channel import ACCOUNT
 from gateway.api.keys import SCHEDULES
 from gateway.schedules.service import ChatScope, ScheduleError, Schedules
 from gateway.schedules.store import JobRecord
-from gateway.schedules.tool import chat_target
-from gateway.sessions import key_for_inbound
+from gateway.sessions import key_for_inbound, target_of_origin
 from gateway.state import Origin
 from gateway.wiring import CHAT
 
@@ -61,7 +60,7 @@ class WebchatJobs:
         agent = self._app[CHAT].router.agent_for_channel(self._channel)
         key = key_for_inbound(agent, self._channel, "dm", client_id, None, client_id)
         origin = Origin(channel=self._channel, account=ACCOUNT, chat_id=client_id)
-        return ChatScope(str(key), chat_target(origin))
+        return ChatScope(str(key), target_of_origin(origin))
 
     async def list(self, client_id: str) -> list[ChatJob]:
         jobs = await self._service().chat_jobs(self.scope(client_id))

@@ -47,8 +47,11 @@ from gateway.sessions.targets import (
     ChatTargetError,
     accounts_of,
     agent_of_channel,
+    chat_of,
     chat_session,
+    normalize_target,
     parse_target,
+    target_of_origin,
 )
 from gateway.sessions.transcript import (
     COMPACTION_KIND,
@@ -101,6 +104,7 @@ __all__ = [
     "archived_path",
     "aread_transcript",
     "chat_messages_from_records",
+    "chat_of",
     "chat_session",
     "current_transcript_path",
     "describe_session",
@@ -121,6 +125,7 @@ __all__ = [
     "new_session_id",
     "new_uuid",
     "normalize_id",
+    "normalize_target",
     "optional_iso",
     "parse_key",
     "parse_ref",
@@ -131,5 +136,6 @@ __all__ = [
     "repair_transcript",
     "session_view",
     "sessions_dir",
+    "target_of_origin",
     "transcript_path",
 ]

@@ -6,6 +6,15 @@ posts its result, written ``<channel>:<chatId>[/<threadId>]``.
 A target is checked when it is given: an unknown or disabled channel, a malformed id or a
 thread where the chat has none is a :class:`ChatTargetError` naming it.
 
+A target has one written form, and :func:`normalize_target` is the one place that makes it:
+surrounding whitespace dropped (around the whole and each part) and the channel in lower
+case. Ids keep the case they are given in and must already be in the provider's: Slack's are
+upper case (``slack:c0123…`` is refused, not raised: raised, a word such as ``general`` would
+pass for the id ``GENERAL``), Discord's are digits, a web chat client id is case-sensitive.
+Every target is stored and compared in that form — a job's ``to``, and the chat a command
+or a tool is asked in (:func:`target_of_origin`) — so a job aimed at a chat is found by that
+chat however it was written. Its chat is the target without its thread (:func:`chat_of`).
+
 It resolves to the chat's own session — the one a person talking there has — and the origin
 its announce goes to, so the agent of that chat sees the run's completion on its next turn:
 
@@ -55,7 +64,7 @@ class ChatTargetError(SessionError):
 
 @dataclass(frozen=True, slots=True)
 class ChatTarget:
-    """A parsed target (ids as the provider writes them, never normalised)."""
+    """A parsed target, in its one written form (see the module docstring)."""
 
     channel: str
     chat_id: str
@@ -91,40 +100,79 @@ class ChatTarget:
         )
 
 
+def _written(channel: str, chat_id: str, thread_id: str | None) -> ChatTarget:
+    """The parts of a target in their one written form (the rule of the module docstring)."""
+    thread = thread_id.strip() if thread_id is not None else None
+    return ChatTarget(channel.strip().lower(), chat_id.strip(), thread)
+
+
+def _form(text: str) -> ChatTarget:
+    """``text`` as a target of a known channel with well-formed ids, in its written form
+    (whether its channel runs is not asked here)."""
+    channel, sep, rest = text.strip().partition(":")
+    chat_id, slash, thread_id = rest.partition("/")
+    target = _written(channel, chat_id, thread_id if slash else None)
+    if not sep or not target.channel or not target.chat_id:
+        raise ChatTargetError(f"chat target {text!r:.80} is not <channel>:<chatId>[/<threadId>]")
+    if target.channel not in _CHAT_IDS:
+        raise ChatTargetError(
+            f"chat target {text!r:.80}: unknown channel {channel!r:.40} (targets: {_EXAMPLES})"
+        )
+    if not _CHAT_IDS[target.channel].fullmatch(target.chat_id):
+        raise ChatTargetError(
+            f"chat target {text!r:.80}: {chat_id!r:.80} is no {target.channel} chat id"
+        )
+    if target.thread_id is not None:
+        pattern = _THREAD_IDS.get(target.channel)
+        if pattern is None:
+            raise ChatTargetError(
+                f"chat target {text!r:.80}: {target.channel} has no threads in targets"
+                + (
+                    " (a Discord thread is its own channel id)"
+                    if target.channel == "discord"
+                    else ""
+                )
+            )
+        if not pattern.fullmatch(target.thread_id):
+            raise ChatTargetError(
+                f"chat target {text!r:.80}: {thread_id!r:.40} is no {target.channel} thread id"
+            )
+    return target
+
+
+def normalize_target(text: str) -> str:
+    """``text`` in the one written form targets are stored and compared in; raises
+    :class:`ChatTargetError` for one that is malformed or names no known channel."""
+    return str(_form(text))
+
+
 def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
-    """``text`` as a target among the ``enabled`` channels (name → account).
+    """``text`` as a target among the ``enabled`` channels (name → account), in its
+    written form.
 
     Raises :class:`ChatTargetError` for a malformed target, a channel that is not known or
     not enabled, or an id that channel never gives.
     """
-    raw = text.strip()
-    channel, sep, rest = raw.partition(":")
-    if not sep or not channel or not rest:
-        raise ChatTargetError(f"chat target {text!r:.80} is not <channel>:<chatId>[/<threadId>]")
-    if channel not in _CHAT_IDS:
-        raise ChatTargetError(
-            f"chat target {text!r:.80}: unknown channel {channel!r:.40} (targets: {_EXAMPLES})"
-        )
-    if channel not in enabled:
+    target = _form(text)
+    if target.channel not in enabled:
         on = ", ".join(sorted(enabled)) or "none"
         raise ChatTargetError(
-            f"chat target {text!r:.80}: channel {channel!r} is not enabled (enabled: {on})"
+            f"chat target {text!r:.80}: channel {target.channel!r} is not enabled (enabled: {on})"
         )
-    chat_id, slash, thread_id = rest.partition("/")
-    if not _CHAT_IDS[channel].fullmatch(chat_id):
-        raise ChatTargetError(f"chat target {text!r:.80}: {chat_id!r:.80} is no {channel} chat id")
-    if slash:
-        pattern = _THREAD_IDS.get(channel)
-        if pattern is None:
-            raise ChatTargetError(
-                f"chat target {text!r:.80}: {channel} has no threads in targets"
-                + (" (a Discord thread is its own channel id)" if channel == "discord" else "")
-            )
-        if not pattern.fullmatch(thread_id):
-            raise ChatTargetError(
-                f"chat target {text!r:.80}: {thread_id!r:.40} is no {channel} thread id"
-            )
-    return ChatTarget(channel, chat_id, thread_id if slash else None)
+    return target
+
+
+def target_of_origin(origin: Origin | None) -> str | None:
+    """The chat (and thread) a message came from, as a target in its written form; None
+    outside a chat."""
+    if origin is None:
+        return None
+    return str(_written(origin.channel, origin.chat_id, origin.thread_id or None))
+
+
+def chat_of(target: str) -> str:
+    """The chat of a target in its written form: the target without its thread."""
+    return target.partition("/")[0]
 
 
 def accounts_of(channels: Mapping[str, Channel]) -> dict[str, str]:

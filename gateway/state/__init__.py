@@ -33,6 +33,7 @@ from gateway.state.errors import (
 from gateway.state.inbound import InboundRecord, InboundTable
 from gateway.state.lifecycle import (
     TRANSITIONS,
+    WITHDRAWN,
     Destination,
     IllegalTransitionError,
     announce_item,
@@ -68,6 +69,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "RUN_STATUSES",
     "TRANSITIONS",
+    "WITHDRAWN",
     "BatchRecord",
     "BatchState",
     "BatchesTable",

@@ -102,6 +102,12 @@ def destination(
     return Destination.CHAT
 
 
+#: ``announce_state`` written on a run that has not started when its end is to post
+#: nothing (:meth:`~gateway.state.RunsTable.withdraw_queued`: a deleted or paused job's
+#: occurrence): the announce step makes it final with this state, posts nothing, and its
+#: completion is taken, never written into a conversation.
+WITHDRAWN: Final = "skipped"
+
 #: The states an announce's outbox item gives its run (queued, then as the send ended).
 ITEM_STATES: Final = frozenset({"queued", "delivered", "failed", "uncertain"})
 

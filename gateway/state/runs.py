@@ -25,6 +25,7 @@ from gateway.state._sql import (
 )
 from gateway.state.connection import Connection
 from gateway.state.errors import ChildLimitError, RecordNotFoundError
+from gateway.state.lifecycle import WITHDRAWN
 from gateway.state.rows import (
     FINISHED_STATUSES,
     RUN_COLUMNS,
@@ -120,6 +121,21 @@ class RunsTable:
                 "UPDATE runs SET status = 'announcing', outcome = ?, ended_at = ?"
                 " WHERE run_id = ? AND status = 'running'",
                 (outcome, now, run_id),
+            )
+            return cursor.rowcount == 1
+
+        return await self._db.write(run)
+
+    async def withdraw_queued(self, run_id: str, why: str) -> bool:
+        """Mark a run that has not started to end without a post (its ``announce_state``
+        :data:`~gateway.state.lifecycle.WITHDRAWN`, ``why`` its error), before it is
+        stopped; False when it has started or ended (nothing is written)."""
+
+        def run(conn: Connection) -> bool:
+            cursor = conn.last(
+                "UPDATE runs SET announce_state = ?, error = ?"
+                " WHERE run_id = ? AND status = 'queued'",
+                (WITHDRAWN, why, run_id),
             )
             return cursor.rowcount == 1
 

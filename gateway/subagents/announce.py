@@ -29,6 +29,7 @@ from gateway.metrics import Metrics
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.state import (
+    WITHDRAWN,
     Delivery,
     Destination,
     RunRecord,
@@ -196,6 +197,9 @@ class Announcer:
             await self._settled(run, due)
             return
         status: RunStatus = run.outcome or "error"
+        if run.announce_state == WITHDRAWN:
+            await self._withdrawn(run, status)
+            return
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
         key = run.parent_session_key
@@ -239,6 +243,15 @@ class Announcer:
                 parent, "subagent_announce", {"runId": run_id, "status": status, "text": text}
             )
         logger.info("sub-agent finished", extra={"run_id": run_id, "status": status})
+        await self._settled(run, due)
+
+    async def _withdrawn(self, run: RunRecord, status: RunStatus) -> None:
+        """A run withdrawn before it started (:meth:`RunManager.drop_queued`): final with
+        no post, and its completion taken, so no conversation is told of it either."""
+        run, due = await self._make_final(run, {"status": status, "announce_state": WITHDRAWN})
+        await self._db.ends.consume([run.run_id])
+        self._metrics.announce_delivery("skipped")
+        logger.info("sub-agent run withdrawn", extra={"run_id": run.run_id, "status": status})
         await self._settled(run, due)
 
     async def _finish(

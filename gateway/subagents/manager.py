@@ -220,6 +220,17 @@ class RunManager:
         self._queue.submit(run_id, urgent=True)
         return run
 
+    async def drop_queued(self, run_id: str, why: str) -> bool:
+        """Stop a run that has not started, quietly: it never starts (or, caught as it
+        starts, stops at once), ends ``cancelled`` with ``why`` as its error, and posts
+        nothing — a deleted or paused job's occurrence, which its chat no longer wants.
+        False when it has started or ended: it goes on."""
+        if not await self._db.runs.withdraw_queued(run_id, why):
+            return False
+        with contextlib.suppress(RunNotFoundError, RunFinishedError):  # stopping already
+            await self.abort(run_id)
+        return True
+
     async def taken_over(self, run_id: str) -> None:
         """The run's job was handed back by a stopping replica or taken from a dead one:
         as after a restart, a ``running`` run resumes, or with ``onRestart: "fail"`` is

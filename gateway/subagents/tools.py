@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
+from gateway.constants import MAX_LABEL_CHARS, MAX_TASK_CHARS
 from gateway.sessions import (
     DEFAULT_HISTORY_LIMIT,
     MAX_HISTORY_LIMIT,
@@ -37,9 +38,8 @@ from gateway.tools import (
 )
 from lanes import LaneClosed, LaneFullError
 
-#: Bounds that keep a single spawn from flooding a transcript or a prompt.
-MAX_TASK_CHARS = 50_000
-MAX_LABEL_CHARS = 200
+#: Bounds that keep a single send from flooding a transcript or a prompt (a spawn's are
+#: :data:`~gateway.constants.MAX_TASK_CHARS` and :data:`~gateway.constants.MAX_LABEL_CHARS`).
 MAX_SEND_CHARS = 50_000
 
 

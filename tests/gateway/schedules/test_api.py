@@ -60,6 +60,19 @@ async def call(
         ({"every": "1h", "agentId": "nobody"}, "agentId", "unknown agent 'nobody'"),
         ({"every": "1h", "id": "declared-brief"}, "id", "declared in the config file"),
         ({"every": "1h", "colour": "red"}, "colour", "unknown field"),
+        # Hostile values: each a 400 naming its field, never a 500.
+        ({"every": "3000000d"}, "every", "'3000000d' is longer than 366d"),
+        ({"every": "9" * 40 + "d"}, "every", "at most 16 characters"),
+        ({"at": "9999-12-31T23:59:59-14:00"}, "at", "is out of the range of times"),
+        ({"at": "0001-01-01T00:00:00+14:00"}, "at", "is out of the range of times"),
+        ({"at": "2999-01-01T00:00:00Z"}, "at", "is more than 10 years ahead"),
+        ({"every": "1h", "timezone": "America"}, "timezone", "unknown time zone 'America'"),
+        ({"every": "1h", "timezone": "x" * 300}, "timezone", "at most 64 characters"),
+        ({"cron": "0 9 * * *", "timezone": "Etc/../../x"}, "timezone", "unknown time zone"),
+        ({"cron": "0 0 30 2 *"}, "cron", "'0 0 30 2 *' never fires"),
+        ({"cron": "1 " * 200}, "cron", "at most 200 characters"),
+        ({"every": "1h", "runTimeoutSeconds": 1e300}, "runTimeoutSeconds", "less than or equal"),
+        ({"every": "1h", "to": f"  slack:{CHANNEL}  x"}, "to", "is no slack chat id"),
     ],
 )
 async def test_a_bad_job_is_a_400_naming_the_field(
@@ -68,7 +81,7 @@ async def test_a_bad_job_is_a_400_naming_the_field(
     async with api(tmp_path) as (_gw, _fake, http):
         job = {"task": "task: x", "to": f"slack:{CHANNEL}", **body}
         status, answer = await call(http, "POST", "/v1/schedules", job)
-        assert status in (400, 409), answer
+        assert status == (409 if field == "id" else 400), answer
         assert answer["error"]["field"] == field
         assert words in answer["error"]["message"]
 

@@ -18,6 +18,42 @@ from tests.gateway.test_reload_apply import reload_with
 GOOD = '{ id: "brief", cron: "0 9 * * 1-5", task: "Summarise.", to: "webchat:abc" }'
 
 
+#: Values that passed ``config check`` and then crashed ``herald run`` (exit 1, a restart loop
+#: under systemd): each is a config error naming its key, and ``run`` exits 78.
+HOSTILE = [
+    (
+        '{ id: "x", every: "3000000d", task: "t", to: "webchat:abc" }',
+        "schedules.jobs[1].every",
+        "'3000000d' is longer than 366d",
+    ),
+    (
+        '{ id: "x", at: "9999-12-31T23:59:59-14:00", task: "t", to: "webchat:abc" }',
+        "schedules.jobs[1].at",
+        "is out of the range of times",
+    ),
+    (
+        '{ id: "x", at: "2999-01-01T00:00:00Z", task: "t", to: "webchat:abc" }',
+        "schedules.jobs[1].at",
+        "is more than 10 years ahead",
+    ),
+    (
+        '{ id: "x", cron: "0 9 * * *", timezone: "America", task: "t", to: "webchat:abc" }',
+        "schedules.jobs[1].timezone",
+        "unknown time zone 'America'",
+    ),
+    (
+        f'{{ id: "x", every: "1h", timezone: "{"A" * 300}", task: "t", to: "webchat:abc" }}',
+        "schedules.jobs[1].timezone",
+        "at most 64 characters",
+    ),
+    (
+        '{ id: "x", cron: "0 0 31 4 *", task: "t", to: "webchat:abc" }',
+        "schedules.jobs[1].cron",
+        "'0 0 31 4 *' never fires",
+    ),
+]
+
+
 def config_with(job: str) -> str:
     return f"{{\n  schedules: {{\n    jobs: [\n      {GOOD},\n      {job},\n    ],\n  }},\n}}\n"
 
@@ -66,6 +102,7 @@ def config_with(job: str) -> str:
             "schedules.jobs[1].id",
             "should match pattern",
         ),
+        *HOSTILE,
     ],
 )
 def test_a_bad_declared_job_names_file_line_and_key(
@@ -94,6 +131,12 @@ def test_good_jobs_load(write: WriteFile) -> None:
     jobs = loaded.settings.schedules.jobs
     assert [j.id for j in jobs] == ["brief", "tick"]
     assert jobs[1].trigger("UTC").timezone == "Asia/Tokyo"
+
+
+def test_a_declared_target_is_kept_in_its_written_form(write: WriteFile) -> None:
+    job = '{ id: "tick", every: "15m", task: "t", to: "  WebChat:abc\t" }'
+    loaded = load_settings(write("herald.json5", config_with(job)), environ={})
+    assert loaded.settings.schedules.jobs[1].to == "webchat:abc"
 
 
 async def test_a_reload_applies_the_files_jobs_and_keeps_their_pause(tmp_path: Path) -> None:

@@ -148,3 +148,40 @@ def test_a_job_has_exactly_one_trigger() -> None:
                 timezone="UTC",
                 anchor=0,
             )
+
+
+NOW = utc(2026, 3, 1)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "allowed"),
+    [
+        (Trigger("every", "366d"), True),
+        (Trigger("every", "367d"), False),
+        (Trigger("every", "8784h"), True),  # 366 days in hours
+        (Trigger("every", "8785h"), False),
+        (Trigger("at", "2036-03-08T00:00:00Z"), True),  # ten years of 366 days ahead
+        (Trigger("at", "2036-03-08T00:00:01Z"), False),
+        (Trigger("cron", "0 0 29 2 *"), True),  # every leap year
+        (Trigger("cron", "0 0 31 6 *"), False),
+    ],
+)
+def test_the_bounds_of_a_trigger(trigger: Trigger, allowed: bool) -> None:
+    if allowed:
+        trigger.check(min_every_seconds=60, now=NOW)
+        assert trigger.first(NOW) is not None
+    else:
+        with pytest.raises(TriggerError) as refused:
+            trigger.check(min_every_seconds=60, now=NOW)
+        assert refused.value.field == trigger.kind
+
+
+@pytest.mark.parametrize(
+    "name", ["America", "America/", "Europe/Nowhere", "/etc/localtime", "../etc", "x" * 300, ""]
+)
+def test_a_time_zone_is_an_iana_name_and_its_error_names_no_file(name: str) -> None:
+    with pytest.raises(TriggerError) as refused:
+        Trigger("cron", "0 9 * * *", name).check(min_every_seconds=60, now=NOW)
+    assert refused.value.field == "timezone"
+    assert "/zoneinfo" not in str(refused.value)
+    assert "Errno" not in str(refused.value)

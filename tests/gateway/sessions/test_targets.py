@@ -14,7 +14,15 @@ from channels.memory import MemoryChannel
 from channels.reconnecting import Reconnecting
 from channels.slack import SlackChannel, SlackConfig
 from channels.webchat import WebchatChannel, WebchatConfig
-from gateway.sessions import ChatTargetError, accounts_of, parse_target
+from gateway.sessions import (
+    ChatTargetError,
+    accounts_of,
+    chat_of,
+    normalize_target,
+    parse_target,
+    target_of_origin,
+)
+from gateway.state import Origin
 
 ENABLED = {"slack": "T0001", "discord": "bot-1", "webchat": "local"}
 
@@ -74,6 +82,38 @@ def test_malformed_targets_are_errors_naming_them(text: str, reason: str) -> Non
         parse_target(text, ENABLED)
     assert reason in str(raised.value)
     assert text[:20] in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("  slack:C0123456789  ", "slack:C0123456789"),
+        ("\tslack:C0123456789\u00a0\n", "slack:C0123456789"),
+        ("Slack:C0123456789", "slack:C0123456789"),
+        (" slack : C0123456789 / 1700000000.000100 ", "slack:C0123456789/1700000000.000100"),
+        ("DISCORD:123456789012345678 ", "discord:123456789012345678"),
+        (" webchat:Browser_1", "webchat:Browser_1"),  # a client id keeps its case
+    ],
+)
+def test_a_target_has_one_written_form(text: str, written: str) -> None:
+    assert normalize_target(text) == written
+    assert str(parse_target(text, ENABLED)) == written
+    target = parse_target(text, ENABLED)
+    origin = target.origin(ENABLED[target.channel])
+    assert target_of_origin(origin) == written  # a chat's own target, by the same rule
+    assert chat_of(written) == written.split("/")[0]
+
+
+@pytest.mark.parametrize("text", ["slack:c0123456789", "slack:general", "slack:C01\u200b23"])
+def test_an_id_is_not_changed_to_fit(text: str) -> None:
+    with pytest.raises(ChatTargetError, match="is no slack chat id"):
+        normalize_target(text)
+
+
+def test_a_chat_outside_the_target_channels_is_written_the_same_way() -> None:
+    origin = Origin(channel="Memory", account="a", chat_id="c1 ", thread_id="t1")
+    assert target_of_origin(origin) == "memory:c1/t1"
+    assert target_of_origin(None) is None
 
 
 def test_a_disabled_channel_is_named() -> None:
