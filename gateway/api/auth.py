@@ -91,4 +91,3 @@ def token_required(get_token: TokenGetter, handler: Handler) -> Handler:
         return await handler(request)
 
     return guarded
-

@@ -116,18 +116,14 @@ async def client(url: str, token: str | None) -> AsyncIterator[ClientSession]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with AsyncExitStack() as stack:
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
-        read, write = await stack.enter_async_context(
-            streamable_http_client(url, http_client=http)
-        )
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         yield session
 
 
 @pytest.mark.parametrize("path", UNUSUAL)
-async def test_at_an_unusual_path_the_sdk_client_needs_the_token(
-    tmp_path: Path, path: str
-) -> None:
+async def test_at_an_unusual_path_the_sdk_client_needs_the_token(tmp_path: Path, path: str) -> None:
     async with serving_at(tmp_path, path) as gw:
         url = gw.base_url + path
         assert await post(url, None) == 401
