@@ -226,14 +226,15 @@ EVENTS = st.lists(
 
 
 def encode(events: list[tuple[str | None, list[str], bool]], end: str) -> bytes:
-    """The events as an SSE body (with a comment line where asked)."""
+    """The events as an SSE body (with a comment line where asked; an empty value as a
+    bare ``data`` line, a field without a colon)."""
     lines: list[str] = []
     for name, data, comment in events:
         if comment:
             lines.append(": keep-alive")
         if name is not None:
             lines.append(f"event: {name}")
-        lines += [f"data: {value}" for value in data]
+        lines += [f"data: {value}" if value else "data" for value in data]
         lines.append("")
     return "".join(line + end for line in lines).encode()
 
