@@ -8,14 +8,14 @@ under the typed keys of :mod:`gateway.wiring`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
 from channels import Channel, ChannelState
-from gateway.api.auth import auth_middleware
+from gateway.api.auth import auth_middleware, configured_token
 from gateway.api.errors import error_middleware
 from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.origin import origin_middleware
@@ -58,15 +58,6 @@ class _Scrape:
     metrics: Metrics
 
 
-def _token_getter(holder: SettingsHolder) -> Callable[[], str | None]:
-    def get() -> str | None:
-        token = holder.current.gateway.auth.token
-        # A blank token is no token (it could never be sent: header values are stripped).
-        return (token.get_secret_value().strip() or None) if token is not None else None
-
-    return get
-
-
 def build_app(
     holder: SettingsHolder,
     *,
@@ -80,7 +71,10 @@ def build_app(
     ``channels`` replaces the enabled channels of the settings (tests use an in-memory
     one); ``delivery_listeners`` hear of every announce delivered or failed for good.
     """
-    token = _token_getter(holder)
+
+    def token() -> str | None:
+        return configured_token(holder.current)
+
     app = web.Application(
         middlewares=[
             error_middleware,

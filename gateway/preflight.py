@@ -9,6 +9,8 @@ a directory, a database or a socket exists:
 - the state directory is a directory, or can be made: not a file, not under a file, not on
   a kernel file system such as ``/proc``, its nearest existing parent writable;
 - every scripted provider's rules file exists and is valid;
+- Herald's MCP endpoint (``mcp.serve.path``, when enabled) does not share its first path
+  segment with a route of the gateway (:func:`gateway.api.paths.mcp_path_problem`);
 - with ``exec`` allowed and its sandbox on, or a stdio MCP server sandboxed, bubblewrap is
   installed and starts; each sandbox's ``readOnly`` paths exist and hold neither the state
   directory nor the config file; a sandboxed server's program is inside its sandbox.
@@ -21,6 +23,7 @@ import shutil
 from difflib import get_close_matches
 from pathlib import Path
 
+from gateway.api.paths import mcp_path_problem
 from gateway.config import LoadedSettings
 from gateway.errors import ConfigError, ConfigIssue
 from gateway.mcp.config import McpServerConfig
@@ -46,6 +49,7 @@ def preflight(loaded: LoadedSettings) -> None:
         *script_issues(settings, loaded.config_dir),
         *sandbox_issues(settings, loaded.path),
         *api_key_issues(settings),
+        *mcp_serve_issues(settings),
     ]
     if issues:
         # At the key's line in the file (or naming the variable or flag that set it).
@@ -83,6 +87,13 @@ def api_key_issues(settings: HeraldSettings) -> list[ConfigIssue]:
                 )
             )
     return issues
+
+
+def mcp_serve_issues(settings: HeraldSettings) -> list[ConfigIssue]:
+    """An enabled MCP endpoint whose path collides with a route of the gateway."""
+    serve = settings.mcp.serve
+    problem = mcp_path_problem(serve.path) if serve.enabled else None
+    return [ConfigIssue(problem, key="mcp.serve.path")] if problem else []
 
 
 def agent_issues(settings: HeraldSettings) -> list[ConfigIssue]:

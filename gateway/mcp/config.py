@@ -108,7 +108,9 @@ class McpServeConfig(ConfigModel):
     """Serve Herald's own MCP endpoint (Streamable HTTP) on the gateway's port, behind
     `gateway.auth.token`: an MCP client can spawn runs and read their results."""
     path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_-]*$")] = "/mcp"
-    """The endpoint's path."""
+    """The endpoint's path. Its first segment must be its own: a path under a route of the
+    gateway (`/`, `/healthz`, `/readyz`, `/metrics`, `/v1/…`, `/static/…`, `/webchat/…`,
+    `/slack/…`) is a config error."""
 
 
 class McpConfig(ConfigModel):

@@ -26,6 +26,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from gateway.api.auth import configured_token, token_required
 from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.mcp.asgi import MANAGER, asgi_bridge
 from gateway.sessions import (
@@ -202,7 +203,15 @@ async def mcp_endpoint(app: web.Application) -> AsyncIterator[None]:
 
 
 def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
-    """The route (every method) and the session manager's lifetime on ``app``."""
-    app.router.add_route("*", settings.mcp.serve.path, asgi_bridge)
+    """The route (every method) and the session manager's lifetime on ``app``.
+
+    The route checks the bearer token itself: it never depends on the app's list of public
+    paths (``herald config check`` refuses a path that collides with another route anyway).
+    """
+
+    def token() -> str | None:
+        return configured_token(settings_of(app))
+
+    app.router.add_route("*", settings.mcp.serve.path, token_required(token, asgi_bridge))
     app[MCP_PATH] = settings.mcp.serve.path
     app.cleanup_ctx.append(mcp_endpoint)

@@ -28,6 +28,7 @@ from gateway.providers.errors import (
     ProviderResponseError,
     ProviderTimeoutError,
     ScriptError,
+    StreamEventTooLargeError,
     UnknownModelError,
 )
 from gateway.providers.openai import OpenAIProvider
@@ -46,6 +47,7 @@ __all__ = [
     "RetryPolicy",
     "ScriptError",
     "ScriptedProvider",
+    "StreamEventTooLargeError",
     "UnknownModelError",
     "build_provider",
     "default_script_path",

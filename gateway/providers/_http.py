@@ -243,7 +243,8 @@ async def post_stream(post: Post, assembler: StreamAssembler) -> ModelReply:
             # Closed here, not by the garbage collector: a generator left at the end mark
             # would be finalised through the loop's self-pipe, a write and a wake-up more
             # per model call.
-            async with contextlib.aclosing(read_events(response.content)) as events:
+            reading = read_events(response.content, provider, model)
+            async with contextlib.aclosing(reading) as events:
                 async for event in events:
                     assembler.feed(event)
                     if assembler.complete:

@@ -80,6 +80,20 @@ class ProviderResponseError(ProviderError):
     """
 
 
+class StreamEventTooLargeError(ProviderResponseError):
+    """One event of a streamed answer was over the size Herald reads (``limit`` bytes); the
+    call fails without holding it, and is not retried."""
+
+    def __init__(self, provider: str, model: str, limit: int) -> None:
+        super().__init__(
+            provider,
+            model,
+            f"a stream event exceeded {limit} bytes, the most one event may carry (no "
+            "model's event is that large)",
+        )
+        self.limit = limit
+
+
 class ContextWindowExceededError(ProviderError):
     """The provider refused the request because the prompt does not fit the model's context
     window (OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too long").

@@ -22,6 +22,7 @@ from bench import (
     schedules,
     sessions,
     spawn,
+    sse,
     streaming,
     transcript_reads,
     turns,
@@ -163,6 +164,15 @@ def test_transcript_reads_rows() -> None:
     rows = transcript_reads.run(**transcript_reads.QUICK)
     check_rows(rows, 4)
     assert "peak RSS MiB during limit=1 reads vs idle (24 MiB transcript" in rows[0]["figure"]
+
+
+def test_sse_rows() -> None:
+    rows = sse.run(**sse.QUICK)
+    check_rows(rows, 8)
+    figures = [row["figure"] for row in rows]
+    assert figures[0] == "4 MiB event, call CPU (s) vs old reader"
+    assert figures[2] == "4 MiB event, /healthz p99 (ms) vs old reader"
+    assert figures[-1] == "8 MiB event refused, /healthz p99 (ms) vs old reader"
 
 
 def test_collector_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.api.auth import is_public
+from gateway.api.paths import is_public
 from gateway.app import build_app
 from gateway.config import load_settings
 from gateway.errors import ConfigError

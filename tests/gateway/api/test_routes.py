@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.api.auth import is_public
+from gateway.api.paths import is_public
 from gateway.api.routes import ROUTES
 
 
