@@ -21,7 +21,9 @@ logger = logging.getLogger(__name__)
 ReloadListener = Callable[[HeraldSettings, HeraldSettings], None]
 
 #: Keys whose change needs a restart: they are bound at start-up (sockets, connections).
-RESTART_KEYS = ("gateway.host", "gateway.port", "gateway.stateDir", "channels")
+#: ``mcp.serve``: the endpoint is mounted on the app's routes at start (and its path was
+#: checked against theirs then).
+RESTART_KEYS = ("gateway.host", "gateway.port", "gateway.stateDir", "channels", "mcp.serve")
 
 
 def _pick(settings: HeraldSettings, dotted: str) -> object:

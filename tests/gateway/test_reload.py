@@ -130,6 +130,16 @@ def test_keys_bound_at_start_are_applied_with_a_warning_that_they_need_a_restart
     assert holder.current.gateway.port == 9999
 
 
+def test_herald_s_own_mcp_endpoint_changes_only_on_restart(
+    holder: SettingsHolder, write_config: WriteConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_config(mcp={"serve": {"enabled": True, "path": "/tools/mcp"}})
+    with caplog.at_level(logging.WARNING, logger="gateway.reload"):
+        assert holder.reload() is True
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.__dict__["keys"] == ["mcp.serve"]
+
+
 def test_a_reloaded_secret_is_masked_from_then_on(
     holder: SettingsHolder, write_config: WriteConfig
 ) -> None:
