@@ -10,6 +10,8 @@ from channels.base import (
     LookupOutcome,
     OutboundKind,
     OutboundMessage,
+    PostedReply,
+    Reply,
     RunUpdate,
     SentMessage,
 )
@@ -18,7 +20,7 @@ from channels.errors import ChannelError, ChannelSendError, ChannelStartError
 from channels.leadership import AlwaysLeader, Leadership, Lease
 from channels.probe import ProbeOutcome, ProbeResult
 from channels.replay import MemorySeenKeys, SeenKeys
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 
 __all__ = [
     "AlwaysLeader",
@@ -40,9 +42,10 @@ __all__ = [
     "MemorySeenKeys",
     "OutboundKind",
     "OutboundMessage",
+    "PostedReply",
     "ProbeOutcome",
     "ProbeResult",
-    "ReplyStream",
+    "Reply",
     "RunUpdate",
     "SeenKeys",
     "SentMessage",

@@ -7,6 +7,7 @@ A channel turns provider events into :class:`InboundMessage` and sends
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 
 if TYPE_CHECKING:  # aiohttp is only in an annotation: loading config or the CLI needs none
     from aiohttp import web
@@ -205,22 +206,110 @@ class Channel(abc.ABC):
         """
         return ProbeResult("ok", "nothing to check")
 
-    def open_stream(
+    def open_reply(
         self,
         message: InboundMessage,
-        reply_to: str,
+        reply_to: str | None = None,
+        *,
+        stream: bool = False,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> Reply:
+        """The reply to ``message``, for the turn that answers it to hold until it ends.
+
+        ``reply_to`` is the recorded inbound message the reply answers (what finds it after
+        a crash). With ``stream`` (and ``reply_to``) the reply shows its text as it is
+        written where this channel can (:meth:`stream_reply`); otherwise, and on channels
+        that do not stream, :meth:`Reply.finish` posts it whole with :meth:`send`."""
+        final = OutboundMessage(
+            channel=message.channel,
+            account=message.account,
+            chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            text="",
+            reply_to=reply_to,
+        )
+        shown = None
+        if stream and reply_to is not None:
+            shown = self.stream_reply(message, final, earlier=earlier, record=record)
+        return shown if shown is not None else PostedReply(self, final)
+
+    def stream_reply(
+        self,
+        message: InboundMessage,
+        final: OutboundMessage,
         *,
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
-    ) -> ReplyStream | None:
-        """A message showing the reply to ``message`` as it is written; ``reply_to`` is the
-        recorded inbound message the final reply will carry. ``earlier``: the messages a run
-        of this turn posted before a crash (the stream takes them over); ``record`` keeps
-        the messages this stream posts (see :mod:`channels.streaming`). None when this
-        channel does not stream (the default): the reply is then posted whole."""
+    ) -> Reply | None:
+        """A reply to ``message`` shown as it is written, which :meth:`Reply.finish` makes
+        the message ``final`` (with the final text). ``earlier``: the messages a run of this
+        turn posted before a crash (the reply takes them over); ``record`` keeps the
+        messages it posts (see :mod:`channels.streaming`). None when this channel does not
+        stream (the default): :meth:`open_reply` then posts the reply whole."""
         return None
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:
         """Show that the agent is working on ``message`` (typing, a reaction) while inside."""
         yield
+
+
+class Reply(abc.ABC):
+    """One turn's reply in its chat, from its first piece of text to its final text.
+
+    A channel opens one per chat turn (:meth:`Channel.open_reply`); the turn feeds it the
+    text as the model writes it, gives it the final text (:meth:`finish`) and, whatever
+    happened, closes it. The turn holds the object: nothing finds a reply again by a key.
+    ``append`` and ``replace`` never block and never raise: the model's stream must not
+    wait for a chat, so a reply that shows text buffers it and shows it in its own time.
+    """
+
+    #: Whether this reply shows its text as it is written. False: :meth:`append` and
+    #: :meth:`replace` show nothing, so the turn need not stream its model calls.
+    streams: bool = False
+    #: The message this reply becomes, but for its text: where it goes, what it answers.
+    final: OutboundMessage
+
+    def append(self, text: str) -> None:
+        """Add ``text`` to the end of the text shown. Default: nothing is shown."""
+        return None
+
+    def replace(self, text: str) -> None:
+        """Show ``text`` in place of everything shown so far (a tool-call status line).
+        Default: nothing is shown."""
+        return None
+
+    def keep(self) -> None:
+        """The reply is in the chat already (a run of this turn before a crash sent it, in
+        the messages this reply took over): :meth:`close` leaves what is shown. Default:
+        nothing is taken back anyway."""
+        return None
+
+    @abc.abstractmethod
+    async def finish(self, text: str) -> SentMessage:
+        """Deliver the final reply ``text`` (what was shown becomes it: one reply per turn).
+        Raises :class:`channels.errors.ChannelSendError` as :meth:`Channel.send` does; after
+        a retryable one it may be called again, and resumes rather than repeats."""
+
+    async def close(self) -> None:
+        """The turn is over, its final text delivered or not coming (a yield with nothing
+        to say, a stop): stop showing the growing text, and take back what was shown of a
+        reply that never came. Idempotent. Default: nothing to release."""
+        return None
+
+
+class PostedReply(Reply):
+    """A reply posted whole when the turn ends: for chats that do not stream, and turns
+    that do not."""
+
+    def __init__(self, channel: Channel, final: OutboundMessage) -> None:
+        """``final`` is the message to post (its text is not used)."""
+        self._channel = channel
+        self.final = final
+
+    def __repr__(self) -> str:
+        return f"<PostedReply {self._channel.name} {self.final.chat_id}>"
+
+    async def finish(self, text: str) -> SentMessage:
+        return await self._channel.send(dataclasses.replace(self.final, text=text))

@@ -30,12 +30,13 @@ from channels.base import (
     InboundHandler,
     InboundMessage,
     OutboundMessage,
+    Reply,
     RunUpdate,
     SentMessage,
 )
 from channels.errors import ChannelSendError, ChannelStartError
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +155,29 @@ class Reconnecting(Channel):
     async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProbeResult:
         return await self.inner.probe(timeout_seconds=timeout_seconds)
 
-    def open_stream(
+    def open_reply(
         self,
         message: InboundMessage,
-        reply_to: str,
+        reply_to: str | None = None,
+        *,
+        stream: bool = False,
+        earlier: StreamedMessage | None = None,
+        record: StreamRecorder | None = None,
+    ) -> Reply:
+        # A reply posted whole goes through this wrapper's send (not connected yet: it says so).
+        return super().open_reply(message, reply_to, stream=stream, earlier=earlier, record=record)
+
+    def stream_reply(
+        self,
+        message: InboundMessage,
+        final: OutboundMessage,
         *,
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
-    ) -> ReplyStream | None:
-        # Not connected yet: the reply is posted whole, once the outbox can send it.
-        if self._retrying is not None:
+    ) -> Reply | None:
+        if self._retrying is not None:  # not connected yet: the reply is posted whole
             return None
-        return self.inner.open_stream(message, reply_to, earlier=earlier, record=record)
+        return self.inner.stream_reply(message, final, earlier=earlier, record=record)
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -1,23 +1,22 @@
-"""A reply the chat shows while it is being written: the channel side of streaming.
+"""A reply the chat shows while it is written: what a streamed reply records of itself.
 
-The gateway opens one :class:`ReplyStream` per chat turn (:meth:`Channel.open_stream`), feeds
-it the reply's text as the model writes it, then sends the final message as usual (its
-``reply_to`` is the stream's, so the channel knows which streamed message it completes) and
-closes the stream. ``append`` and ``replace`` never block and never raise: the model's
-stream must not wait for a chat, so a channel buffers and shows the text in its own time,
-within its chat's rate limits; a failure to show a piece is the channel's to log.
+The gateway opens one :class:`channels.base.Reply` per chat turn
+(:meth:`Channel.open_reply <channels.base.Channel.open_reply>`), feeds it the reply's text as
+the model writes it, then finishes it with the final text and closes it. A channel that
+streams answers with a reply of its own (:meth:`Channel.stream_reply`) that shows the text
+in its own time, within its chat's rate limits; a failure to show a piece is the channel's
+to log.
 
-Once: the streamed message is the reply. A stream that posts a message in the chat says so
+Once: the streamed message is the reply. A reply that posts a message in the chat says so
 (its :class:`StreamedMessage`) through the ``record`` callback it was opened with, when it
 first posts and whenever it posts another part; the gateway keeps that with the recorded
-inbound message. A turn run again after a crash opens its stream with that record as
-``earlier``: the stream edits those messages instead of posting new ones, and posts anew only
+inbound message. A turn run again after a crash opens its reply with that record as
+``earlier``: the reply edits those messages instead of posting new ones, and posts anew only
 where a message is gone (deleted meanwhile).
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -32,29 +31,6 @@ class StreamedMessage:
     message_ids: tuple[str, ...]
 
 
-#: Keeps a stream's :class:`StreamedMessage` (see the module docstring); may raise, and the
-#: stream only logs it: the reply is shown either way.
+#: Keeps a reply's :class:`StreamedMessage` (see the module docstring); may raise, and the
+#: reply only logs it: the text is shown either way.
 StreamRecorder = Callable[[StreamedMessage], Awaitable[None]]
-
-
-class ReplyStream(abc.ABC):
-    """One streamed reply message; see the module docstring."""
-
-    @abc.abstractmethod
-    def append(self, text: str) -> None:
-        """Add ``text`` to the end of the message shown."""
-
-    @abc.abstractmethod
-    def replace(self, text: str) -> None:
-        """Show ``text`` in place of everything shown so far (a tool-call status line)."""
-
-    def keep(self) -> None:
-        """The reply is in the chat already (a run of this turn before a crash sent it, in
-        the messages this stream took over): :meth:`close` leaves what is shown. Default:
-        nothing is taken back anyway."""
-        return None
-
-    async def close(self) -> None:
-        """The turn is over and its final message was sent (or there is none): stop showing
-        the growing text. Idempotent. Default: nothing to release."""
-        return None

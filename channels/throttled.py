@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
-from typing import Self
+import dataclasses
 
-from channels.base import OutboundMessage, SentMessage
-from channels.streaming import ReplyStream, StreamRecorder
+from channels.base import OutboundMessage, Reply, SentMessage
+from channels.streaming import StreamRecorder
 
 
-class ThrottledStream(ReplyStream):
+class ThrottledStream(Reply):
     """A reply shown in chat messages that are posted, then edited at most once an interval.
 
     What every such stream decides alike lives here: the text is kept as it grows, one
@@ -20,9 +19,11 @@ class ThrottledStream(ReplyStream):
     meanwhile are shown together in the next round), the final reply keeps to the interval
     too, and stopping waits for the round in flight, so that what the chat shows is known.
     A subclass says how a round shows the text (:meth:`_show_round`, which logs and never
-    raises), how the final reply is made (:meth:`finish`) and how a reply that never came
+    raises), how the final reply is made (:meth:`_finish`) and how a reply that never came
     is taken back (:meth:`_take_back`).
     """
+
+    streams = True
 
     #: The writer task's name (for logs and task dumps).
     _task_name = "reply-stream"
@@ -31,14 +32,12 @@ class ThrottledStream(ReplyStream):
         self,
         final: OutboundMessage,
         *,
-        on_close: Callable[[Self], None],
         record: StreamRecorder | None,
         interval: float,
     ) -> None:
-        """``final`` is the reply this stream becomes; ``on_close`` is told when it closes;
-        ``record`` keeps what it posted (see the module docstring)."""
+        """``final`` is the reply this stream becomes (its text is not used); ``record``
+        keeps what it posted (see :mod:`channels.streaming`)."""
         self.final = final
-        self._on_close = on_close
         self._record = record
         self._interval = interval
         self._text = ""
@@ -105,19 +104,21 @@ class ThrottledStream(ReplyStream):
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    async def finish(self, text: str) -> SentMessage:
+        return await self._finish(dataclasses.replace(self.final, text=text))
+
     @abc.abstractmethod
-    async def finish(self, message: OutboundMessage) -> SentMessage:
+    async def _finish(self, message: OutboundMessage) -> SentMessage:
         """Make what was streamed the final reply ``message``; raises ``ChannelSendError``
         as a send does. Begins with :meth:`_stop_writing`."""
 
     def keep(self) -> None:
         self._finished = True
 
-    async def close(self: Self) -> None:
+    async def close(self) -> None:
         """Stop; a turn that ended without its reply (a yield with nothing to say, a stop)
         takes back what it showed, so no half-written message or status line stays."""
         await self._stop_writing()
-        self._on_close(self)
         if self._finished:
             return
         self._finished = True

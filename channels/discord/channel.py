@@ -34,6 +34,7 @@ from channels.base import (
     InboundHandler,
     InboundMessage,
     OutboundMessage,
+    Reply,
     SentMessage,
 )
 from channels.cursors import ChatCursors, MemoryCursors
@@ -59,7 +60,7 @@ from channels.errors import ChannelSendError, ChannelStartError
 from channels.leadership import Leadership
 from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
 from channels.replay import SeenKeys
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -129,8 +130,6 @@ class DiscordChannel(Channel):
         self._me: int | None = None
         self._event_tasks: set[asyncio.Task[Any]] = set()
         self._partial: OrderedDict[OutboundMessage, list[str]] = OrderedDict()
-        #: Replies being written, by the recorded message they answer (``reply_to``).
-        self._streams: dict[str, DiscordStream] = {}
         self._claimed = False
 
     def __repr__(self) -> str:
@@ -283,9 +282,6 @@ class DiscordChannel(Channel):
             raise ChannelSendError(
                 f"{message.chat_id!r} is not a Discord channel id", retryable=False
             )
-        stream = self._streams.get(message.reply_to) if message.reply_to else None
-        if stream is not None and stream.final.chat_id == message.chat_id:
-            return await stream.finish(message)  # the streamed message becomes the reply
         parts = chunk_message(message.text)
         if not parts:
             log.debug("nothing to send to Discord channel %s: empty text", message.chat_id)
@@ -308,14 +304,14 @@ class DiscordChannel(Channel):
             sent.append(str(posted.id))
         return SentMessage(chat_id=message.chat_id, message_ids=tuple(sent))
 
-    def open_stream(
+    def stream_reply(
         self,
         message: InboundMessage,
-        reply_to: str,
+        final: OutboundMessage,
         *,
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
-    ) -> ReplyStream | None:
+    ) -> Reply | None:
         """Post the reply to ``message`` as it is written and edit it as it grows
         (:mod:`.streams`; ``earlier`` are the parts a run before a crash posted), unless
         ``streaming`` is ``off`` or the client is not running."""
@@ -324,28 +320,13 @@ class DiscordChannel(Channel):
             return None
         if client is None or client.is_closed() or self._task is None:
             return None
-        final = OutboundMessage(
-            channel=self.name,
-            account=message.account,
-            chat_id=message.chat_id,
-            thread_id=message.thread_id,
-            text="",
-            reply_to=reply_to,
-        )
-        stream = DiscordStream(
+        return DiscordStream(
             client.get_partial_messageable(int(message.chat_id)),
             final,
             allowed_mentions=NO_PINGS,
-            on_close=self._forget_stream,
             earlier=earlier,
             record=record,
         )
-        self._streams[reply_to] = stream
-        return stream
-
-    def _forget_stream(self, stream: DiscordStream) -> None:
-        if self._streams.get(stream.final.reply_to or "") is stream:
-            del self._streams[stream.final.reply_to or ""]
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
         """Look for the announce's parts among the bot's messages in its channel since

@@ -4,9 +4,9 @@ The first piece of text is posted at once; after that the message is edited with
 text at most once every :data:`EDIT_INTERVAL` seconds (Discord's limit on edits is per
 channel, about five in five seconds: one a second leaves room for the rest of the chat).
 Text past 2,000 characters continues in a new message, cut where :func:`chunk_message` cuts
-a long reply. The final reply (the channel's :meth:`~DiscordChannel.send` of the message
-whose ``reply_to`` is this stream's) edits these messages to its own text, posts the parts
-they lack and deletes streamed ones it no longer needs: one reply per turn.
+a long reply. The final reply (:meth:`DiscordStream.finish`, on the reply the turn holds)
+edits these messages to its own text, posts the parts they lack and deletes streamed ones
+it no longer needs: one reply per turn.
 
 Once: each part's id is recorded (``record``) when it is posted. A turn run again after a
 crash opens its stream with those ids (``earlier``) and edits those messages to its own
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
 
 import aiohttp
 
@@ -52,7 +51,6 @@ class DiscordStream(ThrottledStream):
         final: OutboundMessage,
         *,
         allowed_mentions: discord.AllowedMentions,
-        on_close: Callable[[DiscordStream], None],
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
         interval: float = EDIT_INTERVAL,
@@ -60,7 +58,7 @@ class DiscordStream(ThrottledStream):
         """``final`` is the reply this stream becomes (its text is not used): its delivery
         token gives each part's nonce, so a post repeated after a lost answer is one post.
         ``earlier``/``record``: see the module docstring."""
-        super().__init__(final, on_close=on_close, record=record, interval=interval)
+        super().__init__(final, record=record, interval=interval)
         self._target = target
         self._mentions = allowed_mentions
         #: (message id, content) of each posted part, in order; None: what a message posted
@@ -127,7 +125,7 @@ class DiscordStream(ThrottledStream):
         except Exception as exc:
             log.warning("streamed Discord message not recorded: %s", exc)
 
-    async def finish(self, message: OutboundMessage) -> SentMessage:
+    async def _finish(self, message: OutboundMessage) -> SentMessage:
         """Turn the streamed messages into the final reply ``message`` (see the module
         docstring); raises ``ChannelSendError`` as a send does."""
         await self._stop_writing()

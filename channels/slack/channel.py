@@ -45,6 +45,7 @@ from channels.base import (
     InboundHandler,
     InboundMessage,
     OutboundMessage,
+    Reply,
     SentMessage,
 )
 from channels.errors import ChannelSendError, ChannelStartError
@@ -75,7 +76,7 @@ from channels.slack.events import (
 from channels.slack.lookup import lookup
 from channels.slack.probe import probe_auth
 from channels.slack.streams import SlackStream
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 from configbase import secret_value
 
 log = logging.getLogger(__name__)
@@ -108,8 +109,6 @@ class SlackChannel(Channel):
         self._seen_failing = False
         self._threads = RecentKeys(ACTIVE_THREADS_CAPACITY)
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Replies being written, by the recorded message they answer (``reply_to``).
-        self._streams: dict[str, SlackStream] = {}
         #: Slack refused native streaming once: ``auto`` streams by edits from then on.
         self._refused = False
 
@@ -263,17 +262,16 @@ class SlackChannel(Channel):
         poster = self._poster
         if poster is None:
             raise ChannelSendError(f"{self.name}: not started", retryable=True)
-        stream = self._streams.get(message.reply_to) if message.reply_to else None
-        if stream is not None and stream.final.chat_id == message.chat_id:
-            sent = await stream.finish(message)  # the streamed message becomes the reply
-        else:
-            sent = await poster.post(message)
-        # A thread the bot posts in is one it takes part in: replies there need no mention.
+        sent = await poster.post(message)
+        self._took_part(message, sent)
+        return sent
+
+    def _took_part(self, message: OutboundMessage, sent: SentMessage) -> None:
+        """A thread the bot posts in is one it takes part in: replies there need no mention."""
         if message.thread_id is not None:
             self._threads.add(f"{message.chat_id}:{message.thread_id}")
         for ts in sent.message_ids:
             self._threads.add(f"{message.chat_id}:{ts}")
-        return sent
 
     async def find_delivered(self, message: OutboundMessage, since: float) -> DeliveryLookup:
         """Look for the announce's chunks by their message metadata in the conversation
@@ -283,14 +281,14 @@ class SlackChannel(Channel):
             raise ChannelSendError(f"{self.name}: not started", retryable=True)
         return await lookup(client, poster, message, since)
 
-    def open_stream(
+    def stream_reply(
         self,
         message: InboundMessage,
-        reply_to: str,
+        final: OutboundMessage,
         *,
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
-    ) -> ReplyStream | None:
+    ) -> Reply | None:
         """Show the reply to ``message`` as it is written (:mod:`.streams`): natively in a
         thread, by edits elsewhere, as ``streaming`` says (by edits of ``earlier``, the
         message a run before a crash posted); None when ``off`` or not started."""
@@ -301,16 +299,8 @@ class SlackChannel(Channel):
         native = setting == "native" or (setting == "auto" and threaded and not self._refused)
         if setting == "native" and not threaded:
             return None  # Slack streams thread replies only: this reply is posted whole
-        final = OutboundMessage(
-            channel=self.name,
-            account=message.account,
-            chat_id=message.chat_id,
-            thread_id=message.thread_id,
-            text="",
-            reply_to=reply_to,
-        )
         in_dm = message.chat_type == "dm"
-        stream = SlackStream(
+        return SlackStream(
             client,
             poster,
             final,
@@ -318,21 +308,15 @@ class SlackChannel(Channel):
             recipient=None if in_dm else (message.sender_id, self._team_id),
             fallback=setting == "auto",
             on_refused=self._native_refused,
-            on_close=self._forget_stream,
+            on_sent=self._took_part,
             earlier=earlier,
             record=record,
         )
-        self._streams[reply_to] = stream
-        return stream
 
     def _native_refused(self) -> None:
         if not self._refused:
             log.warning("slack: native streaming refused; replies stream by edits")
         self._refused = True
-
-    def _forget_stream(self, stream: SlackStream) -> None:
-        if self._streams.get(stream.final.reply_to or "") is stream:
-            del self._streams[stream.final.reply_to or ""]
 
     @asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -24,8 +24,8 @@ updated to the final reply all the same. Where that update is refused too, the r
 posted whole (once: the poster resumes after the chunks that landed) and the half-written
 message is deleted; a message gone meanwhile (``message_not_found``) is posted anew.
 
-The final reply (the channel's send of the message whose ``reply_to`` is this stream's)
-goes through :meth:`SlackStream.finish`: one reply per turn. Showing text as it grows is a
+The final reply goes through :meth:`SlackStream.finish`, on the reply the turn holds: one
+reply per turn. Showing text as it grows is a
 courtesy: a failed update is logged, never raised.
 
 Once: the message's ``ts`` is recorded (``record``) when it is first posted. A turn run
@@ -77,21 +77,23 @@ class SlackStream(ThrottledStream):
         recipient: tuple[str, str | None] | None,
         fallback: bool,
         on_refused: Callable[[], None],
-        on_close: Callable[[SlackStream], None],
+        on_sent: Callable[[OutboundMessage, SentMessage], None],
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
         interval: float = UPDATE_INTERVAL,
     ) -> None:
         """``recipient`` (user id, team id) is who reads a native stream in a channel;
-        ``fallback``: when Slack refuses native, go on by edits (``auto``);
-        ``earlier``/``record``: see the module docstring."""
-        super().__init__(final, on_close=on_close, record=record, interval=interval)
+        ``fallback``: when Slack refuses native, go on by edits (``auto``); ``on_sent`` is
+        told of the final reply's messages; ``earlier``/``record``: see the module
+        docstring."""
+        super().__init__(final, record=record, interval=interval)
         self._client = client
         self._poster = poster
         self.mode: Mode = mode
         self._recipient = recipient
         self._fallback = fallback
         self._on_refused = on_refused
+        self._on_sent = on_sent
         #: Native: the helper, and the text whose growth was appended so far.
         self._native: AsyncChatStream | None = None
         self._basis = ""
@@ -221,7 +223,12 @@ class SlackStream(ThrottledStream):
         except Exception as exc:
             log.warning("streamed Slack message not recorded: %s", exc)
 
-    async def finish(self, message: OutboundMessage) -> SentMessage:
+    async def _finish(self, message: OutboundMessage) -> SentMessage:
+        sent = await self._finish_reply(message)
+        self._on_sent(message, sent)
+        return sent
+
+    async def _finish_reply(self, message: OutboundMessage) -> SentMessage:
         """Make the streamed message the final reply ``message``; raises
         ``ChannelSendError`` as a send does. Nothing shown yet: posted as usual; shown in a
         message Slack will not update: posted whole (see the module docstring)."""

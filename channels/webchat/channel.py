@@ -52,11 +52,12 @@ from channels.base import (
     InboundHandler,
     InboundMessage,
     OutboundMessage,
+    Reply,
     RunUpdate,
     SentMessage,
 )
 from channels.errors import ChannelSendError
-from channels.streaming import ReplyStream, StreamedMessage, StreamRecorder
+from channels.streaming import StreamedMessage, StreamRecorder
 from channels.webchat.assets import PAGE, asset_handler, load_assets
 from channels.webchat.clients import RUNS_KEPT, ClientRegistry, ClientState
 from channels.webchat.config import WebchatConfig
@@ -139,8 +140,6 @@ class WebchatChannel(Channel):
         self._boot = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._assets = load_assets()
-        #: Replies being written, by turn id (the final reply's message id).
-        self._streams: dict[str, WebchatStream] = {}
         #: In a cluster: the tasks relaying those replies to the other replicas.
         self._feeds: set[asyncio.Task[None]] = set()
 
@@ -198,6 +197,13 @@ class WebchatChannel(Channel):
         In a cluster the message is in the client's history once this returns; an outbox
         item's send raises a retryable error when the other replicas could not be told (its
         retry is shown once and tells them), other messages only log it."""
+        return await self._deliver(message)
+
+    async def _deliver(
+        self, message: OutboundMessage, stream: WebchatStream | None = None
+    ) -> SentMessage:
+        """:meth:`send`; ``stream``: the streamed reply ``message`` is the final text of,
+        whose growing text it replaces."""
         client = self._client_for(message.chat_id)
         if client is None:
             raise ChannelSendError(
@@ -205,7 +211,6 @@ class WebchatChannel(Channel):
             )
         self._refresh(client)
         traced = _traced_message_id(message)
-        stream = self._streams.get(traced) if traced is not None else None
         if stream is not None:
             stream.flush()  # its last piece before the final reply that replaces it
         message_id = self._record(client, message.kind, message.text, message.run_id, traced)
@@ -248,16 +253,16 @@ class WebchatChannel(Channel):
         client.set_run(update.run_id, run_frame(update, time.time()))
         await self._tell_others(client)
 
-    def open_stream(
+    def stream_reply(
         self,
         message: InboundMessage,
-        reply_to: str,
+        final: OutboundMessage,
         *,
         earlier: StreamedMessage | None = None,
         record: StreamRecorder | None = None,
-    ) -> ReplyStream | None:
+    ) -> Reply | None:
         """Delta frames to the client's open pages while the reply to ``message`` is
-        written; the final reply's message id (made from ``reply_to``) is the turn id.
+        written; the final reply's message id (made from its ``reply_to``) is the turn id.
 
         Nothing is recorded (``earlier`` and ``record`` go unused): growing text is not a
         message of the client's history, and the turn id of a turn run again after a crash
@@ -265,27 +270,13 @@ class WebchatChannel(Channel):
         client = self._client_for(message.chat_id) if message.channel == self.name else None
         if client is None:
             return None
-        final = OutboundMessage(
-            channel=self.name,
-            account=message.account,
-            chat_id=message.chat_id,
-            thread_id=message.thread_id,
-            text="",
-            reply_to=reply_to,
-        )
         turn_id = _traced_message_id(final)
         if turn_id is None:
             return None
         feed = None
         if self._relay is not None:
             feed = RelayFeed(self._relay, client.client_id, turn_id, self._feeds)
-        stream = WebchatStream(client, turn_id, self._forget_stream, feed)
-        self._streams[turn_id] = stream
-        return stream
-
-    def _forget_stream(self, stream: WebchatStream) -> None:
-        if self._streams.get(stream.turn_id) is stream:
-            del self._streams[stream.turn_id]
+        return WebchatStream(client, final, turn_id, self._deliver, feed)
 
     @contextlib.asynccontextmanager
     async def working(self, message: InboundMessage) -> AsyncIterator[None]:

@@ -24,11 +24,12 @@ an ``end`` notice follows.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from channels.base import OutboundMessage, Reply, SentMessage
 from channels.errors import ChannelSendError
-from channels.streaming import ReplyStream
 from channels.webchat.clients import ClientState
 from channels.webchat.protocol import delta_frame
 from channels.webchat.relay import Relay, RelayedDelta
@@ -121,19 +122,29 @@ class RelayFeed:
             log.info("web chat: streamed text not relayed: %s", exc)
 
 
-class WebchatStream(ReplyStream):
+#: How the channel sends a final reply that replaces a stream's growing text.
+Deliver = Callable[[OutboundMessage, "WebchatStream"], Awaitable[SentMessage]]
+
+
+class WebchatStream(Reply):
     """One turn's streamed reply on one client's pages."""
+
+    streams = True
 
     def __init__(
         self,
         client: ClientState,
+        final: OutboundMessage,
         turn_id: str,
-        on_close: Callable[[WebchatStream], None],
+        deliver: Deliver,
         feed: RelayFeed | None = None,
     ) -> None:
-        """``feed``: in a cluster, what relays the text to the other replicas' pages."""
+        """``final`` is the reply this stream becomes (its text is not used), ``turn_id``
+        its message id; ``deliver`` sends it; ``feed``: in a cluster, what relays the text
+        to the other replicas' pages."""
         self._client = client
-        self._on_close = on_close
+        self.final = final
+        self._deliver = deliver
         self._feed = feed
         self.turn_id = turn_id
         self._pending = ""
@@ -205,12 +216,14 @@ class WebchatStream(ReplyStream):
         self._pending, self._reset = "", False
         self._client.streams.pop(self.turn_id, None)
 
+    async def finish(self, text: str) -> SentMessage:
+        return await self._deliver(dataclasses.replace(self.final, text=text), self)
+
     async def close(self) -> None:
         if self._closed:
             return
         self._flush()
         self._closed = True
-        self._on_close(self)
         if not self._replaced:  # the pages still show growing text: drop it
             self._client.streams.pop(self.turn_id, None)
             self._client.broadcast(delta_frame(self.turn_id, "", end=True))

@@ -20,7 +20,7 @@ from gateway.agent.compaction import Compaction, compact
 from gateway.agent.factory import TurnFactory
 from gateway.agent.history import HistoryCache
 from gateway.agent.profile import AgentProfile, resolve_agent
-from gateway.agent.setup import TurnSetup, TurnStream
+from gateway.agent.setup import TurnListener, TurnSetup
 from gateway.agent.sink import StoreSink
 from gateway.agent.turn import EndedBy, run_turn
 from gateway.llm import ChatMessage, Usage
@@ -74,15 +74,15 @@ class Conversations:
         *,
         origin: Origin | None = None,
         meta: dict[str, Any] | None = None,
-        stream: TurnStream | None = None,
+        listener: TurnListener | None = None,
     ) -> TurnResult:
         """One turn of session ``key`` answering ``text`` (a message from ``origin``);
-        ``stream`` hears it as it is written."""
+        ``listener`` hears it as it is written (it goes in the turn's setup)."""
         user = ChatMessage(role="user", content=text)
-        return await self._run(key, user, origin, meta, stream)
+        return await self._run(key, user, origin, meta, listener)
 
     async def resume(
-        self, key: str, *, origin: Origin | None = None, stream: TurnStream | None = None
+        self, key: str, *, origin: Origin | None = None, listener: TurnListener | None = None
     ) -> TurnResult:
         """Finish the turn the transcript ends with (cut off by a stop): its recorded reply
         if it has one, else the model goes on from there."""
@@ -90,7 +90,7 @@ class Conversations:
         history = await self.store.chat_messages(key)
         if history and history[-1].role == "assistant" and not history[-1].tool_calls:
             return TurnResult(history[-1].content, Usage(), None, "reply", recorded=True)
-        return await self._run(key, None, origin, None, stream)
+        return await self._run(key, None, origin, None, listener)
 
     @property
     def streaming(self) -> bool:
@@ -169,7 +169,11 @@ class Conversations:
         return "Started a new conversation; the previous one is archived."
 
     def _prepare(
-        self, session: SessionRecord, profile: AgentProfile, origin: Origin | None
+        self,
+        session: SessionRecord,
+        profile: AgentProfile,
+        origin: Origin | None,
+        listener: TurnListener | None = None,
     ) -> tuple[TurnSetup, StoreSink]:
         settings = self._factory.settings
         return self._factory.prepare(
@@ -179,6 +183,7 @@ class Conversations:
             tools=tools_for_agent(settings, session.agent_id, self._factory.tools),
             max_iterations=profile.max_iterations,
             origin=origin,
+            listener=listener,
         )
 
     async def _run(
@@ -187,7 +192,7 @@ class Conversations:
         user: ChatMessage | None,
         origin: Origin | None,
         meta: dict[str, Any] | None,
-        stream: TurnStream | None = None,
+        listener: TurnListener | None = None,
     ) -> TurnResult:
         session = await self.store.require(key)
         profile = resolve_agent(self._factory.settings, session.agent_id)
@@ -199,16 +204,14 @@ class Conversations:
             return TurnResult(reply, usage, sink.cost_usd if sink else None, None)
 
         try:
-            setup, sink = self._prepare(session, profile, origin)
+            setup, sink = self._prepare(session, profile, origin, listener)
             history, meter = await self.histories.take(key)
             if user is not None:
                 history.append(user)
                 await sink.message(user, meta=meta)
             with self._factory.turns.turn(key):
                 async with asyncio.timeout(profile.timeout_seconds):
-                    outcome = await run_turn(
-                        setup, self._factory.tools, history, sink, meter=meter, stream=stream
-                    )
+                    outcome = await run_turn(setup, self._factory.tools, history, sink, meter=meter)
             await sink.sync()
             self.histories.keep(key, history, meter)
             finished = True

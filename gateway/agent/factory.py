@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from gateway.agent.context import ToolContexts
 from gateway.agent.context_window import ContextPolicy
-from gateway.agent.setup import TurnSetup
+from gateway.agent.setup import TurnListener, TurnSetup
 from gateway.agent.sink import StoreSink
 from gateway.agent.turngate import TurnGate
 from gateway.metrics import Metrics
@@ -70,9 +70,11 @@ class TurnFactory:
         run_id: str | None = None,
         origin: Origin | None = None,
         depth: int = 0,
+        listener: TurnListener | None = None,
     ) -> tuple[TurnSetup, StoreSink]:
         """The setup and sink of a turn in ``session`` on ``model_ref`` (raises the
-        providers' ``UnknownModelError`` when the ref names nothing configured)."""
+        providers' ``UnknownModelError`` when the ref names nothing configured);
+        ``listener`` hears the turn as it is written."""
         provider, model = self._providers.resolve(model_ref)
         context = ContextPolicy.of(self.settings, model_ref)
         setup = TurnSetup(
@@ -86,6 +88,7 @@ class TurnFactory:
                 session, run_id=run_id, origin=origin, depth=depth
             ),
             context=context,
+            listener=listener,
         )
         sink = StoreSink(
             self.store,

@@ -30,10 +30,10 @@ class TranscriptSink(Protocol):
     async def event(self, name: str, data: dict[str, Any]) -> None: ...
 
 
-class TurnStream(Protocol):
+class TurnListener(Protocol):
     """Hears a chat turn as it is written: each model call's text piece by piece, and the
     tools a call ended in. Never blocks and never raises (see
-    :class:`gateway.delivery.StreamedReply`)."""
+    :class:`gateway.delivery.TurnReply`)."""
 
     def text(self, piece: str) -> None: ...
 
@@ -53,6 +53,9 @@ class TurnSetup:
     tool_context: ToolContext
     #: The model's context window and what to do when the conversation outgrows it.
     context: ContextPolicy = field(default_factory=ContextPolicy)
+    #: Hears the turn as it is written (a chat showing its reply as it grows): its model
+    #: calls stream. None: they do not (sub-agent runs, announces, chats that do not show).
+    listener: TurnListener | None = None
 
 
 def build_request(

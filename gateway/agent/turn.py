@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from gateway.agent.compaction import bound_tool_results, compact_after_refusal, cut_result, fit
 from gateway.agent.context_window import PromptMeter
-from gateway.agent.setup import TranscriptSink, TurnSetup, TurnStream, build_request
+from gateway.agent.setup import TranscriptSink, TurnSetup, build_request
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.llm import ChatMessage, ModelReply, ToolCall, Usage
 from gateway.providers import ContextWindowExceededError
@@ -100,13 +100,12 @@ async def call_model(
     history: list[ChatMessage],
     sink: TranscriptSink,
     meter: PromptMeter | None = None,
-    stream: TurnStream | None = None,
 ) -> ModelReply:
     """One model call on ``history`` fitted to the context window; a refusal for length is
     compacted and retried once. The assistant message is recorded before any tool runs;
-    with ``stream`` the call streams and its text goes there as it arrives."""
+    with the setup's ``listener`` the call streams and its text goes there as it arrives."""
     meter = meter if meter is not None else PromptMeter()
-    on_text = stream.text if stream is not None else None
+    on_text = setup.listener.text if setup.listener is not None else None
     await fit(setup, registry, history, sink, meter)
     try:
         reply = await setup.provider.complete(
@@ -132,15 +131,14 @@ async def run_turn(
     sink: TranscriptSink,
     inbox: Inbox | None = None,
     meter: PromptMeter | None = None,
-    stream: TurnStream | None = None,
 ) -> TurnOutcome:
     """Loop model and tools on ``history`` (which ends with the new input) until done.
 
     ``history`` is changed in place: extended with every assistant and tool message and
     with what ``inbox`` gives before each model call, its long tool results cut, and
     compacted when it outgrows the context window. ``meter`` carries the last call's
-    reported prompt size over from the conversation's previous turn. ``stream`` hears the
-    turn as it is written (a chat showing the reply as it grows).
+    reported prompt size over from the conversation's previous turn. The setup's
+    ``listener`` hears the turn as it is written (a chat showing the reply as it grows).
     """
     meter = meter if meter is not None else PromptMeter()
     if bound_tool_results(history, setup.context.max_result_chars):
@@ -152,7 +150,7 @@ async def run_turn(
             for item in await inbox.take():
                 history.append(item.message)
                 await sink.message(item.message, meta=item.meta)
-        reply = await call_model(setup, registry, history, sink, meter, stream)
+        reply = await call_model(setup, registry, history, sink, meter)
         outcome.iterations += 1
         outcome.usage = outcome.usage + reply.usage
         if reply.text.strip():
@@ -163,8 +161,8 @@ async def run_turn(
             outcome.text = reply.text
             outcome.ended_by = "reply"
             return outcome
-        if stream is not None:
-            stream.tools([call.name for call in reply.tool_calls])
+        if setup.listener is not None:
+            setup.listener.tools([call.name for call in reply.tool_calls])
         ending = await run_tools(reply.tool_calls, setup, registry, history, sink)
         if ending is not None:
             outcome.submitted = ending.data

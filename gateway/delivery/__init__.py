@@ -1,8 +1,8 @@
-"""Delivery to chats: the durable announce outbox and plain replies."""
+"""Delivery to chats: the durable announce outbox, a chat turn's reply and plain replies."""
 
 from gateway.delivery.outbox import MAX_ATTEMPTS, UNCERTAIN, DeliveryListener, Outbox
 from gateway.delivery.replies import Replier, send_reply
-from gateway.delivery.streaming import StreamedReply, status_line
+from gateway.delivery.streaming import TurnReply, status_line
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -10,7 +10,7 @@ __all__ = [
     "DeliveryListener",
     "Outbox",
     "Replier",
-    "StreamedReply",
+    "TurnReply",
     "send_reply",
     "status_line",
 ]

@@ -1,16 +1,18 @@
 """Plain replies to a chat: not durable (a person is waiting), so a few quick tries only.
 
-Announces go through the durable :class:`gateway.delivery.outbox.Outbox`; a turn's reply, a
-command's answer and a "Stopped." notice go through :class:`Replier`, which resolves the
-origin's channel, retries transient failures with the shared backoff and logs what could
-not be delivered instead of raising into the turn that produced it.
+Announces go through the durable :class:`gateway.delivery.outbox.Outbox`; a chat turn's
+reply goes to the reply object the turn opened (:class:`gateway.delivery.TurnReply`); a
+command's answer, a "Stopped." notice and the answer of a turn with no message to reply to
+go through :class:`Replier`, which resolves the origin's channel. Both retry transient
+failures with the shared backoff (:func:`retried`) and log what could not be delivered
+instead of raising into the turn that produced it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from channels import Channel, ChannelSendError, OutboundKind, OutboundMessage, SentMessage
 from gateway.backoff import backoff
@@ -32,10 +34,21 @@ async def send_reply(
     base_delay: float = REPLY_BASE_DELAY,
 ) -> SentMessage:
     """Send a reply, retrying transient failures a few times; raises the last error."""
+    return await retried(lambda: channel.send(message), attempts=attempts, base_delay=base_delay)
+
+
+async def retried(
+    send: Callable[[], Awaitable[SentMessage]],
+    *,
+    attempts: int = REPLY_ATTEMPTS,
+    base_delay: float = REPLY_BASE_DELAY,
+) -> SentMessage:
+    """``send()``, called again after a transient failure a few times (a person is waiting:
+    never longer than :data:`REPLY_MAX_DELAY` between tries); raises the last error."""
     attempt = 1
     while True:
         try:
-            return await channel.send(message)
+            return await send()
         except ChannelSendError as exc:
             if not exc.retryable or attempt >= attempts:
                 raise
@@ -58,25 +71,17 @@ class Replier:
         origin: Origin,
         text: str,
         kind: OutboundKind = "reply",
-        *,
-        reply_to: str | None = None,
     ) -> bool:
-        """Send ``text`` to ``origin``'s chat and thread; False when it could not be sent.
-
-        ``reply_to`` (the recorded inbound message a turn's reply answers) marks the post
-        so that :meth:`delivered` can find it after a crash."""
+        """Send ``text`` to ``origin``'s chat and thread; False when it could not be sent."""
         channel = self._channels.get(origin.channel)
         if channel is None:
             logger.info("no channel for reply", extra={"channel": origin.channel})
             return False
-        message = _message(origin, text, kind, reply_to)
+        message = _message(origin, text, kind, None)
         try:
             await send_reply(channel, message)
         except ChannelSendError as exc:
-            logger.error(
-                "reply not delivered",
-                extra={"channel": origin.channel, "chat_id": origin.chat_id, "error": str(exc)},
-            )
+            not_delivered(message, exc)
             return False
         return True
 
@@ -103,6 +108,14 @@ class Replier:
                 extra={"channel": origin.channel, "detail": lookup.detail},
             )
         return lookup.outcome != "not_found"
+
+
+def not_delivered(message: OutboundMessage, exc: ChannelSendError) -> None:
+    """Log a reply that could not be delivered (the person sees no answer: an error)."""
+    logger.error(
+        "reply not delivered",
+        extra={"channel": message.channel, "chat_id": message.chat_id, "error": str(exc)},
+    )
 
 
 def _message(

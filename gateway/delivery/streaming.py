@@ -1,11 +1,11 @@
-"""What a chat shows while a turn is written: the model's text as it grows, and a status line
-while tools run.
+"""A chat turn's reply: what the chat shows while the turn is written, and its final text.
 
-One :class:`StreamedReply` per chat turn sits between the turn (which hears each model
-call's text and each round of tool calls) and the channel's :class:`channels.ReplyStream`.
-When a call ends in tool calls, its text gives way to one line naming the tools
-(``Using web_fetch…``) and the next call's text continues the same message below it; the
-final reply, sent whole afterwards, replaces it all.
+One :class:`TurnReply` per chat turn wraps the reply its channel opened
+(:meth:`channels.Channel.open_reply`). The turn holds it from start to end: its model calls
+hear it (:attr:`TurnReply.listener`, carried in the turn's setup) and the final text goes to
+it (:meth:`TurnReply.finish`). When a call ends in tool calls, its text gives way to one line
+naming the tools (``Using web_fetch…``) and the next call's text continues the same message
+below it; the final reply replaces it all.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from channels import ReplyStream
+from channels import ChannelSendError, Reply
+from gateway.delivery.replies import REPLY_ATTEMPTS, REPLY_BASE_DELAY, not_delivered, retried
 
 logger = logging.getLogger(__name__)
 
@@ -27,17 +28,31 @@ def status_line(tools: Sequence[str]) -> str:
     return f"Using {', '.join(names)}…"
 
 
-class StreamedReply:
-    """A turn's reply as the chat shows it while being written (see the module docstring).
-    Never raises into the turn: showing text is a courtesy, the final reply is the answer."""
+class TurnReply:
+    """A chat turn's reply (see the module docstring). Showing text never raises into the
+    turn: it is a courtesy, the final reply is the answer."""
 
-    def __init__(self, stream: ReplyStream) -> None:
-        self._stream = stream
+    def __init__(
+        self,
+        reply: Reply,
+        *,
+        attempts: int = REPLY_ATTEMPTS,
+        base_delay: float = REPLY_BASE_DELAY,
+    ) -> None:
+        self._reply = reply
+        self._attempts = attempts
+        self._base_delay = base_delay
         self._gap = False
         self.pieces = 0
 
     def __repr__(self) -> str:
-        return f"<StreamedReply pieces={self.pieces}>"
+        return f"<TurnReply {self._reply!r} pieces={self.pieces}>"
+
+    @property
+    def listener(self) -> TurnReply | None:
+        """What the turn's model calls feed as they write: this reply when its chat shows
+        text as it is written, else None (the calls need not stream)."""
+        return self if self._reply.streams else None
 
     def text(self, piece: str) -> None:
         """More of the current model call's text."""
@@ -48,7 +63,7 @@ class StreamedReply:
             self._gap = False
             piece = STATUS_GAP + piece.lstrip()
         try:
-            self._stream.append(piece)
+            self._reply.append(piece)
         except Exception:
             logger.exception("streamed text not shown")
 
@@ -56,16 +71,30 @@ class StreamedReply:
         """The model call ended in calls of ``names``: a status line replaces its text."""
         self._gap = True
         try:
-            self._stream.replace(status_line(names))
+            self._reply.replace(status_line(names))
         except Exception:
             logger.exception("tool status not shown")
 
     def keep(self) -> None:
         """The reply is in the chat already: closing takes nothing back."""
-        self._stream.keep()
+        self._reply.keep()
+
+    async def finish(self, text: str) -> bool:
+        """Deliver the final reply ``text``, trying again after transient failures; False
+        (logged) when it could not be delivered."""
+        try:
+            await retried(
+                lambda: self._reply.finish(text),
+                attempts=self._attempts,
+                base_delay=self._base_delay,
+            )
+        except ChannelSendError as exc:
+            not_delivered(self._reply.final, exc)
+            return False
+        return True
 
     async def close(self) -> None:
         try:
-            await self._stream.close()
+            await self._reply.close()
         except Exception:
-            logger.exception("streamed reply not closed")
+            logger.exception("reply not closed")

@@ -13,12 +13,12 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from channels import Channel, InboundMessage, OutboundKind, StreamedMessage
 from gateway.agent import Conversations
 from gateway.constants import SESSION_LOCK_LOST
-from gateway.delivery import Replier, StreamedReply
+from gateway.delivery import Replier, TurnReply
 from gateway.state import InboundTable, Origin, SessionRecord
 from lanes import JobHandle, Lane, LaneClosed, LaneFullError
 
@@ -40,9 +40,9 @@ STOP_REQUESTED = "stop requested"
 #: The transcript ``meta`` key of a user message: its row in ``inbound``.
 INBOUND_META = "inbound"
 
-#: A turn's work: given the streamed reply it may feed (None: the reply is posted whole),
-#: the text to answer with.
-Work = Callable[[StreamedReply | None], Awaitable[str | None]]
+#: A turn's work: given the reply the turn opened (None: a command's answer, or no chat to
+#: reply in), the text to answer with.
+Work = Callable[[TurnReply | None], Awaitable[str | None]]
 
 
 def origin_of(message: InboundMessage) -> Origin:
@@ -103,8 +103,12 @@ class ChatTurns:
         origin = origin_of(inbound) if inbound is not None else None
         meta = {INBOUND_META: inbound_id} if inbound_id is not None else None
 
-        def work(stream: StreamedReply | None) -> Awaitable[str | None]:
-            return self.run_turn(key, text, origin, meta, stream)
+        async def work(reply: TurnReply | None) -> str | None:
+            listener = reply.listener if reply is not None else None
+            result = await self._conversations.turn(
+                key, text, origin=origin, meta=meta, listener=listener
+            )
+            return result.text
 
         return self._submit(key, work, inbound, "reply", inbound_id, streamed)
 
@@ -121,8 +125,9 @@ class ChatTurns:
         :meth:`submit_turn`."""
         key, origin = session.key, origin_of(inbound)
 
-        async def work(stream: StreamedReply | None) -> str | None:
-            result = await self._conversations.resume(key, origin=origin, stream=stream)
+        async def work(reply: TurnReply | None) -> str | None:
+            listener = reply.listener if reply is not None else None
+            result = await self._conversations.resume(key, origin=origin, listener=listener)
             if (
                 result.recorded
                 and result.text is not None
@@ -130,8 +135,8 @@ class ChatTurns:
                     origin, result.text, inbound_id, inbound.received_at
                 )
             ):
-                if stream is not None:  # in the message it streamed: that stays
-                    stream.keep()
+                if reply is not None:  # in the message it streamed: that stays
+                    reply.keep()
                 return None  # the dead process posted it after writing it
             return result.text
 
@@ -216,64 +221,70 @@ class ChatTurns:
         inbound_id: str | None,
         streamed: StreamedMessage | None,
     ) -> None:
-        reply: str | None
-        reply_to: str | None = None
+        text: str | None
         channel = self._channels.get(inbound.channel) if inbound else None
-        stream: StreamedReply | None = None
+        reply: TurnReply | None = None
         try:
             async with self._main_lane.slot():
                 working = channel.working(inbound) if channel and inbound else None
                 async with working or contextlib.nullcontext():
                     try:
-                        stream = self._open_stream(channel, inbound, kind, inbound_id, streamed)
-                        reply = await work(stream)
-                        reply_to = inbound_id if kind == "reply" else None
+                        reply = self._open_reply(channel, inbound, kind, inbound_id, streamed)
+                        text = await work(reply)
                     except asyncio.CancelledError as stop:
                         if self._cut_off(stop, inbound_id):  # answered once resumed
-                            if stream is not None:
-                                await asyncio.shield(stream.close())
+                            if reply is not None:
+                                await asyncio.shield(reply.close())
                             raise
                         lost = SESSION_LOCK_LOST in stop.args
-                        text = LOCK_LOST_REPLY if lost else STOPPED_REPLY
+                        notice = LOCK_LOST_REPLY if lost else STOPPED_REPLY
                         if (origin := await self._reply_to(key, inbound)) is not None:
-                            await asyncio.shield(self._replier.reply(origin, text, "notice"))
-                        if stream is not None:
-                            await asyncio.shield(stream.close())
+                            await asyncio.shield(self._replier.reply(origin, notice, "notice"))
+                        if reply is not None:
+                            await asyncio.shield(reply.close())
                         raise
         except (LaneFullError, LaneClosed):
-            reply = BUSY_REPLY
+            text = BUSY_REPLY
         try:
-            if reply is not None and (origin := await self._reply_to(key, inbound)) is not None:
-                await self._replier.reply(origin, reply, kind, reply_to=reply_to)
+            if text is None:
+                pass
+            elif reply is not None:  # the reply this turn opened, and no other
+                await reply.finish(text)
+            elif (origin := await self._reply_to(key, inbound)) is not None:
+                await self._replier.reply(origin, text, kind)
         finally:
-            if stream is not None:  # after the final reply: it takes the stream's place
-                await stream.close()
+            if reply is not None:  # after the final text: it took the streamed text's place
+                await reply.close()
 
-    def _open_stream(
+    def _open_reply(
         self,
         channel: Channel | None,
         inbound: InboundMessage | None,
         kind: OutboundKind,
         inbound_id: str | None,
         streamed: StreamedMessage | None,
-    ) -> StreamedReply | None:
-        """The streamed reply of a chat turn, when its chat streams and ``agent.streaming``
-        is on, or when a run of it before a crash streamed (``streamed``: the turn goes on
-        in that message, streaming then whatever the setting); None for commands, turns
-        with no recorded message and chats that do not stream. What the stream posts is
-        recorded with the inbound message."""
-        if channel is None or inbound is None or inbound_id is None or kind != "reply":
+    ) -> TurnReply | None:
+        """The reply of a chat turn, opened in its chat (None for commands and where no
+        chat is): shown as it is written when its chat streams and ``agent.streaming`` is
+        on, or when a run of it before a crash streamed (``streamed``: the turn goes on in
+        that message, streaming then whatever the setting), and the turn has a recorded
+        message (what finds the reply after a crash). What it posts is recorded with the
+        inbound message."""
+        if channel is None or inbound is None or kind != "reply":
             return None
-        if not self._conversations.streaming and streamed is None:
-            return None
+        stream = inbound_id is not None and (
+            self._conversations.streaming or streamed is not None
+        )
         journal = self._journal
 
         async def record(shown: StreamedMessage) -> None:
-            if journal is not None:
+            if journal is not None and inbound_id is not None:
                 await journal.streamed(inbound_id, shown)
 
-        stream = channel.open_stream(inbound, inbound_id, earlier=streamed, record=record)
-        return StreamedReply(stream) if stream is not None else None
+        opened = channel.open_reply(
+            inbound, inbound_id, stream=stream, earlier=streamed, record=record
+        )
+        return TurnReply(opened)
 
     async def _reply_to(self, key: str, inbound: InboundMessage | None) -> Origin | None:
         """Where a turn's answer goes: the chat and thread of the message it answers (the
@@ -282,19 +293,6 @@ class ChatTurns:
             return origin_of(inbound)
         session = await self._store.get(key)
         return session.origin if session is not None else None
-
-    async def run_turn(
-        self,
-        key: str,
-        text: str,
-        origin: Origin | None = None,
-        meta: dict[str, Any] | None = None,
-        stream: StreamedReply | None = None,
-    ) -> str | None:
-        """One turn of session ``key``; the reply text to post (errors become a clear text),
-        or None when the turn yielded without a message."""
-        result = await self._conversations.turn(key, text, origin=origin, meta=meta, stream=stream)
-        return result.text
 
     def stop(self, key: str) -> int:
         """Cancel the session's queued and running turns; returns how many."""

@@ -1,15 +1,14 @@
 """Discord replies shown as they are written, against the fake's real REST routes: one
 message posted, edited at most once a second as it grows, continued past 2,000 characters,
-and made the final reply by the reply's own send (no second message)."""
+and made the final reply by the reply object the turn holds (no second message)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 from channels.discord.streams import EDIT_INTERVAL, DiscordStream
 from tests.channels.discord.conftest import GENERAL, MakeChannel
-from tests.channels.discord.test_channel import inbound_in, reply
+from tests.channels.discord.test_channel import inbound_in
 from tests.channels.recording import Recorded
 from tests.fakes.discord import FakeDiscord
 
@@ -24,7 +23,7 @@ async def test_one_message_grows_by_edits_then_becomes_the_final_reply(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     running = await make_channel()
-    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
+    stream = running.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True)
     assert isinstance(stream, DiscordStream)
 
     stream.append("Tea came")
@@ -37,8 +36,7 @@ async def test_one_message_grows_by_edits_then_becomes_the_final_reply(
     stream.replace("Using web_fetch…")
     await fake_discord.wait_until(lambda: contents(fake_discord) == ["Using web_fetch…"])
 
-    final = dataclasses.replace(reply("Tea came to Europe in the 1600s."), reply_to=RECORDED)
-    sent = await running.channel.send(final)
+    sent = await stream.finish("Tea came to Europe in the 1600s.")
     await stream.close()
 
     assert contents(fake_discord) == ["Tea came to Europe in the 1600s."]
@@ -54,16 +52,14 @@ async def test_text_past_2000_characters_continues_in_a_new_message(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     running = await make_channel()
-    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
-    assert stream is not None
+    stream = running.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True)
+    assert stream.streams
     line = "x" * 99 + "\n"
     stream.append(line * 25)  # 2,500 characters: two messages
     await fake_discord.wait_until(lambda: len(contents(fake_discord)) == 2)
 
     # The final reply is short: it fits the first message, the second one goes.
-    sent = await running.channel.send(
-        dataclasses.replace(reply("Short after all."), reply_to=RECORDED)
-    )
+    sent = await stream.finish("Short after all.")
     await stream.close()
 
     assert contents(fake_discord) == ["Short after all."]
@@ -71,31 +67,40 @@ async def test_text_past_2000_characters_continues_in_a_new_message(
     assert len(sent.message_ids) == 1
 
 
-async def test_a_reply_not_streamed_is_posted_as_before(
+async def test_a_reply_that_showed_nothing_is_posted_as_before(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     running = await make_channel()
-    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
-    assert stream is not None
-    await stream.close()  # the turn showed nothing (and is over)
+    stream = running.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True)
+    assert stream.streams
 
-    await running.channel.send(dataclasses.replace(reply("Whole."), reply_to=RECORDED))
+    await stream.finish("Whole.")  # the turn showed nothing before its reply
+    await stream.close()
 
     assert contents(fake_discord) == ["Whole."]
     assert fake_discord.edits == []
 
 
-async def test_streaming_off_opens_no_stream(make_channel: MakeChannel) -> None:
+async def test_streaming_off_opens_a_reply_posted_whole(
+    fake_discord: FakeDiscord, make_channel: MakeChannel
+) -> None:
     running = await make_channel(streaming="off")
-    assert running.channel.open_stream(inbound_in(GENERAL), RECORDED) is None
+    posted = running.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True)
+    assert not posted.streams
+    posted.append("not shown")
+    await posted.finish("Whole.")
+    await posted.close()
+
+    assert contents(fake_discord) == ["Whole."]
+    assert len(fake_discord.posted[GENERAL]) == 1
 
 
 async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     running = await make_channel()
-    stream = running.channel.open_stream(inbound_in(GENERAL), RECORDED)
-    assert stream is not None
+    stream = running.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True)
+    assert stream.streams
     stream.replace("Using sessions_spawn, sessions_yield…")
     await fake_discord.wait_until(lambda: len(contents(fake_discord)) == 1)
     await stream.close()  # the turn yielded with nothing to say
@@ -109,18 +114,17 @@ async def test_a_rerun_edits_the_message_recorded_at_its_first_post(
 ) -> None:
     fake_discord.nonce_window = 0.0  # the nonce finds nothing: only the record can
     first, recorded = await make_channel(), Recorded()
-    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
-    assert stream is not None
+    stream = first.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True, record=recorded)
+    assert stream.streams
     stream.append("Tea came")
     shown = await recorded.wait(1)
     assert shown.message_ids == (fake_discord.messages[GENERAL][0]["id"],)
     # The process dies here; the next one runs the turn again with what was recorded.
 
     second = await make_channel()
-    again = second.channel.open_stream(inbound_in(GENERAL), RECORDED, earlier=shown)
-    assert again is not None
-    final = dataclasses.replace(reply("Tea reached Europe."), reply_to=RECORDED)
-    sent = await second.channel.send(final)
+    again = second.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True, earlier=shown)
+    assert again.streams
+    sent = await again.finish("Tea reached Europe.")
     await again.close()
 
     assert contents(fake_discord) == ["Tea reached Europe."]
@@ -132,18 +136,18 @@ async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     first, recorded = await make_channel(), Recorded()
-    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
-    assert stream is not None
+    stream = first.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True, record=recorded)
+    assert stream.streams
     stream.append("Tea came")
     await recorded.wait(1)
     fake_discord.messages[GENERAL].clear()  # someone deleted it meanwhile
 
     second, again_recorded = await make_channel(), Recorded()
-    again = second.channel.open_stream(
-        inbound_in(GENERAL), RECORDED, earlier=recorded.shown[0], record=again_recorded
+    again = second.channel.open_reply(
+        inbound_in(GENERAL), RECORDED, stream=True, earlier=recorded.shown[0], record=again_recorded
     )
-    assert again is not None
-    await second.channel.send(dataclasses.replace(reply("Tea reached Europe."), reply_to=RECORDED))
+    assert again.streams
+    await again.finish("Tea reached Europe.")
     await again.close()
 
     assert contents(fake_discord) == ["Tea reached Europe."]
@@ -155,15 +159,15 @@ async def test_a_rerun_whose_reply_was_sent_before_the_crash_leaves_it(
     fake_discord: FakeDiscord, make_channel: MakeChannel
 ) -> None:
     first, recorded = await make_channel(), Recorded()
-    stream = first.channel.open_stream(inbound_in(GENERAL), RECORDED, record=recorded)
-    assert stream is not None
+    stream = first.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True, record=recorded)
+    assert stream.streams
     stream.append("Tea came to Europe.")
     shown = await recorded.wait(1)
     # The process sent the reply (this text), then died before the turn was over.
 
     second = await make_channel()
-    again = second.channel.open_stream(inbound_in(GENERAL), RECORDED, earlier=shown)
-    assert again is not None
+    again = second.channel.open_reply(inbound_in(GENERAL), RECORDED, stream=True, earlier=shown)
+    assert again.streams
     again.keep()  # the re-run found its reply in the chat
     await again.close()
 

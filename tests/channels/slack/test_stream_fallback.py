@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 from channels import ChannelSendError
-from channels.slack import SlackChannel
 from channels.slack.format import split_text, to_mrkdwn
 from channels.slack.streams import SlackStream
 from tests.channels.slack.conftest import MakeChannel
-from tests.channels.slack.test_streams import RECORDED, asked, bot_texts, final
+from tests.channels.slack.test_streams import RECORDED, asked, bot_texts
 from tests.fakes.slack import STREAM_TEXT_LIMIT, FakeSlack, stream_text
 
 #: Twenty words; the stream shows the first eighteen before Slack ends it.
@@ -22,17 +21,15 @@ REPLY = " ".join(WORDS)
 SHOWN = " ".join(WORDS[:18])
 
 
-async def streamed(
-    fake: FakeSlack, make_channel: MakeChannel, text: str
-) -> tuple[SlackChannel, SlackStream]:
-    """A channel and its native stream in a thread, showing ``text``."""
+async def streamed(fake: FakeSlack, make_channel: MakeChannel, text: str) -> SlackStream:
+    """A reply streamed natively in a thread, showing ``text``."""
     channel, _ = await make_channel()
-    stream = channel.open_stream(asked(), RECORDED)
+    stream = channel.open_reply(asked(), RECORDED, stream=True)
     assert isinstance(stream, SlackStream)
     assert stream.mode == "native"
     stream.append(text)
     await fake.wait_for(lambda: bot_texts(fake) == [text])
-    return channel, stream
+    return stream
 
 
 def posted(fake: FakeSlack) -> list[str]:
@@ -43,13 +40,13 @@ def posted(fake: FakeSlack) -> list[str]:
 async def test_a_refused_stop_updates_the_streamed_message_to_the_whole_reply(
     fake_slack: FakeSlack, make_channel: MakeChannel, how: str
 ) -> None:
-    channel, stream = await streamed(fake_slack, make_channel, SHOWN)
+    stream = await streamed(fake_slack, make_channel, SHOWN)
     if how == "ended":
         fake_slack.end_streams()  # Slack ended it: its stop is refused as not streaming
     else:
         fake_slack.fail("chat.stopStream", error="message_not_in_streaming_state")
 
-    sent = await channel.send(final(REPLY))
+    sent = await stream.finish(REPLY)
     await stream.close()
 
     assert [c.method for c in fake_slack.calls_to("chat.stopStream")] != []
@@ -61,14 +58,14 @@ async def test_a_refused_stop_updates_the_streamed_message_to_the_whole_reply(
 async def test_a_refused_append_goes_on_by_updates_of_the_same_message(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
-    channel, stream = await streamed(fake_slack, make_channel, " ".join(WORDS[:10]))
+    stream = await streamed(fake_slack, make_channel, " ".join(WORDS[:10]))
     fake_slack.end_streams()
 
     stream.append(" " + " ".join(WORDS[10:18]))
     # The refused append hands the message to updates: the text so far shows there.
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == [SHOWN])
     assert stream.mode == "edit"
-    sent = await channel.send(final(REPLY))
+    sent = await stream.finish(REPLY)
     await stream.close()
 
     assert bot_texts(fake_slack) == [REPLY]
@@ -80,14 +77,14 @@ async def test_a_refused_append_goes_on_by_updates_of_the_same_message(
 async def test_a_message_that_cannot_be_updated_gets_the_reply_posted_once(
     fake_slack: FakeSlack, make_channel: MakeChannel, how: str
 ) -> None:
-    channel, stream = await streamed(fake_slack, make_channel, SHOWN)
+    stream = await streamed(fake_slack, make_channel, SHOWN)
     fake_slack.end_streams()
     if how == "refused":
         fake_slack.fail("chat.update", error="cant_update_message")
     else:  # deleted in the chat meanwhile
         fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
 
-    sent = await channel.send(final(REPLY))
+    sent = await stream.finish(REPLY)
     await stream.close()
 
     assert bot_texts(fake_slack) == [REPLY]  # the half-written message is gone
@@ -99,7 +96,7 @@ async def test_a_piece_past_slacks_limit_is_appended_in_parts_and_later_ones_sti
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
     long = " ".join(f"w{n:05d}" for n in range(4_200))  # about 29,000 characters
-    channel, stream = await streamed(fake_slack, make_channel, "Tea came")
+    stream = await streamed(fake_slack, make_channel, "Tea came")
 
     stream.append(" " + long)
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == [f"Tea came {long}"])
@@ -109,7 +106,7 @@ async def test_a_piece_past_slacks_limit_is_appended_in_parts_and_later_ones_sti
     calls = fake_slack.calls_to("chat.appendStream") + fake_slack.calls_to("chat.startStream")
     assert max(len(stream_text(call.args)) for call in calls) <= STREAM_TEXT_LIMIT
     reply = f"Tea came {long} The end."
-    sent = await channel.send(final(reply))
+    sent = await stream.finish(reply)
     await stream.close()
 
     parts = split_text(to_mrkdwn(reply))
@@ -121,16 +118,16 @@ async def test_a_piece_past_slacks_limit_is_appended_in_parts_and_later_ones_sti
 async def test_a_long_reply_cut_off_part_way_is_finished_once_when_sent_again(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
-    channel, stream = await streamed(fake_slack, make_channel, "Tea came")
+    stream = await streamed(fake_slack, make_channel, "Tea came")
     reply = "\n".join(f"Line {n} about tea and its long way to Europe." for n in range(200))
     parts = split_text(to_mrkdwn(reply))
     assert len(parts) >= 3
     fake_slack.fail("chat.postMessage", status=503, after=1)  # the third part fails once
 
     with pytest.raises(ChannelSendError) as failed:
-        await channel.send(final(reply))
+        await stream.finish(reply)
     assert failed.value.retryable
-    sent = await channel.send(final(reply))  # as the replier tries again
+    sent = await stream.finish(reply)  # as the turn tries again
     await stream.close()
 
     assert bot_texts(fake_slack) == parts

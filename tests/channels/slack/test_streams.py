@@ -1,15 +1,14 @@
 """Slack replies shown as they are written, against the fake's real Web API methods:
 native streaming in threads (``chat.startStream``/``appendStream``/``stopStream``), edits
 where Slack refuses it (``auto``) and outside threads, at most one update a second, and the
-final reply made from the streamed message (no second one)."""
+final reply made from the streamed message (no second one), by the reply object the turn holds."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 from channels import StreamedMessage
-from channels.base import InboundMessage, OutboundMessage
+from channels.base import InboundMessage
 from channels.slack.streams import UPDATE_INTERVAL, SlackStream
 from tests.channels.recording import Recorded
 from tests.channels.slack.conftest import MakeChannel
@@ -31,17 +30,6 @@ def asked(channel: str = "C1", thread: str | None = THREAD) -> InboundMessage:
     )
 
 
-def final(text: str, channel: str = "C1", thread: str | None = THREAD) -> OutboundMessage:
-    return OutboundMessage(
-        channel="slack",
-        account="T0FAKE",
-        chat_id=channel,
-        thread_id=thread,
-        text=text,
-        reply_to=RECORDED,
-    )
-
-
 def bot_texts(fake: FakeSlack, channel: str = "C1") -> list[str]:
     return [str(m["text"]) for m in fake.history.get(channel, []) if m.get("bot_id")]
 
@@ -55,7 +43,7 @@ async def test_native_stream_in_a_thread_then_the_final_reply(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
     channel, _ = await make_channel()
-    stream = channel.open_stream(asked(), RECORDED)
+    stream = channel.open_reply(asked(), RECORDED, stream=True)
     assert isinstance(stream, SlackStream)
     assert stream.mode == "native"
 
@@ -63,7 +51,7 @@ async def test_native_stream_in_a_thread_then_the_final_reply(
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Tea came"])
     stream.append(" to Europe.")
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Tea came to Europe."])
-    sent = await channel.send(final("Tea came to Europe."))
+    sent = await stream.finish("Tea came to Europe.")
     await stream.close()
 
     starts = [c for c in fake_slack.calls if c.method == "chat.startStream"]
@@ -85,7 +73,7 @@ async def test_auto_falls_back_to_edits_when_slack_refuses_native(
 ) -> None:
     fake_slack.refuse_streaming = "unknown_method"
     channel, _ = await make_channel()
-    stream = channel.open_stream(asked(), RECORDED)
+    stream = channel.open_reply(asked(), RECORDED, stream=True)
     assert isinstance(stream, SlackStream)
 
     stream.append("Using web_fetch…")
@@ -93,14 +81,14 @@ async def test_auto_falls_back_to_edits_when_slack_refuses_native(
     assert stream.mode == "edit"
     stream.replace("The answer, longer")
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["The answer, longer"])
-    await channel.send(final("The answer."))
+    await stream.finish("The answer.")
     await stream.close()
 
     assert bot_texts(fake_slack) == ["The answer."]
     assert len([c for c in fake_slack.calls if c.method == "chat.postMessage"]) == 1
     assert spaced(fake_slack)
     # Refused once: the next reply goes straight to edits.
-    again = channel.open_stream(asked(), "inbound-row-8")
+    again = channel.open_reply(asked(), "inbound-row-8", stream=True)
     assert isinstance(again, SlackStream)
     assert again.mode == "edit"
     await again.close()
@@ -110,9 +98,9 @@ async def test_native_setting_outside_a_thread_posts_whole(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
     channel, _ = await make_channel(streaming="native")
-    assert channel.open_stream(asked(thread=None), RECORDED) is None
+    assert not channel.open_reply(asked(thread=None), RECORDED, stream=True).streams
     edit, _ = await make_channel(streaming="edit")
-    stream = edit.open_stream(asked(thread=None), RECORDED)
+    stream = edit.open_reply(asked(thread=None), RECORDED, stream=True)
     assert isinstance(stream, SlackStream)
     assert stream.mode == "edit"
     await stream.close()
@@ -122,25 +110,37 @@ async def test_a_turn_that_showed_nothing_posts_its_reply_as_usual(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
     channel, _ = await make_channel()
-    stream = channel.open_stream(asked(), RECORDED)
-    assert stream is not None
-    sent = await channel.send(dataclasses.replace(final("Whole.")))
+    stream = channel.open_reply(asked(), RECORDED, stream=True)
+    assert stream.streams
+    sent = await stream.finish("Whole.")
     await stream.close()
     assert bot_texts(fake_slack) == ["Whole."]
     assert len(sent.message_ids) == 1
 
 
-async def test_streaming_off(make_channel: MakeChannel) -> None:
+async def test_streaming_off_posts_the_reply_whole(
+    fake_slack: FakeSlack, make_channel: MakeChannel
+) -> None:
     channel, _ = await make_channel(streaming="off")
-    assert channel.open_stream(asked(), RECORDED) is None
+    posted = channel.open_reply(asked(), RECORDED, stream=True)
+    assert not posted.streams
+    posted.append("not shown")
+    sent = await posted.finish("Whole.")
+    await posted.close()
+
+    assert bot_texts(fake_slack) == ["Whole."]
+    assert [c.method for c in fake_slack.calls if c.method.startswith("chat.")] == [
+        "chat.postMessage"
+    ]
+    assert len(sent.message_ids) == 1
 
 
 async def test_a_turn_ended_without_a_reply_takes_back_what_it_showed(
     fake_slack: FakeSlack, make_channel: MakeChannel
 ) -> None:
     channel, _ = await make_channel(streaming="edit")
-    stream = channel.open_stream(asked(), RECORDED)
-    assert stream is not None
+    stream = channel.open_reply(asked(), RECORDED, stream=True)
+    assert stream.streams
     stream.replace("Using sessions_spawn…")
     await fake_slack.wait_for(lambda: bot_texts(fake_slack) == ["Using sessions_spawn…"])
     await stream.close()
@@ -154,7 +154,7 @@ async def test_a_rerun_edits_the_native_stream_recorded_at_its_first_post(
 ) -> None:
     first, _ = await make_channel()
     recorded = Recorded()
-    stream = first.open_stream(asked(), RECORDED, record=recorded)
+    stream = first.open_reply(asked(), RECORDED, stream=True, record=recorded)
     assert isinstance(stream, SlackStream)
     stream.append("Tea came")
     shown = await recorded.wait(1)
@@ -163,9 +163,9 @@ async def test_a_rerun_edits_the_native_stream_recorded_at_its_first_post(
     # again with what was recorded.
 
     second, _ = await make_channel()
-    again = second.open_stream(asked(), RECORDED, earlier=shown)
+    again = second.open_reply(asked(), RECORDED, stream=True, earlier=shown)
     assert isinstance(again, SlackStream)
-    sent = await second.send(final("Tea reached Europe."))
+    sent = await again.finish("Tea reached Europe.")
     await again.close()
 
     assert bot_texts(fake_slack) == ["Tea reached Europe."]
@@ -181,8 +181,8 @@ async def streamed_then_deleted(
     """What a first run's edited stream recorded, its message deleted in the chat since."""
     first, _ = await make_channel(streaming="edit")
     recorded = Recorded()
-    stream = first.open_stream(asked(), RECORDED, record=recorded)
-    assert stream is not None
+    stream = first.open_reply(asked(), RECORDED, stream=True, record=recorded)
+    assert stream.streams
     stream.append("Tea came")
     shown = await recorded.wait(1)
     fake_slack.history["C1"] = [m for m in fake_slack.history["C1"] if not m.get("bot_id")]
@@ -196,11 +196,11 @@ async def test_a_rerun_whose_message_was_deleted_posts_a_new_one(
 
     second, _ = await make_channel(streaming="edit")
     again_recorded = Recorded()
-    again = second.open_stream(asked(), RECORDED, earlier=shown, record=again_recorded)
-    assert again is not None
+    again = second.open_reply(asked(), RECORDED, stream=True, earlier=shown, record=again_recorded)
+    assert again.streams
     again.append("Tea reached")
     new = await again_recorded.wait(1)
-    sent = await second.send(final("Tea reached Europe."))
+    sent = await again.finish("Tea reached Europe.")
     await again.close()
 
     assert bot_texts(fake_slack) == ["Tea reached Europe."]
@@ -214,9 +214,9 @@ async def test_a_rerun_that_shows_nothing_still_makes_the_recorded_message_its_r
     shown = await streamed_then_deleted(fake_slack, make_channel)
 
     second, _ = await make_channel(streaming="edit")
-    again = second.open_stream(asked(), RECORDED, earlier=shown)
-    assert again is not None
-    await second.send(final("Tea reached Europe."))  # the reply the transcript held
+    again = second.open_reply(asked(), RECORDED, stream=True, earlier=shown)
+    assert again.streams
+    await again.finish("Tea reached Europe.")  # the reply the transcript held
     await again.close()
 
     assert bot_texts(fake_slack) == ["Tea reached Europe."]

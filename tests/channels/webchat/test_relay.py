@@ -6,7 +6,6 @@ message twice."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +20,7 @@ from channels.webchat import WebchatChannel, WebchatConfig
 from channels.webchat.relay import ChangeHandler, DeltaHandler, RelayedDelta
 from channels.webchat.streams import RELAY_INTERVAL, WebchatStream
 from tests.channels.webchat.conftest import AiohttpClient, Inbox, Page
-from tests.channels.webchat.test_streams import RECORDED, final, text_of
+from tests.channels.webchat.test_streams import RECORDED, text_of
 
 CLIENT = "alice"
 
@@ -137,7 +136,7 @@ async def test_a_reply_written_on_the_other_replica_grows_on_the_page_then_ends(
     aiohttp_client: AiohttpClient, tmp_path: Path, bus: Bus
 ) -> None:
     async with replicas(aiohttp_client, tmp_path, bus, 2) as (page, (_, there)):
-        stream = there.open_stream(asked(), RECORDED)
+        stream = there.open_reply(asked(), RECORDED, stream=True)
         assert isinstance(stream, WebchatStream)
         for word in ("Tea ", "came ", "to ", "Europe."):
             stream.append(word)
@@ -146,7 +145,7 @@ async def test_a_reply_written_on_the_other_replica_grows_on_the_page_then_ends(
         stream.replace("Using web_fetch…")
         assert await text_of(page, stream.turn_id, "Using web_fetch…") == "Using web_fetch…"
 
-        sent = await there.send(dataclasses.replace(final("Tea came to Europe."), chat_id=CLIENT))
+        sent = await stream.finish("Tea came to Europe.")
         message = await page.next_of("message")
         assert (message["id"], message["text"]) == (sent.message_ids[0], "Tea came to Europe.")
         await stream.close()

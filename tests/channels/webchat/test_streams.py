@@ -26,7 +26,7 @@ def final(text: str) -> OutboundMessage:
 
 
 def opened(webchat: Webchat, chat_id: str = ALICE) -> WebchatStream:
-    stream = webchat.channel.open_stream(inbound(chat_id), RECORDED)
+    stream = webchat.channel.open_reply(inbound(chat_id), RECORDED, stream=True)
     assert isinstance(stream, WebchatStream)
     return stream
 
@@ -53,7 +53,7 @@ async def test_pieces_reach_the_page_then_the_final_reply_carries_the_turn_id(
     stream.append("ld.")
     assert await text_of(page, stream.turn_id, "Hello, world.") == "Hello, world."
 
-    sent = await webchat.channel.send(final("Hello, world."))
+    sent = await stream.finish("Hello, world.")
     assert sent.message_ids == (stream.turn_id,)
     message = await page.next_of("message")
     assert (message["id"], message["text"]) == (stream.turn_id, "Hello, world.")
@@ -108,4 +108,4 @@ async def test_a_page_opened_mid_turn_gets_the_text_so_far(webchat: Webchat) -> 
 
 
 async def test_no_stream_for_an_invalid_chat_id(webchat: Webchat) -> None:
-    assert webchat.channel.open_stream(inbound("a/b"), RECORDED) is None
+    assert not webchat.channel.open_reply(inbound("a/b"), RECORDED, stream=True).streams

@@ -148,8 +148,8 @@ async def test_a_reply_written_on_one_replica_grows_on_a_page_held_by_the_other(
         await until(lambda: backends("b", "listen") == 1 or None)
         page = await page_on(b, CLIENT)
         asked = InboundMessage("webchat", "local", CLIENT, None, CLIENT, "tea?")
-        stream = a.channel("webchat").open_stream(asked, "inbound-row-1")
-        assert stream is not None
+        stream = a.channel("webchat").open_reply(asked, "inbound-row-1", stream=True)
+        assert stream.streams
         stream.append("Tea came")
         first = await page.next_of("delta")
         stream.append(" to Europe.")
@@ -158,10 +158,7 @@ async def test_a_reply_written_on_one_replica_grows_on_a_page_held_by_the_other(
             frame = await page.next_of("delta")
             assert frame["turnId"] == first["turnId"]
             shown = frame["text"] if frame.get("reset") else shown + frame["text"]
-        reply = OutboundMessage(
-            "webchat", "local", CLIENT, None, "Tea came to Europe.", reply_to="inbound-row-1"
-        )
-        await a.channel("webchat").send(reply)
+        await stream.finish("Tea came to Europe.")
         message = await page.next_of("message")
         assert (message["id"], message["text"]) == (first["turnId"], "Tea came to Europe.")
         await stream.close()

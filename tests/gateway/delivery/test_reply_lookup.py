@@ -1,9 +1,10 @@
 """A turn's reply posted just before a crash is found in the chat by the next process.
 
-The reply to a recorded message carries that message's id (Slack metadata, a Discord nonce
-and its content, a web chat message id), so :meth:`Replier.delivered` in a new process,
-with a fresh channel that remembers nothing, can tell whether it is there before the reply
-is posted again. The real channels run against the wire fakes.
+The reply to a recorded message (here posted whole by the reply object a turn opens)
+carries that message's id (Slack metadata, a Discord nonce and its content, a web chat
+message id), so :meth:`Replier.delivered` in a new process, with a fresh channel that
+remembers nothing, can tell whether it is there before the reply is posted again. The real
+channels run against the wire fakes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from channels import Channel
+from channels import Channel, InboundMessage
 from gateway.delivery import Replier
 from gateway.state import Origin
 from tests.fakes.discord import FakeDiscord
@@ -37,7 +38,10 @@ async def reply_then_look(
     """Post the reply to message ``in-1`` with ``first``; ask with ``second`` (a new process)
     whether the replies to ``in-1``, ``in-2`` and an untraced copy are in the chat."""
     since = time.time()
-    assert await Replier({name: first}).reply(origin, ANSWER, reply_to="in-1")
+    asked = InboundMessage(
+        origin.channel, origin.account, origin.chat_id, origin.thread_id, "u1", "?"
+    )
+    await first.open_reply(asked, "in-1").finish(ANSWER)
     asking = Replier({name: second})
     return (
         await asking.delivered(origin, ANSWER, "in-1", since),
