@@ -246,11 +246,9 @@ class ChatTurns:
         except (LaneFullError, LaneClosed):
             text = BUSY_REPLY
         try:
-            if text is None:
-                pass
-            elif reply is not None:  # the reply this turn opened, and no other
+            if text is not None and reply is not None:  # the reply this turn opened, no other
                 await reply.finish(text)
-            elif (origin := await self._reply_to(key, inbound)) is not None:
+            elif text is not None and (origin := await self._reply_to(key, inbound)) is not None:
                 await self._replier.reply(origin, text, kind)
         finally:
             if reply is not None:  # after the final text: it took the streamed text's place
@@ -272,9 +270,7 @@ class ChatTurns:
         inbound message."""
         if channel is None or inbound is None or kind != "reply":
             return None
-        stream = inbound_id is not None and (
-            self._conversations.streaming or streamed is not None
-        )
+        stream = inbound_id is not None and (self._conversations.streaming or streamed is not None)
         journal = self._journal
 
         async def record(shown: StreamedMessage) -> None:

@@ -1,4 +1,4 @@
-"""What a streamed reply said it posted (the ``record`` callback of ``open_stream``), for
+"""What a streamed reply said it posted (the ``record`` callback of ``open_reply``), for
 the channels' tests of a turn run again after a crash."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ async def test_refused_credentials_are_raised_not_retried(fake_slack: FakeSlack)
 
 
 def test_every_method_of_the_channel_interface_is_passed_through() -> None:
-    """A method the interface gains (streaming's ``open_stream``, say) must reach the
+    """A method the interface gains (the reply's ``stream_reply``, say) must reach the
     wrapped channel: inherited from :class:`Channel`, it would silently answer its default
     (no stream) for every Slack and Discord reply."""
     from channels.base import Channel

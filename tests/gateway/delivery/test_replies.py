@@ -1,5 +1,5 @@
-"""Plain replies: a few quick tries for transient failures, then a logged give-up that never
-raises into the turn that produced the reply."""
+"""Plain replies and a turn's reply posted whole: a few quick tries for transient failures,
+then a logged give-up that never raises into the turn that produced the reply."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from channels import ChannelSendError, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway.delivery import Replier, send_reply
+from gateway.delivery import Replier, TurnReply, send_reply
 from gateway.state import Origin
 
 #: Test timing: retries are quick (the backoff itself is tested in test_backoff).
@@ -97,3 +97,35 @@ async def test_replier_without_the_origins_channel_sends_nothing() -> None:
     elsewhere = Origin(channel="slack", account="T1", chat_id="C1")
     assert await replier.reply(elsewhere, "hello") is False
     assert channel.sent == []
+
+
+async def test_a_turns_reply_on_a_chat_that_does_not_stream_is_posted_whole_once() -> None:
+    """The memory chat shows nothing as it is written: the turn's reply has no listener
+    (its model calls need not stream) and its final text is posted whole, with the recorded
+    message it answers, a transient failure tried again."""
+    channel = CountingChannel()
+    asked = channel.inbound("tea?", chat_id="c9", thread_id="t1")
+    reply = TurnReply(channel.open_reply(asked, "inbound-row-3", stream=True), base_delay=QUICK)
+    assert reply.listener is None
+    reply.text("shown nowhere")
+    channel.fail_next([ChannelSendError("HTTP 502", retryable=True)])
+
+    assert await reply.finish("the answer")
+    await reply.close()
+
+    [sent] = channel.sent
+    assert (sent.chat_id, sent.thread_id, sent.text) == ("c9", "t1", "the answer")
+    assert (sent.kind, sent.reply_to) == ("reply", "inbound-row-3")
+    assert channel.tries == 2
+
+
+async def test_a_turns_reply_that_cannot_be_delivered_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    channel = MemoryChannel()
+    channel.vanished.add("c9")
+    reply = TurnReply(channel.open_reply(channel.inbound("tea?", chat_id="c9")))
+    with caplog.at_level(logging.ERROR, logger="gateway.delivery.replies"):
+        assert await reply.finish("lost") is False
+    assert [r.getMessage() for r in caplog.records] == ["reply not delivered"]
+    assert caplog.records[0].__dict__["chat_id"] == "c9"
