@@ -21,7 +21,7 @@ from tests.gateway.daemon_process import (
     write_config,
 )
 from tests.gateway.harness import hang_guard
-from tests.gateway.schedules.test_kill9 import rows, settled_on
+from tests.gateway.schedules.test_kill9 import WITHDRAWN_SQL, rows, settled_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -113,7 +113,14 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
             " ORDER BY job_id, occurrence_at",
         )
         runs = await rows(
-            db, "SELECT run_id, job_id, occurrence_at, status FROM runs WHERE job_id IS NOT NULL"
+            db,
+            "SELECT r.run_id, r.job_id, r.occurrence_at, r.status FROM runs r"
+            " WHERE r.job_id IS NOT NULL AND NOT " + WITHDRAWN_SQL,
+        )
+        withdrawn = await rows(
+            db,
+            "SELECT r.run_id, r.job_id, r.occurrence_at FROM runs r"
+            " WHERE r.job_id IS NOT NULL AND " + WITHDRAWN_SQL,
         )
         outbox = await rows(db, "SELECT run_id, state FROM outbox WHERE run_id IS NOT NULL")
     finally:
@@ -127,7 +134,8 @@ async def test_two_replicas_run_each_occurrence_once(tmp_path: Path, pg_url: str
     ran: dict[tuple[Any, Any], Any] = {
         (o["job_id"], o["occurrence_at"]): o["run_id"] for o in occurrences if o["outcome"] == "ran"
     }
-    assert {(r["job_id"], r["occurrence_at"]): r["run_id"] for r in runs} == ran
+    assert {(r["job_id"], r["occurrence_at"]): r["run_id"] for r in runs + withdrawn} == ran
     assert {r["status"] for r in runs} == {"done"}
+    # Runs the pause withdrew while still queued never start and post nothing.
     assert sorted(o["run_id"] for o in outbox) == sorted(r["run_id"] for r in runs)
     assert {o["state"] for o in outbox} == {"delivered"}
