@@ -13,14 +13,15 @@ import pytest
 from gateway.state import (
     ReadOnlyStateError,
     SchemaError,
+    SqliteStateDB,
     StateClosedError,
     StateDB,
     StateMissingError,
-    pgschema,
 )
-from gateway.state import db as db_module
 from gateway.state.connection import Connection
+from gateway.state.postgres import schema as pgschema
 from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.sqlite import schema as db_module
 from tests.gateway.state.conftest import StateTarget
 
 Opener = Callable[..., Awaitable[StateDB]]
@@ -31,7 +32,7 @@ async def open_db() -> AsyncIterator[Opener]:
     opened: list[StateDB] = []
 
     async def opener(path: Path, *, readonly: bool = False) -> StateDB:
-        db = await StateDB.open(path, readonly=readonly)
+        db = await SqliteStateDB.open(path, readonly=readonly)
         opened.append(db)
         return db
 
@@ -127,7 +128,7 @@ async def test_read_only_sees_writes_of_a_running_writer(state_target: StateTarg
 
 async def test_read_only_open_never_creates_a_database(tmp_path: Path) -> None:
     with pytest.raises(StateMissingError):
-        await StateDB.open(tmp_path / "absent" / "herald.db", readonly=True)
+        await SqliteStateDB.open(tmp_path / "absent" / "herald.db", readonly=True)
     assert not (tmp_path / "absent").exists()
 
 

@@ -9,7 +9,7 @@ uniqueness compare bytes as SQLite's ``BINARY`` collation does and never depend 
 server's locale; index columns are ``NULLS FIRST``, SQLite's order for an ascending key, so an
 index serves the same ``ORDER BY`` on both. SQLite's ``WITHOUT ROWID`` means nothing here and
 is left out. Version 7 (:data:`JOB_QUEUE_SCHEMA`) is procrastinate's schema, applied by
-:mod:`gateway.state.pgschema`.
+:mod:`gateway.state.postgres.schema`.
 
 Never edit a released migration: append a new one here and in ``gateway.state.schema`` (a
 test checks both have as many versions and the same tables and columns).

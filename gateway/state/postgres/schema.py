@@ -1,4 +1,4 @@
-"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.pgmigrations`
+"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.postgres.migrations`
 (PostgreSQL's twins of :mod:`gateway.state.schema`'s), applied under an advisory lock.
 
 Replicas may start together: each takes the same session-level advisory lock before it
@@ -14,8 +14,8 @@ import time
 from typing import Final
 
 from gateway.state.errors import SchemaError, StateError, StateUnavailableError
-from gateway.state.pgconn import PgConnection
-from gateway.state.pgmigrations import MIGRATIONS
+from gateway.state.postgres.connection import PgConnection
+from gateway.state.postgres.migrations import MIGRATIONS
 from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,17 @@ def current_version(conn: PgConnection) -> int:
         return 0
     rows = conn.execute_native("SELECT MAX(version) FROM schema_version")
     return int(rows[0][0] or 0)
+
+
+def check_current(conn: PgConnection, location: str) -> int:
+    """The schema version, which must be this code's (a read-only open migrates nothing)."""
+    version = current_version(conn)
+    if version != LATEST_VERSION:
+        raise SchemaError(
+            f"{location} has schema version {version}; this Herald reads "
+            f"version {LATEST_VERSION} (start the daemon once to migrate)"
+        )
+    return version
 
 
 def migrate(conn: PgConnection, location: str) -> int:
