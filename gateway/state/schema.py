@@ -1,8 +1,13 @@
 """Schema migrations of the state database, in order; version N is ``MIGRATIONS[N - 1]``.
 
-Each migration is a tuple of single SQL statements, applied with its ``schema_version`` row
-in one transaction (SQLite DDL is transactional), so a failed migration leaves the previous
-version intact. Never edit a released migration: append a new one.
+This is the one migration source of both backends. Each migration is a tuple of single SQL
+statements, written once in SQLite's words; SQLite runs them as written
+(:mod:`gateway.state.sqlite.schema`), PostgreSQL as translated by a few fixed rules (types,
+collation, index order: :mod:`gateway.state.postgres.migrations`). A step one database does
+differently is a marker each backend's runner knows (:data:`JOB_QUEUE_SCHEMA`). Each
+migration is applied with its ``schema_version`` row in one transaction (both databases'
+DDL is transactional), so a failed migration leaves the previous version intact. Never edit
+a released migration: append a new one (a test holds versions 1-15 to their released text).
 
 Timestamps are epoch seconds (REAL). ``sessions`` is the index of every session; a session
 is archived when ``archived_at`` is set and keeps its row (usage stays queryable).

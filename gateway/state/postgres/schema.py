@@ -1,5 +1,6 @@
-"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.postgres.migrations`
-(PostgreSQL's twins of :mod:`gateway.state.schema`'s), applied under an advisory lock.
+"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.schema`, in
+PostgreSQL's words (:func:`gateway.state.postgres.migrations.postgresql`), applied under an
+advisory lock.
 
 Replicas may start together: each takes the same session-level advisory lock before it
 reads the schema version, so exactly one applies a missing version and the others, once
@@ -15,8 +16,8 @@ from typing import Final
 
 from gateway.state.errors import SchemaError, StateError, StateUnavailableError
 from gateway.state.postgres.connection import PgConnection
-from gateway.state.postgres.migrations import MIGRATIONS
-from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION
+from gateway.state.postgres.migrations import postgresql
+from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, MIGRATIONS
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def _apply(conn: PgConnection, location: str, version: int) -> None:
             if statement == JOB_QUEUE_SCHEMA:
                 _apply_job_queue_schema(conn)
                 continue
-            conn.execute_native(statement)
+            conn.execute_native(postgresql(statement))
         conn.execute_native(
             "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
             [version, time.time()],
