@@ -17,7 +17,7 @@ from typing import Final
 from gateway.state.errors import SchemaError, StateError, StateUnavailableError
 from gateway.state.postgres.connection import PgConnection
 from gateway.state.postgres.migrations import postgresql
-from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, MIGRATIONS
+from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, migrations
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def migrate(conn: PgConnection, location: str) -> int:
 def _apply(conn: PgConnection, location: str, version: int) -> None:
     conn.execute_native("BEGIN")
     try:
-        for statement in MIGRATIONS[version - 1]:
+        for statement in migrations()[version - 1]:
             if statement == JOB_QUEUE_SCHEMA:
                 _apply_job_queue_schema(conn)
                 continue

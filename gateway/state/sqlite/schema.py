@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from gateway.state.errors import SchemaError
-from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.schema import LATEST_VERSION, migrations
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
     for version in range(current + 1, LATEST_VERSION + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[version - 1]:
+            for statement in migrations()[version - 1]:
                 conn.execute(statement)
             conn.execute(
                 "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",

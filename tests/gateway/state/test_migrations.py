@@ -19,7 +19,7 @@ import pytest
 from gateway.state import StateDB
 from gateway.state.connection import Connection
 from gateway.state.postgres.migrations import postgresql
-from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.schema import FEATURE_SCHEMAS, LATEST_VERSION, STATE_MIGRATIONS, migrations
 from tests import postgres
 from tests.gateway.state.conftest import StateTarget
 from tests.gateway.state.legacy import postgres_v15, sqlite_v15
@@ -32,11 +32,11 @@ def _words(sql: str) -> str:
 
 
 def test_released_migrations_are_unchanged_on_sqlite() -> None:
-    assert MIGRATIONS[:RELEASED] == sqlite_v15.MIGRATIONS
+    assert migrations()[:RELEASED] == sqlite_v15.MIGRATIONS
 
 
 def test_released_migrations_translate_to_their_postgresql_twins() -> None:
-    translated = [[_words(postgresql(s)) for s in version] for version in MIGRATIONS[:RELEASED]]
+    translated = [[_words(postgresql(s)) for s in version] for version in migrations()[:RELEASED]]
     assert translated == [[_words(s) for s in version] for version in postgres_v15.MIGRATIONS]
 
 
@@ -141,3 +141,28 @@ async def test_a_database_the_released_code_made_upgrades_to_a_fresh_ones_schema
     finally:
         for db in fresh.opened:
             await db.close()
+
+
+def test_the_schedules_own_their_tables_and_the_state_runs_them() -> None:
+    from gateway.schedules import schema as schedules_schema
+
+    assert schedules_schema.__name__ in FEATURE_SCHEMAS
+    assert not STATE_MIGRATIONS[13]  # version 14 is the schedules' alone
+    assert migrations()[13] == schedules_schema.MIGRATIONS[14]
+    state_sql = " ".join(" ".join(version) for version in STATE_MIGRATIONS)
+    assert "schedule_" not in state_sql
+
+
+def test_a_feature_version_the_state_does_not_have_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gateway.schedules import schema as schedules_schema
+
+    migrations.cache_clear()
+    monkeypatch.setattr(schedules_schema, "MIGRATIONS", {LATEST_VERSION + 1: ("SELECT 1",)})
+    try:
+        with pytest.raises(ValueError, match=r"gateway\.schedules\.schema\.MIGRATIONS: version"):
+            migrations()
+    finally:
+        monkeypatch.undo()
+        migrations.cache_clear()
