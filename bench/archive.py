@@ -24,7 +24,7 @@ from bench._common import format_table, row
 from gateway.archive import ArchiveScheduler
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionStore, archived_path, encode_line, header_record, sessions_dir
-from gateway.state import SessionRecord, StateDB
+from gateway.state import SessionRecord, SqliteStateDB
 from gateway.state.rows import SESSION_COLUMNS, session_to_columns
 
 SESSIONS = 10_000
@@ -76,7 +76,7 @@ async def _setup(state: Path) -> None:
         f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in SESSION_COLUMNS)})"
     )
-    db = await StateDB.open(state / STATE_DB_NAME)
+    db = await SqliteStateDB.open(state / STATE_DB_NAME)
     try:
         await db.write(lambda c: c.executemany(sql, [list(r.values()) for r in rows]))
     finally:
@@ -84,7 +84,7 @@ async def _setup(state: Path) -> None:
 
 
 async def _herald(state: Path) -> float:
-    db = await StateDB.open(state / STATE_DB_NAME)
+    db = await SqliteStateDB.open(state / STATE_DB_NAME)
     store = SessionStore(state, db)
     scheduler = ArchiveScheduler(store, archive_after_minutes=60)
     try:

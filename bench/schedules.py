@@ -29,7 +29,7 @@ from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import ChatScope
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.settings import HeraldSettings
-from gateway.state import RunRecord, SessionRecord, StateDB
+from gateway.state import RunRecord, SessionRecord, SqliteStateDB, StateDB
 from gateway.subagents.spawn import SpawnAccepted, SpawnRequest
 from gateway.tools import ToolContext
 
@@ -129,7 +129,7 @@ async def _herald(
 ) -> tuple[list[float], float, float, tuple[float, float]]:
     settle_memory()
     before = rss_bytes()
-    db = await StateDB.open(tmp / "herald.db")
+    db = await SqliteStateDB.open(tmp / "herald.db")
     try:
         await _insert_all(db, _jobs(jobs, time.time() + 2.0))
         spawner = RecordingSpawner(db)

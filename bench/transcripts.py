@@ -30,7 +30,7 @@ from typing import Any
 from bench._common import format_table, row
 from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.sessions import SessionKey, SessionStore, encode_line, message_record
-from gateway.state import SessionRecord, StateDB
+from gateway.state import SessionRecord, SqliteStateDB
 
 SESSIONS = 100
 PER_SESSION = 1000
@@ -65,7 +65,7 @@ def _messages() -> list[tuple[ChatMessage, str | None, Usage | None]]:
 
 
 async def _herald(state: Path, *, wait: bool) -> tuple[float, list[Path]]:
-    db = await StateDB.open(state / "herald.db")
+    db = await SqliteStateDB.open(state / "herald.db")
     store = SessionStore(state, db)
     try:
         records = [await store.ensure(SessionKey.webchat("main", f"c{n}")) for n in range(SESSIONS)]

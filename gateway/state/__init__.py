@@ -1,5 +1,12 @@
 """The state database (SQLite, WAL; or PostgreSQL with ``cluster.databaseUrl``): sessions
-index, sub-agent runs, announce outbox."""
+index, sub-agent runs, announce outbox.
+
+The modules here are the core both backends share — the interface (:class:`StateDB`), the
+tables, records, the run lifecycle and its transition table, errors, the migrations — and
+each backend is a package of its own: :mod:`gateway.state.sqlite`,
+:mod:`gateway.state.postgres` (imported only when a configuration names one).
+:func:`open_state` chooses between them.
+"""
 
 from gateway.state.backend import (
     SchemaStatus,
@@ -13,7 +20,7 @@ from gateway.state.batches import BatchesTable
 from gateway.state.claims import ClaimsTable
 from gateway.state.connection import Connection, Dialect
 from gateway.state.cursors import CursorTable
-from gateway.state.db import StateDB
+from gateway.state.database import StateDB
 from gateway.state.diskfull import SpaceMonitor, is_out_of_space
 from gateway.state.errors import (
     ChildLimitError,
@@ -63,6 +70,7 @@ from gateway.state.rows import (
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
+from gateway.state.sqlite import SqliteStateDB
 from gateway.state.steers import SteerRecord, SteersTable
 
 __all__ = [
@@ -108,6 +116,7 @@ __all__ = [
     "SessionsTable",
     "SpaceMonitor",
     "Spent",
+    "SqliteStateDB",
     "StateClosedError",
     "StateDB",
     "StateError",

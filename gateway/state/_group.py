@@ -1,8 +1,8 @@
 """Group commit: the writes that queue up while one transaction commits share the next.
 
 :class:`WriteGroups` is the queue and its drain, for both backends; how a group runs is the
-backend's :class:`GroupRunner` — :class:`SqliteGroups` here (described below), and
-:class:`gateway.state.pggroup.PgGroups` on PostgreSQL.
+backend's :class:`GroupRunner` — :class:`gateway.state.sqlite.groups.SqliteGroups` and
+:class:`gateway.state.postgres.groups.PgGroups`.
 
 A write is a function of the connection. :meth:`WriteGroups.submit` queues it and returns
 a future; the writer thread takes everything queued (at most :data:`MAX_GROUP`), opens one
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar, cast
 
 from gateway.state.connection import Connection
-from gateway.state.sqlite import SqliteConnection
 from gateway.state.thread import StateThread
 
 T = TypeVar("T")
@@ -46,7 +44,6 @@ T = TypeVar("T")
 #: Writes per transaction at most: bounds how long the first of a group waits for its
 #: commit, and how much one ``SQLITE_FULL`` makes the group run again.
 MAX_GROUP: Final = 128
-_SAVEPOINT: Final = "herald_write"
 
 
 @dataclass(slots=True)
@@ -81,7 +78,7 @@ class GroupRunner(Protocol):
 class WriteGroups:
     """The write queue of a connection, served on ``thread`` (the only thread that may use
     the connection), each group run by ``run_group`` (the backend's
-    :class:`GroupRunner`: :class:`SqliteGroups` here).
+    :class:`GroupRunner`).
     """
 
     def __init__(
@@ -157,81 +154,6 @@ class WriteGroups:
                 seen = {id(w) for w, _, _ in outcomes}
                 outcomes.extend((w, None, exc) for w in group if id(w) not in seen)
             _settle_all(outcomes)
-
-
-class SqliteGroups:
-    """SQLite's :class:`GroupRunner`: ``begin`` opens the transaction (``BEGIN IMMEDIATE``,
-    so the write lock is taken before the group's first write runs), each write runs in a
-    savepoint of its own (see the module docstring)."""
-
-    def __init__(self, connection: sqlite3.Connection, *, begin: str = "BEGIN IMMEDIATE") -> None:
-        self._connection = connection
-        #: What the writes are given: the same connection, raising Herald's typed errors.
-        self._tables = SqliteConnection(connection)
-        self._begin = begin
-        #: Transactions committed, writes run, writes run again (see GroupRunner).
-        self.commits = 0
-        self.writes = 0
-        self.rerun = 0
-
-    def __call__(self, todo: list[Write], outcomes: list[Outcome]) -> list[Write]:
-        """Run ``todo`` in one transaction; returns the writes to run again (in a new one)."""
-        conn = self._connection
-        try:
-            conn.execute(self._begin)
-        except BaseException as exc:
-            outcomes.extend((w, None, exc) for w in todo)
-            return []
-        done: list[tuple[Write, Any]] = []
-        # A write alone in its transaction needs no savepoint: its failure rolls back all.
-        alone = len(todo) == 1
-        for index, write in enumerate(todo):
-            try:
-                if not alone:
-                    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-                result = write.fn(self._tables)
-                if not alone:
-                    conn.execute(f"RELEASE {_SAVEPOINT}")
-            except BaseException as exc:
-                outcomes.append((write, None, exc))
-                if alone:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    return []
-                if _undo_one(conn):
-                    continue
-                # The transaction is gone, and the writes before this one with it.
-                again = [w for w, _ in done] + todo[index + 1 :]
-                self.rerun += len(again)
-                return again
-            done.append((write, result))
-        try:
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            # A COMMIT that failed may leave the transaction open; every later BEGIN
-            # would fail with it.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            outcomes.extend((w, None, exc) for w, _ in done)
-            return []
-        self.commits += 1
-        self.writes += len(done)
-        outcomes.extend((w, result, None) for w, result in done)
-        return []
-
-
-def _undo_one(conn: sqlite3.Connection) -> bool:
-    """Roll back to the failed write's savepoint; False when the transaction is gone."""
-    if not conn.in_transaction:
-        return False
-    try:
-        conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
-        conn.execute(f"RELEASE {_SAVEPOINT}")
-    except sqlite3.Error:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        return False
-    return True
 
 
 def _settle_all(outcomes: list[Outcome]) -> None:

@@ -29,7 +29,7 @@ def usage_values(usage: Usage, cost_usd: float | None) -> tuple[Any, ...]:
 
 
 class Database(Protocol):
-    """What a table needs of :class:`gateway.state.db.StateDB`."""
+    """What a table needs of :class:`gateway.state.database.StateDB`."""
 
     @property
     def dialect(self) -> Dialect: ...

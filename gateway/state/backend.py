@@ -1,7 +1,8 @@
 """Which state database a configuration means, opened, migrated or inspected.
 
 Without ``cluster.databaseUrl`` the state is SQLite at ``<stateDir>/herald.db`` (the
-default: one process); with it, PostgreSQL (:class:`gateway.state.pg.PgStateDB`), shared
+default: one process, :mod:`gateway.state.sqlite`); with it, PostgreSQL
+(:mod:`gateway.state.postgres`), shared
 by every replica. Everything that opens the state database goes through :func:`open_state`.
 The PostgreSQL modules (and psycopg) are imported only when a configuration names one.
 """
@@ -17,9 +18,11 @@ from urllib.parse import quote
 
 from gateway.constants import STATE_DB_NAME
 from gateway.settings import HeraldSettings
-from gateway.state.db import StateDB, _current_version
+from gateway.state.database import StateDB
 from gateway.state.errors import StateError, StateUnavailableError
 from gateway.state.schema import LATEST_VERSION
+from gateway.state.sqlite import SqliteStateDB
+from gateway.state.sqlite.schema import current_version
 
 Backend = Literal["sqlite", "postgresql"]
 
@@ -58,8 +61,8 @@ async def open_state(settings: HeraldSettings, *, readonly: bool = False) -> Sta
     """The configured state database, opened (and, unless ``readonly``, migrated)."""
     url = settings.cluster.database_url
     if url is None:
-        return await StateDB.open(sqlite_path(settings), readonly=readonly)
-    from gateway.state.pg import PgStateDB
+        return await SqliteStateDB.open(sqlite_path(settings), readonly=readonly)
+    from gateway.state.postgres import PgStateDB
 
     return await PgStateDB.connect(
         url.get_secret_value(),
@@ -91,11 +94,7 @@ async def schema_status(settings: HeraldSettings) -> SchemaStatus:
 async def database_reachable(db: StateDB) -> bool | None:
     """Whether a shared database answers now; None for SQLite (a local file, always there
     while the process runs)."""
-    if type(db) is StateDB:
-        return None
-    from gateway.state.pg import PgStateDB
-
-    return await db.ping() if isinstance(db, PgStateDB) else None
+    return await db.reachable()
 
 
 def _sqlite_version(path: Path) -> int | None:
@@ -104,7 +103,7 @@ def _sqlite_version(path: Path) -> int | None:
     try:
         conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
         try:
-            return _current_version(conn)
+            return current_version(conn)
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -114,8 +113,8 @@ def _sqlite_version(path: Path) -> int | None:
 def _pg_version(url: str, location: str, settings: HeraldSettings) -> int:
     import psycopg
 
-    from gateway.state.pgconn import PgConnection
-    from gateway.state.pgschema import current_version
+    from gateway.state.postgres.connection import PgConnection
+    from gateway.state.postgres.schema import current_version as pg_version
 
     name = f"herald:{settings.cluster.resolved_replica_id()}"
     try:
@@ -127,6 +126,6 @@ def _pg_version(url: str, location: str, settings: HeraldSettings) -> int:
             text = text.replace(part, "********")
         raise StateUnavailableError(f"state database {location}: {text}") from exc
     try:
-        return current_version(conn)
+        return pg_version(conn)
     finally:
         conn.close()

@@ -3,7 +3,7 @@
 The tables run functions of a :class:`Connection`: ``execute`` and ``executemany`` with
 ``?`` parameters, rows read by position or by column name, a cursor's ``rowcount``. Each
 backend implements it over its own driver — :class:`gateway.state.sqlite.SqliteConnection`
-over :mod:`sqlite3`, :class:`gateway.state.pgconn.PgConnection` over psycopg — and raises
+over :mod:`sqlite3`, :class:`gateway.state.postgres.PgConnection` over psycopg — and raises
 Herald's typed errors (:mod:`gateway.state.errors`) for its driver's: a duplicate key is a
 :class:`~gateway.state.errors.RecordConflictError`, a broken CHECK, NOT NULL or foreign key a
 :class:`~gateway.state.errors.ConstraintError`, a write that met a concurrent one a
@@ -22,7 +22,9 @@ portable, which every table follows:
 - Booleans are written ``1``/``0`` (the columns are integers on both).
 - ``LIKE`` is never used: SQLite's ignores ASCII case, PostgreSQL's does not.
 
-The rest differs, and each backend says it once, in its :class:`Dialect`.
+The rest differs, and each backend says it once, in its :class:`Dialect` (``SQLITE`` in
+:mod:`gateway.state.sqlite.connection`, ``POSTGRESQL`` in
+:mod:`gateway.state.postgres.connection`).
 """
 
 from __future__ import annotations
@@ -53,10 +55,6 @@ class Dialect:
         ``max`` gives NULL and PostgreSQL's ``GREATEST`` the other value (every caller's
         operands are NOT NULL columns or bound numbers)."""
         return f"{self.greatest}({a}, {b})"
-
-
-SQLITE: Dialect = Dialect("sqlite", "?", "", "max")
-POSTGRESQL: Dialect = Dialect("postgresql", "%s", " FOR UPDATE SKIP LOCKED", "GREATEST")
 
 
 class Row(Protocol):

@@ -14,10 +14,11 @@ already allocated file), so a success proves nothing and would flap the state. W
 the probe runs on a backoff schedule (sooner after a write succeeded): it checkpoints the
 WAL with ``TRUNCATE`` — the WAL keeps its size until SQLite's automatic checkpoint at ~4 MB
 and would take freed space straight back — then measures the headroom, free bytes on the
-volume and pages below SQLite's ``max_page_count``. Enough of both leaves the state with one
-info line, and the listeners resume what the disk stranded.
+volume and pages below SQLite's ``max_page_count``
+(:func:`gateway.state.sqlite.database.checkpoint_and_measure`). Enough of both leaves the
+state with one info line, and the listeners resume what the disk stranded.
 
-With the state database on PostgreSQL (:mod:`gateway.state.pg`) the server's refusal
+With the state database on PostgreSQL (:mod:`gateway.state.postgres`) the server's refusal
 (SQLSTATE ``53100``, ``disk_full``) enters the same state, but the server's disk is not
 Herald's to measure: the probe measures the state directory alone (:func:`measure_directory`,
 where the transcripts are written), and a server still full refuses the next write again.
@@ -30,7 +31,6 @@ import contextlib
 import errno
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -87,30 +87,6 @@ class Headroom:
         return text
 
 
-def checkpoint_and_measure(conn: sqlite3.Connection, db_path: Path) -> Headroom:
-    """Checkpoint the WAL into the database and truncate it, then measure the headroom.
-
-    Runs on the writer's thread with its connection (``max_page_count`` is per connection).
-    A checkpoint the disk refuses raises, which a probe takes as "still full".
-    """
-    wal = db_path.with_name(db_path.name + "-wal")
-    before = _size(wal)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    after = _size(wal)
-
-    def pragma(name: str) -> int:
-        return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
-
-    pages = pragma("max_page_count") - pragma("page_count") + pragma("freelist_count")
-    volume = os.statvfs(db_path.parent)
-    return Headroom(
-        volume_bytes=volume.f_bavail * volume.f_frsize,
-        database_bytes=pages * pragma("page_size"),
-        wal_before=before,
-        wal_after=after,
-    )
-
-
 def measure_directory(directory: Path) -> Headroom:
     """The free bytes of the volume ``directory`` is on (its nearest existing ancestor's,
     before it is created): the probe where no SQLite file is kept."""
@@ -121,7 +97,8 @@ def measure_directory(directory: Path) -> Headroom:
     return Headroom(volume_bytes=volume.f_bavail * volume.f_frsize, database_bytes=None)
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
+    """``path``'s size in bytes; 0 when there is no such file (a WAL not created yet)."""
     try:
         return path.stat().st_size
     except FileNotFoundError:

@@ -1,8 +1,13 @@
-"""Schema migrations of the state database, in order; version N is ``MIGRATIONS[N - 1]``.
+"""Schema migrations of the state database, in order; version N is ``migrations()[N - 1]``.
 
-Each migration is a tuple of single SQL statements, applied with its ``schema_version`` row
-in one transaction (SQLite DDL is transactional), so a failed migration leaves the previous
-version intact. Never edit a released migration: append a new one.
+This is the one migration source of both backends. Each migration is a tuple of single SQL
+statements, written once in SQLite's words; SQLite runs them as written
+(:mod:`gateway.state.sqlite.schema`), PostgreSQL as translated by a few fixed rules (types,
+collation, index order: :mod:`gateway.state.postgres.migrations`). A step one database does
+differently is a marker each backend's runner knows (:data:`JOB_QUEUE_SCHEMA`). Each
+migration is applied with its ``schema_version`` row in one transaction (both databases'
+DDL is transactional), so a failed migration leaves the previous version intact. Never edit
+a released migration: append a new one (a test holds versions 1-15 to their released text).
 
 Timestamps are epoch seconds (REAL). ``sessions`` is the index of every session; a session
 is archived when ``archived_at`` is set and keeps its row (usage stays queryable).
@@ -65,10 +70,8 @@ its legal moves in ``gateway.state.lifecycle``) in place of ``completion``, ``he
 routing values of ``announce_state`` (which now records only what became of the chat post),
 and ``batches.stopped_at``: a ``/stop`` stopped the batch's runs (it closes without a turn).
 
-Version 14 keeps scheduled jobs (``schedule_jobs``: trigger, target, next fire time, pause
-and failure count), each job's occurrences (``schedule_occurrences``: ``ran``, ``missed`` or
-``skipped``, one row per due time) and, on a run an occurrence started, ``runs.job_id`` and
-``runs.occurrence_at``: one run per job and due time, ever (a unique index).
+Version 14 is the schedules' (:mod:`gateway.schedules.schema`): their jobs, occurrences, and
+the run each occurrence started.
 
 Version 15 keeps, with a chat message whose turn has not ended, the message its reply is
 being streamed in (``inbound.streamed``: a JSON object of its chat, thread and message ids,
@@ -78,6 +81,9 @@ of posting a second reply.
 
 from __future__ import annotations
 
+import functools
+import importlib
+from collections.abc import Mapping
 from typing import Final
 
 from gateway.state.lifecycle import DELIVERY_SQL
@@ -374,56 +380,16 @@ _V13: Final = (
     "ALTER TABLE batches ADD COLUMN stopped_at REAL",
 )
 
-#: Scheduled jobs and their occurrences (``gateway.schedules.store``). An occurrence is
-#: written with its run in the transaction that moves the job's ``next_run_at`` on.
-_V14: Final = (
-    """
-    CREATE TABLE schedule_jobs (
-        job_id TEXT PRIMARY KEY,
-        declared INTEGER NOT NULL DEFAULT 0,
-        trigger_kind TEXT NOT NULL CHECK (trigger_kind IN ('cron', 'every', 'at')),
-        trigger_value TEXT NOT NULL,
-        timezone TEXT NOT NULL,
-        anchor REAL NOT NULL,
-        agent_id TEXT NOT NULL,
-        task TEXT NOT NULL,
-        to_target TEXT NOT NULL,
-        label TEXT,
-        model TEXT,
-        run_timeout_seconds REAL NOT NULL DEFAULT 0,
-        enabled INTEGER NOT NULL DEFAULT 1,
-        created_by TEXT,
-        created_at REAL NOT NULL,
-        next_run_at REAL,
-        paused INTEGER NOT NULL DEFAULT 0,
-        consecutive_failures INTEGER NOT NULL DEFAULT 0,
-        last_run_at REAL,
-        last_run_id TEXT,
-        last_status TEXT
-    ) WITHOUT ROWID
-    """,
-    "CREATE INDEX schedule_jobs_due ON schedule_jobs (next_run_at) WHERE next_run_at IS NOT NULL",
-    "CREATE INDEX schedule_jobs_creator ON schedule_jobs (created_by)",
-    """
-    CREATE TABLE schedule_occurrences (
-        job_id TEXT NOT NULL,
-        occurrence_at REAL NOT NULL,
-        outcome TEXT NOT NULL CHECK (outcome IN ('ran', 'missed', 'skipped')),
-        run_id TEXT,
-        recorded_at REAL NOT NULL,
-        PRIMARY KEY (job_id, occurrence_at)
-    ) WITHOUT ROWID
-    """,
-    "ALTER TABLE runs ADD COLUMN job_id TEXT",
-    "ALTER TABLE runs ADD COLUMN occurrence_at REAL",
-    "CREATE UNIQUE INDEX runs_occurrence ON runs (job_id, occurrence_at) WHERE job_id IS NOT NULL",
-)
+#: The schedules' tables (:data:`FEATURE_SCHEMAS`).
+_V14: Final[tuple[str, ...]] = ()
 
 #: The chat message a turn's reply is streamed in, kept with its inbound message (both go
 #: when the turn ended): a re-run after a crash edits it (``channels.StreamedMessage``).
 _V15: Final = ("ALTER TABLE inbound ADD COLUMN streamed TEXT",)
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+#: The state's own statements per version (version N is ``STATE_MIGRATIONS[N - 1]``); a
+#: feature's tables are in :data:`FEATURE_SCHEMAS`.
+STATE_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V1,
     _V2,
     _V3,
@@ -440,4 +406,30 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _V14,
     _V15,
 )
-LATEST_VERSION: Final = len(MIGRATIONS)
+LATEST_VERSION: Final = len(STATE_MIGRATIONS)
+
+#: The features that own tables in the state database, by module: each module's
+#: ``MIGRATIONS`` maps a version to the statements it adds to that version, run after the
+#: state's own (as Django's ``INSTALLED_APPS`` names the apps whose migrations it runs).
+#: Named, not imported: the features sit above the state layer, and their schema modules
+#: import nothing of Herald's, so loading one at the first migration cannot loop.
+FEATURE_SCHEMAS: Final = ("gateway.schedules.schema",)
+
+
+@functools.cache
+def migrations() -> tuple[tuple[str, ...], ...]:
+    """Every version's statements: the state's own, then each feature's (version N is
+    ``migrations()[N - 1]``). A feature's version this list does not have is an error in
+    that feature's module (a version is added here first, even when empty)."""
+    versions = [list(statements) for statements in STATE_MIGRATIONS]
+    for name in FEATURE_SCHEMAS:
+        feature = importlib.import_module(name).MIGRATIONS
+        if not isinstance(feature, Mapping):
+            raise TypeError(f"{name}.MIGRATIONS is not a mapping of version to statements")
+        for version, statements in feature.items():
+            if not isinstance(version, int) or not 1 <= version <= LATEST_VERSION:
+                raise ValueError(
+                    f"{name}.MIGRATIONS: version {version!r} is not one of 1-{LATEST_VERSION}"
+                )
+            versions[version - 1].extend(str(statement) for statement in statements)
+    return tuple(tuple(statements) for statements in versions)

@@ -38,7 +38,7 @@ from gateway.agent import DISK_FULL_REPLY
 from gateway.api.keys import DATABASE, DISK_FULL, READINESS, SCRAPE
 from gateway.api.routes import route_defs
 from gateway.constants import STATE_DB_NAME
-from gateway.state import DiskFullError, Origin, RunRecord, StateDB
+from gateway.state import DiskFullError, Origin, RunRecord, SqliteStateDB
 from gateway.state.connection import Connection
 from gateway.state.sqlite import SqliteConnection
 from tests import postgres
@@ -188,14 +188,14 @@ async def test_runs_stranded_by_a_full_disk_finish_after_a_restart(
 
     # The disk is still full when the gateway starts again: its new connection is capped
     # as it opens, before the recovered runs try to record anything.
-    open_writer = StateDB._open_writer
+    open_writer = SqliteStateDB._open_writer
 
-    def full_writer(self: StateDB) -> sqlite3.Connection:
+    def full_writer(self: SqliteStateDB) -> sqlite3.Connection:
         conn = open_writer(self)
         _limit(SqliteConnection(conn), 1)
         return conn
 
-    monkeypatch.setattr(StateDB, "_open_writer", full_writer)
+    monkeypatch.setattr(SqliteStateDB, "_open_writer", full_writer)
     async with running_gateway(tmp_path, config=CONFIG, script=script(), state_dir=state) as gw:
         await stranded(gw, run_ids)  # recovered, and refused again
         await free_space(gw)

@@ -33,7 +33,7 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
-from gateway.state import FINISHED_STATUSES, OutboxRecord, StateDB
+from gateway.state import FINISHED_STATUSES, OutboxRecord, SqliteStateDB
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.faults._support import audit_transcripts, duplicates, fault_seed
 from tests.gateway.daemon_process import HANG_GUARD_SECONDS, Daemon, free_port, herald
@@ -137,7 +137,7 @@ async def wait_ready(http: aiohttp.ClientSession, daemon: Daemon) -> None:
 
 
 async def unfinished_runs(db_path: Path) -> int:
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         runs = await db.runs.list(limit=RUNS + 10)
     finally:
@@ -195,7 +195,7 @@ async def test_five_sigterms_with_50_runs_in_flight_lose_and_repeat_no_announce(
     finally:
         await fake.close()
 
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         runs = await db.runs.list(limit=RUNS + 10)
         items = await db.outbox.list()
@@ -235,7 +235,7 @@ def queued_runs_script() -> dict[str, Any]:
 
 
 async def outbox_items(db_path: Path) -> list[OutboxRecord]:
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         return await db.outbox.list()
     finally:

@@ -34,7 +34,7 @@ from discord.utils import snowflake_time
 from channels.discord.lookup import LOOKUP_CLOCK_SKEW as DISCORD_LOOKUP_SKEW
 from channels.slack.constants import LOOKUP_CLOCK_SKEW as SLACK_LOOKUP_SKEW
 from gateway.constants import STATE_DB_NAME
-from gateway.state import FINISHED_STATUSES, StateDB
+from gateway.state import FINISHED_STATUSES, SqliteStateDB
 from tests.fakes.discord import BOT_ID as DISCORD_BOT_ID
 from tests.fakes.discord import FakeDiscord, RecordedRequest, text_channel_payload, user_payload
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlack
@@ -162,7 +162,7 @@ async def wait_settled(db_path: Path) -> None:
     """Until every run is final and every announce settled (another process's database)."""
     async with asyncio.timeout(HANG_GUARD_SECONDS):
         while True:
-            db = await StateDB.open(db_path, readonly=True)
+            db = await SqliteStateDB.open(db_path, readonly=True)
             try:
                 runs = await db.runs.list(limit=3 * PER_CHAT)
                 items = await db.outbox.list()
@@ -178,7 +178,7 @@ async def wait_settled(db_path: Path) -> None:
 async def sends_under_way(db_path: Path) -> dict[int, tuple[str, float]]:
     """Every send a killed life left under way, its outcome unknown: outbox id → (chat, when
     its first attempt began)."""
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         items = await db.outbox.list()
     finally:
@@ -217,7 +217,7 @@ async def wait_runs(db_path: Path, count: int) -> None:
     """Until the database holds ``count`` runs (another process's)."""
     async with asyncio.timeout(HANG_GUARD_SECONDS):
         while True:
-            db = await StateDB.open(db_path, readonly=True)
+            db = await SqliteStateDB.open(db_path, readonly=True)
             try:
                 runs = await db.runs.list(limit=count)
             finally:
@@ -311,7 +311,7 @@ async def test_sigkill_mid_announce_send_leaves_every_announce_in_its_chat_exact
     finally:
         await slack.close()
 
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         runs = await db.runs.list(limit=3 * PER_CHAT)
         items = await db.outbox.list()

@@ -38,7 +38,7 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
-from gateway.state import FINISHED_STATUSES, Origin, StateDB
+from gateway.state import FINISHED_STATUSES, Origin, SqliteStateDB
 from gateway.subagents import SpawnRequest
 from tests.faults._support import (
     audit_transcripts,
@@ -148,7 +148,7 @@ def kept_announces(state: Path) -> Counter[str]:
 
 async def settled(db_path: Path) -> tuple[bool, int]:
     """(every run final and every announce settled, runs still unfinished) from the DB."""
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         runs = await db.runs.list(limit=RUNS + 10)
         items = await db.outbox.list()
@@ -208,7 +208,7 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
                     daemon.process.send_signal(signal.SIGTERM)
                     assert await daemon.wait_exit() == 0
 
-    db = await StateDB.open(db_path, readonly=True)
+    db = await SqliteStateDB.open(db_path, readonly=True)
     try:
         runs = await db.runs.list(limit=RUNS + 10)
         items = await db.outbox.list()

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 import gateway.sessions.writer as transcript_writer
-import gateway.state.db as state_db
 import gateway.state.diskfull as disk_state
+import gateway.state.sqlite.database as state_db
 from channels import OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
 from gateway.agent import DISK_FULL_REPLY

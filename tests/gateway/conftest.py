@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB, StateDB
 from tests.postgres import BACKENDS
 
 #: Writes a file under the test's temporary directory; returns its path.
@@ -30,7 +30,7 @@ def write(tmp_path: Path) -> WriteFile:
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[StateDB]:
     """A fresh state database, closed afterwards."""
-    database = await StateDB.open(tmp_path / "herald.db")
+    database = await SqliteStateDB.open(tmp_path / "herald.db")
     try:
         yield database
     finally:

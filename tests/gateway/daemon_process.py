@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 
 from gateway.constants import STATE_DB_NAME
-from gateway.state import StateDB
-from gateway.state.pg import PgStateDB
+from gateway.state import SqliteStateDB, StateDB
+from gateway.state.postgres import PgStateDB
 
 HERALD = [sys.executable, "-m", "gateway"]
 #: ``herald`` at test speed
@@ -50,7 +50,7 @@ def on_backend(data: dict[str, Any], database_url: str | None) -> dict[str, Any]
 async def daemon_state(state_dir: Path, database_url: str | None) -> StateDB:
     """A daemon's state database, read-only, on its backend (close it after)."""
     if database_url is None:
-        return await StateDB.open(state_dir / STATE_DB_NAME, readonly=True)
+        return await SqliteStateDB.open(state_dir / STATE_DB_NAME, readonly=True)
     return await PgStateDB.connect(
         database_url, readonly=True, replica_id="test-reader", state_dir=state_dir
     )

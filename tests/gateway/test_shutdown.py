@@ -8,7 +8,7 @@ from pathlib import Path
 
 from channels import ChannelSendError, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway.state import Origin, StateDB
+from gateway.state import Origin, SqliteStateDB
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import HANG_GUARD_SECONDS, TEST_SCRIPT, running_gateway
 
@@ -47,7 +47,7 @@ async def test_a_run_ending_during_the_drain_is_announced_before_the_chat_closes
     announces = [m for m in chat.sent if m.kind == "announce"]
     assert len(announces) == 1
     assert announces[0].text.startswith("ANNOUNCE: brief x")
-    db = await StateDB.open(tmp_path / "state" / "herald.db", readonly=True)
+    db = await SqliteStateDB.open(tmp_path / "state" / "herald.db", readonly=True)
     try:
         run = await db.runs.get(run_id)
         item = await db.outbox.get_by_run(run_id)

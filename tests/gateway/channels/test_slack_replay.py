@@ -19,7 +19,7 @@ from channels.slack.constants import DEDUPE_CAPACITY
 from gateway.app import build_app
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.gateway.harness import base_config, merge
 
@@ -59,7 +59,7 @@ async def post(client: Client, body: bytes, headers: dict[str, str]) -> None:
 
 
 async def user_messages(state: Path) -> list[str]:
-    db = await StateDB.open(state / "herald.db", readonly=True)
+    db = await SqliteStateDB.open(state / "herald.db", readonly=True)
     try:
         session = await db.sessions.get(DM_KEY)
     finally:

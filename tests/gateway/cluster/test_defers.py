@@ -16,7 +16,7 @@ from procrastinate.jobs import Job
 from procrastinate.manager import JobManager
 
 from gateway.cluster.defers import Defers
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 
 pytestmark = pytest.mark.postgres
 

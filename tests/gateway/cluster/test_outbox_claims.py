@@ -14,7 +14,7 @@ from channels import Channel
 from channels.slack import SlackChannel, SlackConfig
 from gateway.delivery import UNCERTAIN, Outbox
 from gateway.state import OutboxRecord
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.gateway.cluster._replicas import eventually, replica, two_replicas
 from tests.gateway.delivery._support import queued_announce

@@ -17,7 +17,7 @@ import pytest
 
 from channels import OutboundMessage
 from gateway.state import BatchRecord, Origin, RunRecord, StateDB
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from gateway.subagents import SpawnRequest
 from gateway.subagents.completions import COMPLETION_KIND, FOLLOWUP_KIND
 from tests.gateway.cluster._replicas import eventually, replica, two_replicas

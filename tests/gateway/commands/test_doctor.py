@@ -17,8 +17,8 @@ from aiohttp import web
 
 from gateway.commands.doctor import Finding, add_commands, diagnose
 from gateway.constants import STATE_DB_NAME
-from gateway.state import StateDB
-from gateway.state.pg import PgStateDB
+from gateway.state import SqliteStateDB
+from gateway.state.postgres import PgStateDB
 from gateway.state.schema import LATEST_VERSION
 from tests.fakes.discord import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord import FakeDiscord
@@ -219,7 +219,7 @@ async def test_a_state_dir_owned_by_someone_else_fails(tmp_path: Path) -> None:
 
 async def test_the_state_database_schema_is_checked(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    db = await StateDB.open(state / STATE_DB_NAME)
+    db = await SqliteStateDB.open(state / STATE_DB_NAME)
     await db.close()
     subject = f"state db {STATE_DB_NAME}"
     ok = about(await run(tmp_path), subject)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from gateway.constants import STATE_DB_NAME
 from gateway.schedules.store import JobRecord, JobsTable
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB
 from tests.gateway.commands.test_doctor import about, fake_slack, run, slack
 from tests.gateway.harness import merge
 
 
 async def store_job(tmp_path: Path, job_id: str, target: str) -> None:
-    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME)
+    db = await SqliteStateDB.open(tmp_path / "state" / STATE_DB_NAME)
     try:
         now = time.time()
         await JobsTable(db).insert(

@@ -8,7 +8,13 @@ import time
 import uuid
 from pathlib import Path
 
-from gateway.state import FINISHED_STATUSES, BatchRecord, Origin, SessionRecord, StateDB
+from gateway.state import (
+    FINISHED_STATUSES,
+    BatchRecord,
+    Origin,
+    SessionRecord,
+    SqliteStateDB,
+)
 from tests.gateway.commands._cli import TOKEN, cli, gateway_config, run_when
 from tests.gateway.daemon_process import free_port, herald
 from tests.gateway.nested import record_nested_run, record_run
@@ -207,7 +213,7 @@ async def test_runs_list_shows_the_tree_with_batches_and_show_names_parent_and_c
 ) -> None:
     path = config(tmp_path, free_port())
     chat = "agent:main:webchat:c1"
-    db = await StateDB.open(tmp_path / "state" / "herald.db")
+    db = await SqliteStateDB.open(tmp_path / "state" / "herald.db")
     try:
         at = time.time() - 600
         await db.sessions.create(
@@ -285,7 +291,7 @@ async def test_runs_show_gives_task_origin_result_and_error(tmp_path: Path) -> N
     slack = Origin(
         channel="slack", account="T1", chat_id="C9", thread_id="17.5", chat_type="channel"
     )
-    db = await StateDB.open(tmp_path / "state" / "herald.db")
+    db = await SqliteStateDB.open(tmp_path / "state" / "herald.db")
     try:
         run = await record_run(
             db, "agent:main:slack:channel:c9", "survey", origin=slack, task="line one\nline two"

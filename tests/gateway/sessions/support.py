@@ -9,13 +9,13 @@ from typing import Any
 
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionStore
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB
 
 
 @asynccontextmanager
 async def opened_store(state_dir: Path, **options: Any) -> AsyncIterator[SessionStore]:
     """A store on a fresh (or existing) state directory; closes store and database after."""
-    db = await StateDB.open(state_dir / STATE_DB_NAME)
+    db = await SqliteStateDB.open(state_dir / STATE_DB_NAME)
     store = SessionStore(state_dir, db, **options)
     try:
         yield store

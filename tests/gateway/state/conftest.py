@@ -10,8 +10,8 @@ from typing import Literal
 
 import pytest
 
-from gateway.state import BatchRecord, StateDB
-from gateway.state.pg import PgStateDB
+from gateway.state import BatchRecord, SqliteStateDB, StateDB
+from gateway.state.postgres import PgStateDB
 from tests.gateway.state.records import REQUESTER, child_session, requester_run, session_record
 from tests.postgres import BACKENDS
 
@@ -29,8 +29,9 @@ class StateTarget:
     opened: list[StateDB] = field(default_factory=list)
 
     async def open(self, *, readonly: bool = False) -> StateDB:
+        db: StateDB
         if self.url is None:
-            db = await StateDB.open(self.path, readonly=readonly)
+            db = await SqliteStateDB.open(self.path, readonly=readonly)
         else:
             db = await PgStateDB.connect(
                 self.url, readonly=readonly, replica_id="test", state_dir=self.path.parent

@@ -13,14 +13,15 @@ import pytest
 from gateway.state import (
     ReadOnlyStateError,
     SchemaError,
+    SqliteStateDB,
     StateClosedError,
     StateDB,
     StateMissingError,
-    pgschema,
 )
-from gateway.state import db as db_module
 from gateway.state.connection import Connection
-from gateway.state.schema import LATEST_VERSION, MIGRATIONS
+from gateway.state.postgres import schema as pgschema
+from gateway.state.schema import LATEST_VERSION, migrations
+from gateway.state.sqlite import schema as db_module
 from tests.gateway.state.conftest import StateTarget
 
 Opener = Callable[..., Awaitable[StateDB]]
@@ -31,7 +32,7 @@ async def open_db() -> AsyncIterator[Opener]:
     opened: list[StateDB] = []
 
     async def opener(path: Path, *, readonly: bool = False) -> StateDB:
-        db = await StateDB.open(path, readonly=readonly)
+        db = await SqliteStateDB.open(path, readonly=readonly)
         opened.append(db)
         return db
 
@@ -48,7 +49,7 @@ def _tables(conn: Connection) -> set[str]:
 async def test_fresh_database_is_migrated_wal_and_private(open_db: Opener, tmp_path: Path) -> None:
     path = tmp_path / "state" / "herald.db"
     db = await open_db(path)
-    assert db.schema_version == LATEST_VERSION == len(MIGRATIONS)
+    assert db.schema_version == LATEST_VERSION == len(migrations())
     assert {"sessions", "runs", "outbox", "schema_version"} <= await db.read(_tables)
     mode = await db.read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert mode == "wal"
@@ -87,9 +88,9 @@ async def test_a_failing_migration_leaves_the_previous_version(
     state_target: StateTarget, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await (await state_target.open()).close()
-    broken = (*MIGRATIONS, ("CREATE TABLE good (x INTEGER)", "THIS IS NOT SQL"))
+    broken = (*migrations(), ("CREATE TABLE good (x INTEGER)", "THIS IS NOT SQL"))
     for module in (db_module, pgschema):
-        monkeypatch.setattr(module, "MIGRATIONS", broken)
+        monkeypatch.setattr(module, "migrations", lambda: broken)
         monkeypatch.setattr(module, "LATEST_VERSION", len(broken))
     with pytest.raises(SchemaError, match=f"version {len(broken)}"):
         await state_target.open()
@@ -127,7 +128,7 @@ async def test_read_only_sees_writes_of_a_running_writer(state_target: StateTarg
 
 async def test_read_only_open_never_creates_a_database(tmp_path: Path) -> None:
     with pytest.raises(StateMissingError):
-        await StateDB.open(tmp_path / "absent" / "herald.db", readonly=True)
+        await SqliteStateDB.open(tmp_path / "absent" / "herald.db", readonly=True)
     assert not (tmp_path / "absent").exists()
 
 

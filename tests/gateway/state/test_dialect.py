@@ -142,7 +142,7 @@ def test_sqlite_out_of_pages_is_disk_full(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 def test_postgres_serialization_failure_is_a_write_conflict(pg_url: str) -> None:
-    from gateway.state.pgconn import PgConnection
+    from gateway.state.postgres.connection import PgConnection
 
     one = PgConnection.connect(pg_url, application_name="t1", readonly=False)
     two = PgConnection.connect(pg_url, application_name="t2", readonly=False)
@@ -164,7 +164,7 @@ def test_postgres_serialization_failure_is_a_write_conflict(pg_url: str) -> None
 
 @pytest.mark.postgres
 def test_postgres_disk_full_is_disk_full(pg_url: str) -> None:
-    from gateway.state.pgconn import PgConnection
+    from gateway.state.postgres.connection import PgConnection
 
     conn = PgConnection.connect(pg_url, application_name="t", readonly=False)
     try:

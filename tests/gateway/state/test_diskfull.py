@@ -28,10 +28,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.state import ConstraintError, DiskFullError, SessionRecord, StateDB, diskfull
+from gateway.state import (
+    ConstraintError,
+    DiskFullError,
+    SessionRecord,
+    SqliteStateDB,
+    StateDB,
+    diskfull,
+)
 from gateway.state.connection import Connection
 from gateway.state.diskfull import Headroom
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
+from gateway.state.sqlite import database as sqlite_database
 from tests import postgres
 from tests.gateway.state.conftest import StateTarget
 from tests.gateway.state.records import session_record
@@ -77,6 +85,7 @@ def disk_of(target: StateTarget) -> tuple[Callable[[StateDB], Awaitable[object]]
 
 
 def wal_size(db: StateDB) -> int:
+    assert isinstance(db, SqliteStateDB)
     wal = db.path.with_name(db.path.name + "-wal")
     return wal.stat().st_size if wal.exists() else 0
 
@@ -84,7 +93,7 @@ def wal_size(db: StateDB) -> int:
 @pytest.fixture
 async def sqlite_db(tmp_path: Path) -> AsyncIterator[StateDB]:
     """A SQLite state database, for what only SQLite has (its page limit, its WAL)."""
-    db = await StateDB.open(tmp_path / "herald.db")
+    db = await SqliteStateDB.open(tmp_path / "herald.db")
     try:
         yield db
     finally:
@@ -180,7 +189,7 @@ async def test_disk_full_is_logged_once_and_its_end_once(
     db = sqlite_db
     probes: list[Headroom] = []
     probed = asyncio.Event()
-    measure = diskfull.checkpoint_and_measure
+    measure = sqlite_database.checkpoint_and_measure
 
     def counted(conn: sqlite3.Connection, path: Path) -> Headroom:
         room = measure(conn, path)
@@ -188,7 +197,7 @@ async def test_disk_full_is_logged_once_and_its_end_once(
         probed.set()
         return room
 
-    monkeypatch.setattr(diskfull, "checkpoint_and_measure", counted)
+    monkeypatch.setattr(sqlite_database, "checkpoint_and_measure", counted)
     back: list[bool] = []
     db.space.subscribe(lambda: back.append(db.space.full))
     kept = (await db.sessions.create(session()))[0]

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB, StateDB
 from gateway.state._group import MAX_GROUP, WriteGroups
 from gateway.state.connection import Connection
 
@@ -35,7 +35,7 @@ class RefusedError(Exception):
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[StateDB]:
-    opened = await StateDB.open(tmp_path / "herald.db")
+    opened = await SqliteStateDB.open(tmp_path / "herald.db")
     await opened.write(
         lambda c: c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, owner TEXT UNIQUE)")
     )
@@ -178,7 +178,7 @@ async def test_a_group_holds_at_most_max_group_writes(db: StateDB) -> None:
 
 
 async def play(directory: Path, plan: list[Kind]) -> None:
-    db = await StateDB.open(directory / "herald.db")
+    db = await SqliteStateDB.open(directory / "herald.db")
     try:
         await db.write(
             lambda c: c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, owner TEXT UNIQUE)")

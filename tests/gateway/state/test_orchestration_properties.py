@@ -32,9 +32,10 @@ from gateway.state import (
     BatchRecord,
     ChildLimitError,
     RecordConflictError,
+    SqliteStateDB,
     StateDB,
 )
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from tests import postgres
 from tests.gateway.state.records import REQUESTER, requester_run, session_record
 
@@ -70,7 +71,7 @@ class Orchestration(RuleBasedStateMachine):
 
     async def open(self) -> StateDB:
         if self.url is None:
-            return await StateDB.open(self.dir / "herald.db")
+            return await SqliteStateDB.open(self.dir / "herald.db")
         return await PgStateDB.connect(self.url, replica_id="props", state_dir=self.dir)
 
     def teardown(self) -> None:

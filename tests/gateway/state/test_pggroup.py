@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from gateway.state import DiskFullError, RecordConflictError, StateError
 from gateway.state.connection import Connection
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from tests.gateway.state.test_group import RefusedError, writer_held
 
 pytestmark = pytest.mark.postgres

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway.state import StateError, pgprepared
+from gateway.state import StateError
 from gateway.state.connection import Connection
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
+from gateway.state.postgres import prepared as pgprepared
 
 pytestmark = pytest.mark.postgres
 

@@ -17,13 +17,14 @@ from gateway.state import (
     RunRecord,
     SessionRecord,
     Spent,
+    SqliteStateDB,
     StateDB,
 )
-from gateway.state import db as db_module
 from gateway.state._sql import insert_sql
 from gateway.state.connection import Connection
 from gateway.state.rows import RUN_COLUMNS, to_column_value
-from gateway.state.schema import MIGRATIONS
+from gateway.state.schema import migrations
+from gateway.state.sqlite import schema as db_module
 from tests.gateway.state.records import child_session, run_record
 
 
@@ -167,11 +168,11 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "herald.db"
-    counted = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE live_runs" in m[0])
-    older = MIGRATIONS[:counted]  # the schema before the count was kept
-    monkeypatch.setattr(db_module, "MIGRATIONS", older)
+    counted = next(i for i, m in enumerate(migrations()) if "CREATE TABLE live_runs" in m[0])
+    older = migrations()[:counted]  # the schema before the count was kept
+    monkeypatch.setattr(db_module, "migrations", lambda: older)
     monkeypatch.setattr(db_module, "LATEST_VERSION", len(older))
-    db = await StateDB.open(path)
+    db = await SqliteStateDB.open(path)
     statuses = ["queued", "running", "announcing", "done", "error", "queued"]
     children = [await _child(db) for _ in statuses]
     runs = [
@@ -190,7 +191,7 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
     await db.write(insert_old)
     await db.close()
     monkeypatch.undo()
-    db = await StateDB.open(path)
+    db = await SqliteStateDB.open(path)
     try:
         assert await _kept(db, "agent:main:main") == 3
         assert await _kept(db, "p:other") == 1

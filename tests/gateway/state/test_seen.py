@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.state import StateDB
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from tests.gateway.state.conftest import StateTarget
 
 

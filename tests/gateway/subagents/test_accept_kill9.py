@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from gateway.constants import STATE_DB_NAME
-from gateway.state import StateDB
+from gateway.state import SqliteStateDB
 from tests.gateway.daemon_process import free_port, herald, webchat_page, write_config
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> Non
             first.process.send_signal(signal.SIGKILL)
             assert await first.wait_exit() == -signal.SIGKILL
 
-        db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+        db = await SqliteStateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
         try:
             queued = {run.run_id: run for run in await db.runs.list(statuses=["queued"])}
         finally:
@@ -111,7 +111,7 @@ async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> Non
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
 
-    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+    db = await SqliteStateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
     try:
         runs = {run.run_id: run for run in await db.runs.list()}
     finally:

@@ -13,7 +13,7 @@ from gateway.delivery import UNCERTAIN
 from gateway.llm import ChatMessage, ToolCall
 from gateway.sessions.transcript import INTERRUPTED_TOOL_RESULT
 from gateway.state import OutboxRecord
-from gateway.state.pg import PgStateDB
+from gateway.state.postgres import PgStateDB
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import TEST_SCRIPT, running_gateway
 

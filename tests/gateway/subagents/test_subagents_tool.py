@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionKey, read_transcript
-from gateway.state import RunRecord, StateDB
+from gateway.state import RunRecord, SqliteStateDB
 from gateway.subagents import COMPLETION_PREFIX
 from gateway.tools import ToolArgumentsError
 from tests.fakes.openai import FakeOpenAI, last_user_text, openai_server
@@ -669,7 +669,7 @@ async def test_a_wait_killed_mid_way_gives_the_run_its_announce_after_the_restar
                 await client.wait(lambda fs: run_id in client.announced())
             second.process.send_signal(signal.SIGTERM)
             assert await second.wait_exit() == 0
-    db = await StateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
+    db = await SqliteStateDB.open(tmp_path / "state" / STATE_DB_NAME, readonly=True)
     try:
         run = await db.runs.get(run_id)
     finally:

@@ -1,24 +1,23 @@
 """The state database on PostgreSQL (``cluster.databaseUrl``): the same tables and the same
 threads as the SQLite backend, on PostgreSQL's own connection.
 
-:class:`PgStateDB` is a :class:`gateway.state.db.StateDB`: everything that takes the state
-database takes it unchanged, and the tables run their functions of a
-:class:`~gateway.state.connection.Connection` on it as they do on SQLite. It keeps that
-backend's model: one writer thread and one reader thread, each with its own connection
+:class:`PgStateDB` implements :class:`gateway.state.database.StateDB`: everything that takes
+the state database takes it unchanged, and the tables run their functions of a
+:class:`~gateway.state.connection.Connection` on it as they do on SQLite. It keeps the
+shared model: one writer thread and one reader thread, each with its own connection
 (psycopg 3, synchronous, on its thread, so the event loop never blocks on the database).
-What differs:
+What is its own:
 
-- Connections are :class:`gateway.state.pgconn.PgConnection` (PostgreSQL's dialect and
-  psycopg's errors as Herald's typed errors); migrations are PostgreSQL's own
-  (:mod:`gateway.state.pgmigrations`), applied at open under an advisory lock
-  (:mod:`gateway.state.pgschema`).
+- Connections are :class:`gateway.state.postgres.connection.PgConnection` (PostgreSQL's
+  dialect and psycopg's errors as Herald's typed errors); migrations are applied at open
+  under an advisory lock (:mod:`gateway.state.postgres.schema`).
 - Each write runs in a ``SERIALIZABLE`` transaction. The tables count on SQLite running one
   write at a time (a run's completion reads and updates its row in one transaction); with
   several replicas writing at once, serializable isolation keeps that promise: a write that
   would break it fails with a :class:`WriteConflictError` and is run again whole, with
   backoff.
 - Writes that queue up while one runs share the next transaction, and its messages, as on
-  SQLite (group commit, :mod:`gateway.state.pggroup`); a write alone is one transaction,
+  SQLite (group commit, :mod:`gateway.state.postgres.groups`); a write alone is one transaction,
   its ``BEGIN`` sent in one message with its first statement and its ``COMMIT`` with its
   last (parameters are bound on the client, so they go as one simple query).
 - Reads run in autocommit, one snapshot per statement, as the SQLite reader does: they never
@@ -48,22 +47,20 @@ from configbase import redact_url, url_password
 from gateway.backoff import backoff
 from gateway.state import diskfull
 from gateway.state._group import WriteGroups
-from gateway.state.connection import POSTGRESQL, Connection, Dialect
-from gateway.state.db import StateDB
+from gateway.state.connection import Connection, Dialect
+from gateway.state.database import StateDB
 from gateway.state.diskfull import Headroom
 from gateway.state.errors import (
     DiskFullError,
     ReadOnlyStateError,
-    SchemaError,
     StateClosedError,
     StateUnavailableError,
     WriteConflictError,
 )
-from gateway.state.pgconn import PgConnection, state_error
-from gateway.state.pggroup import PG_MAX_GROUP, PgGroups
-from gateway.state.pgprepared import plainly
-from gateway.state.pgschema import current_version, migrate
-from gateway.state.schema import LATEST_VERSION
+from gateway.state.postgres.connection import POSTGRESQL, PgConnection, state_error
+from gateway.state.postgres.groups import PG_MAX_GROUP, PgGroups
+from gateway.state.postgres.prepared import plainly
+from gateway.state.postgres.schema import check_current, migrate
 from gateway.state.thread import StateThread
 
 log = logging.getLogger(__name__)
@@ -89,22 +86,17 @@ class PgStateDB(StateDB):
     dialect: ClassVar[Dialect] = POSTGRESQL
 
     def __init__(self, url: str, *, readonly: bool, replica_id: str, state_dir: Path) -> None:
-        # The base's path names the database in its messages: here, the URL, password masked.
-        super().__init__(Path(redact_url(url)), readonly=readonly)
+        # Messages name the database by its URL, password masked.
+        super().__init__(location=redact_url(url), readonly=readonly)
         #: Where the transcripts are written: the disk the disk-full probe measures.
         self.state_dir = state_dir
         self.url = url
-        self.location = redact_url(url)
         self.replica_id = replica_id
         self._password = url_password(url)
         self._conns: dict[Role, PgConnection | None] = {"writer": None, "reader": None}
         #: Set once close() has begun: operations queued before it still run on their
         #: connection, but none may open a new one.
         self._closing = False
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else ("read-only" if self.readonly else "open")
-        return f"<PgStateDB {self.location} {state} version={self.schema_version}>"
 
     @classmethod
     async def connect(
@@ -175,6 +167,10 @@ class PgStateDB(StateDB):
                 self.space.wrote()
                 return result
 
+    async def reachable(self) -> bool:
+        """Whether the database answers now (:meth:`ping`)."""
+        return await self.ping()
+
     async def ping(self) -> bool:
         """Whether the database answers within :data:`PING_SECONDS` (``SELECT 1`` on the
         reader's connection, opened again if it was lost)."""
@@ -199,13 +195,15 @@ class PgStateDB(StateDB):
         for role, thread in roles:
             if thread is not None:  # after the operations queued before it
                 await thread.submit(functools.partial(self._disconnect, role))
-        await super().close()
+        self._closed = True
+        await self.space.close()
+        await self._stop_threads()
 
     # -- internals (each runs on its role's thread) -----------------------------------------
 
     def _check_open(self) -> None:
         if self.closed or self._closing:
-            raise StateClosedError(f"the state database {self.location} is closed")
+            raise self._closed_error()
 
     async def _on(self, role: Role, fn: Callable[[], T]) -> T:
         thread = self._writer if role == "writer" else self._reader
@@ -263,13 +261,7 @@ class PgStateDB(StateDB):
     def _open_reader_pg(self) -> None:
         conn = self._connection("reader")
         if self.readonly:
-            version = current_version(conn)
-            if version != LATEST_VERSION:
-                raise SchemaError(
-                    f"{self.location} has schema version {version}; this Herald reads "
-                    f"version {LATEST_VERSION} (start the daemon once to migrate)"
-                )
-            self.schema_version = version
+            self.schema_version = check_current(conn, self.location)
 
     def _message(self, exc: Exception) -> str:
         # One line (libpq's messages run over several), never the password.

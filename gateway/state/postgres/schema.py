@@ -1,5 +1,6 @@
-"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.pgmigrations`
-(PostgreSQL's twins of :mod:`gateway.state.schema`'s), applied under an advisory lock.
+"""The state schema on PostgreSQL: the migrations of :mod:`gateway.state.schema`, in
+PostgreSQL's words (:func:`gateway.state.postgres.migrations.postgresql`), applied under an
+advisory lock.
 
 Replicas may start together: each takes the same session-level advisory lock before it
 reads the schema version, so exactly one applies a missing version and the others, once
@@ -14,9 +15,9 @@ import time
 from typing import Final
 
 from gateway.state.errors import SchemaError, StateError, StateUnavailableError
-from gateway.state.pgconn import PgConnection
-from gateway.state.pgmigrations import MIGRATIONS
-from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION
+from gateway.state.postgres.connection import PgConnection
+from gateway.state.postgres.migrations import postgresql
+from gateway.state.schema import JOB_QUEUE_SCHEMA, LATEST_VERSION, migrations
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,17 @@ def current_version(conn: PgConnection) -> int:
         return 0
     rows = conn.execute_native("SELECT MAX(version) FROM schema_version")
     return int(rows[0][0] or 0)
+
+
+def check_current(conn: PgConnection, location: str) -> int:
+    """The schema version, which must be this code's (a read-only open migrates nothing)."""
+    version = current_version(conn)
+    if version != LATEST_VERSION:
+        raise SchemaError(
+            f"{location} has schema version {version}; this Herald reads "
+            f"version {LATEST_VERSION} (start the daemon once to migrate)"
+        )
+    return version
 
 
 def migrate(conn: PgConnection, location: str) -> int:
@@ -66,11 +78,11 @@ def migrate(conn: PgConnection, location: str) -> int:
 def _apply(conn: PgConnection, location: str, version: int) -> None:
     conn.execute_native("BEGIN")
     try:
-        for statement in MIGRATIONS[version - 1]:
+        for statement in migrations()[version - 1]:
             if statement == JOB_QUEUE_SCHEMA:
                 _apply_job_queue_schema(conn)
                 continue
-            conn.execute_native(statement)
+            conn.execute_native(postgresql(statement))
         conn.execute_native(
             "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
             [version, time.time()],

@@ -44,8 +44,8 @@ from gateway.state.errors import (
     StateUnavailableError,
     WriteConflictError,
 )
-from gateway.state.pgconn import PgConnection
-from gateway.state.pgprepared import PreparedStatementError, plainly
+from gateway.state.postgres.connection import PgConnection
+from gateway.state.postgres.prepared import PreparedStatementError, plainly
 
 T = TypeVar("T")
 

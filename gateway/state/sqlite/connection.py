@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from gateway.state.connection import SQLITE, Cursor, Dialect
+from gateway.state.connection import Cursor, Dialect
 from gateway.state.errors import (
     ConstraintError,
     ConstraintKind,
@@ -24,6 +24,9 @@ from gateway.state.errors import (
     StateError,
     WriteConflictError,
 )
+
+#: SQLite's SQL where it differs (see :class:`~gateway.state.connection.Dialect`).
+SQLITE: Final = Dialect("sqlite", "?", "", "max")
 
 #: Extended result codes of the constraints other than uniqueness.
 _CONSTRAINTS: Final[dict[int, ConstraintKind]] = {

@@ -1,28 +1,15 @@
-"""The state schema's migrations as PostgreSQL runs them, written out; version N is
-``MIGRATIONS[N - 1]``, the same version as SQLite's ``gateway.state.schema.MIGRATIONS[N - 1]``.
-
-Each SQLite migration has its PostgreSQL twin here, statement for statement, in
-PostgreSQL's own words: SQLite's 8-byte ``REAL`` is ``DOUBLE PRECISION`` (PostgreSQL's
-``REAL`` is 4 bytes), its 64-bit ``INTEGER`` is ``BIGINT``, an ``INTEGER PRIMARY KEY
-AUTOINCREMENT`` an identity column; text columns are ``COLLATE "C"``, so ordering and
-uniqueness compare bytes as SQLite's ``BINARY`` collation does and never depend on the
-server's locale; index columns are ``NULLS FIRST``, SQLite's order for an ascending key, so an
-index serves the same ``ORDER BY`` on both. SQLite's ``WITHOUT ROWID`` means nothing here and
-is left out. Version 7 (:data:`JOB_QUEUE_SCHEMA`) is procrastinate's schema, applied by
-:mod:`gateway.state.pgschema`.
-
-Never edit a released migration: append a new one here and in ``gateway.state.schema`` (a
-test checks both have as many versions and the same tables and columns).
-"""
+"""The state schema's migrations 1-15 for PostgreSQL as released
+(``gateway/state/pgmigrations.py`` at issue 35), kept verbatim so a test can build a database
+the old code made and upgrade it."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from gateway.state.lifecycle import DELIVERY_SQL
-from gateway.state.schema import (
+from tests.gateway.state.legacy.sqlite_v15 import (
     BATCH_STATE_SQL,
     COMPLETION_SQL,
+    DELIVERY_SQL,
     JOB_QUEUE_SCHEMA,
     LIVE_STATUS_SQL,
     RUN_STATUS_SQL,

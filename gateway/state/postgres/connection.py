@@ -27,7 +27,7 @@ from psycopg import errors as pg_errors
 from psycopg.adapt import Buffer, Loader
 from psycopg.rows import RowMaker
 
-from gateway.state.connection import POSTGRESQL, Dialect
+from gateway.state.connection import Dialect
 from gateway.state.errors import (
     ConstraintError,
     DiskFullError,
@@ -37,7 +37,10 @@ from gateway.state.errors import (
     StateUnavailableError,
     WriteConflictError,
 )
-from gateway.state.pgprepared import PreparedStatementError, PreparedStatements
+from gateway.state.postgres.prepared import PreparedStatementError, PreparedStatements
+
+#: PostgreSQL's SQL where it differs (see :class:`~gateway.state.connection.Dialect`).
+POSTGRESQL: Final = Dialect("postgresql", "%s", " FOR UPDATE SKIP LOCKED", "GREATEST")
 
 #: SQLSTATEs of a transaction PostgreSQL failed for meeting another: run it again.
 CONFLICT_SQLSTATES: Final = frozenset({"40001", "40P01"})
@@ -182,13 +185,13 @@ class PgConnection:
         self._writing = False
         #: The write's last statement went out with its COMMIT: nothing may follow it.
         self._finished = False
-        #: The transaction holds a group of writes (:mod:`gateway.state.pggroup`): a write's
+        #: The transaction holds a group of writes (:mod:`gateway.state.postgres.groups`): a write's
         #: last statement cannot take the COMMIT with it.
         self._grouped = False
         #: Where the group's current write begins in ``_pending`` while its ``SAVEPOINT``
         #: has not been sent (None once it has).
         self._mark: int | None = None
-        #: The tables' texts prepared on this connection (:mod:`gateway.state.pgprepared`).
+        #: The tables' texts prepared on this connection (:mod:`gateway.state.postgres.prepared`).
         self.prepared = PreparedStatements()
 
     @classmethod

@@ -4,7 +4,7 @@ PostgreSQL spends more of its CPU parsing and planning the state's short stateme
 running them (an ``UPDATE`` of a run by its key: ~260 µs sent as text, ~140 µs as an
 ``EXECUTE`` of the same statement prepared). Statements still travel as simple queries, so
 a transaction's ``BEGIN``, queued statements and ``COMMIT`` keep sharing a message with
-them (:class:`~gateway.state.pgconn.PgConnection`): a text the connection has run
+them (:class:`~gateway.state.postgres.connection.PgConnection`): a text the connection has run
 :data:`PREPARE_AFTER` times is sent the next time as ``PREPARE hN AS …; EXECUTE hN(…)``
 and as ``EXECUTE hN(…)`` from then on, its parameters bound on the client as before.
 
