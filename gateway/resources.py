@@ -112,7 +112,7 @@ Resource = Callable[[web.Application], AsyncIterator[None]]
 async def _state(app: web.Application) -> AsyncIterator[None]:
     settings = settings_of(app)
     state_dir = settings.gateway.resolved_state_dir()
-    db = await open_state(settings)
+    db = await open_state(settings.state_config())
     cluster = settings.cluster.database_url is not None
     replica = settings.cluster.resolved_replica_id() if cluster else None
     store = SessionStore(state_dir, db, replica_id=replica)
@@ -124,7 +124,7 @@ async def _state(app: web.Application) -> AsyncIterator[None]:
     # The schema version the start ended at (after any migrations it applied).
     extra = {
         "state_dir": str(state_dir),
-        "database": backend_of(settings),
+        "database": backend_of(settings.state_config()),
         "schema_version": str(db.schema_version),
     }
     if settings.cluster.database_url is not None:

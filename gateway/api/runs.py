@@ -34,7 +34,8 @@ from gateway.api.keys import (
 )
 from gateway.api.requests import InvokeRequest, RunPath, RunsQuery
 from gateway.api.routing import reply
-from gateway.sessions import ChatTargetError, SessionKey, SessionKeyError, SessionStore
+from gateway.schema.targets import ChatTargetError
+from gateway.sessions import SessionKey, SessionKeyError, SessionStore
 from gateway.shapes import InvokeResult, Run, RunDetail, RunList
 from gateway.state import RunRecord
 from gateway.subagents import RunFinishedError, RunNotFoundError, run_detail, run_view

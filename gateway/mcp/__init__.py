@@ -1,10 +1,10 @@
 """MCP: tools from MCP servers for every agent, and Herald as an MCP server.
 
 Modules, each imported by its own path (this package's ``__init__`` stays light because
-:mod:`gateway.settings` composes :mod:`gateway.mcp.config`, everything else here needs the
+:mod:`gateway.settings` composes :mod:`gateway.schema.mcp`, everything else here needs the
 settings, and the SDK is imported only by a gateway that uses MCP):
 
-- :mod:`~gateway.mcp.config`: the ``mcp`` section of the configuration;
+- :mod:`~gateway.schema.mcp`: the ``mcp`` section of the configuration;
 - :mod:`~gateway.mcp.results`: tool names and what the model reads of a result;
 - :mod:`~gateway.mcp.transport`: one client session opened over stdio or HTTP with the SDK;
 - :mod:`~gateway.mcp.stdio`: Herald's stdio transport (the server's process group, its lines);
@@ -18,6 +18,6 @@ settings, and the SDK is imported only by a gateway that uses MCP):
 - :mod:`~gateway.mcp.asgi`: the endpoint's aiohttp-to-ASGI handoff.
 """
 
-from gateway.mcp.config import McpConfig, McpServeConfig, McpServerConfig
+from gateway.schema.mcp import McpConfig, McpServeConfig, McpServerConfig
 
 __all__ = ["McpConfig", "McpServeConfig", "McpServerConfig"]

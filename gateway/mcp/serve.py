@@ -29,8 +29,8 @@ from pydantic import Field
 from gateway.api.auth import configured_token, token_required
 from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.mcp.asgi import MANAGER, asgi_bridge
+from gateway.schema.targets import ChatTargetError
 from gateway.sessions import (
-    ChatTargetError,
     SessionKey,
     SessionNotFoundError,
     SessionRefError,
