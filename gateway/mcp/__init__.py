@@ -13,7 +13,7 @@ settings, and the SDK is imported only by a gateway that uses MCP):
 - :mod:`~gateway.mcp.manager`: every server, their tools in the registry, their state;
 - :mod:`~gateway.mcp.tools`: an MCP server's tool as a Herald tool;
 - :mod:`~gateway.mcp.probe`: connect once, list tools (``herald mcp probe``, doctor);
-- :mod:`~gateway.mcp.resource`: the servers' life in the gateway's start and stop;
+- :mod:`~gateway.mcp.setup`: the servers' life in the gateway's start and stop, the keys;
 - :mod:`~gateway.mcp.serve`: Herald's own MCP endpoint (``mcp.serve``) and its tools;
 - :mod:`~gateway.mcp.asgi`: the endpoint's aiohttp-to-ASGI handoff.
 """

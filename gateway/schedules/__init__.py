@@ -11,7 +11,7 @@ Modules, each imported by its own path (this ``__init__`` stays light because
 - :mod:`~gateway.schedules.views`: how a job is shown;
 - :mod:`~gateway.schedules.tool`: the agent's ``schedule`` tool;
 - :mod:`~gateway.schedules.reach`: jobs whose chat cannot be reached (``herald doctor``);
-- :mod:`~gateway.schedules.resource`: the scheduler's life in the gateway.
+- :mod:`~gateway.schedules.setup`: the scheduler's life in the gateway, its keys.
 """
 
 from gateway.schema.schedules import JobConfig, SchedulesConfig

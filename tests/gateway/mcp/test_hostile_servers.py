@@ -25,8 +25,8 @@ from gateway.config import load_settings
 from gateway.constants import EXIT_CONFIG
 from gateway.errors import ConfigError
 from gateway.mcp.connection import McpCallError, ServerConnection, ServerState
-from gateway.mcp.resource import MCP
 from gateway.mcp.results import result_text
+from gateway.mcp.setup import MCP
 from gateway.mcp.tools import ANY_OBJECT, MAX_DESCRIPTION_CHARS
 from gateway.mcp.transport import MAX_TOOL_PAGES, MAX_TOOLS
 from gateway.schema.mcp import McpServerConfig

@@ -14,7 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.api.keys import SCHEDULES
+from gateway.catalog import build_tools
+from gateway.parts.agent import TOOLS
+from gateway.schedules.setup import SCHEDULES
 from gateway.schedules.tool import ScheduleParams, ScheduleTool
 from gateway.schema.schedules import JobSpec
 from gateway.sessions import parse_target, target_origin, target_session_key
@@ -26,7 +28,6 @@ from gateway.tools import (
     tools_for_agent,
     tools_for_subagent,
 )
-from gateway.wiring import TOOLS, build_tools
 from tests.gateway.harness import Harness, running_gateway
 from tests.gateway.slack_fake import slack_on_fake
 
