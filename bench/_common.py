@@ -33,8 +33,7 @@ from aiohttp import web
 
 from channels import Channel, InboundMessage, OutboundMessage, SentMessage
 from channels.memory import MemoryChannel
-from gateway import wiring
-from gateway.app import build_app
+from gateway.app import AppParts, build_app
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 
@@ -308,7 +307,7 @@ class CountingChannel(MemoryChannel):
 
 
 #: A started gateway app's parts, as the benchmarks use them.
-Gateway = wiring.AppParts
+Gateway = AppParts
 
 
 @asynccontextmanager

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import cast
 
 from bench._common import FakeOpenAI, Gateway
+from gateway.parts.agent import tool_services
 from gateway.sessions import SessionKey
 from gateway.state import BatchRecord, Origin
 from gateway.subagents import YIELDS, YieldService
-from gateway.wiring import tool_services
 
 AGENT = "main"
 CHANNEL = "memory"

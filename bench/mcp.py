@@ -39,7 +39,7 @@ from bench._common import (
     running_services,
 )
 from gateway.llm import ToolCall
-from gateway.mcp.resource import MCP
+from gateway.mcp.setup import MCP
 from gateway.tools import ToolContext, ToolOutput
 
 TOOL = "time__get_current_time"

@@ -43,7 +43,7 @@ from bench._common import (
     row,
     running_app,
 )
-from gateway.mcp.resource import MCP
+from gateway.mcp.setup import MCP
 from gateway.tools import ToolContext
 
 MIB = 1024 * 1024

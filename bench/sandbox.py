@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import format_table, row
-from gateway.sandboxconfig import SandboxConfig
+from gateway.schema.sandbox import SandboxConfig
 from gateway.settings import ExecConfig, HeraldSettings
 from gateway.tools.base import ToolContext
 from gateway.tools.exec import ExecParams, ExecTool

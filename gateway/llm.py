@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from channels.probe import DEFAULT_PROBE_TIMEOUT, ProbeResult
+from channels.probe import ProbeResult
 
 Role = Literal["user", "assistant", "tool"]
+
+#: Seconds a provider's probe waits for its one answer by default: a model list is cheap,
+#: so a provider slower than this is worth reporting (``herald doctor`` passes less).
+PROBE_TIMEOUT_SECONDS: Final = 10.0
 
 #: Hears a streamed model call's text as it arrives, piece by piece. Synchronous, so a slow
 #: chat never holds the model's stream back: a listener buffers and sends in its own time.
@@ -146,6 +150,6 @@ class Provider(Protocol):
         self, request: ModelRequest, *, on_text: TextListener | None = None
     ) -> ModelReply: ...
 
-    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe: ...
+    async def probe(self, *, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> ProviderProbe: ...
 
     async def close(self) -> None: ...

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,7 +61,7 @@ WAIT_BUCKETS: Final = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
 
 
 class LaneSet(Protocol):
-    """The lanes of a gateway (:class:`gateway.wiring.Lanes`)."""
+    """The lanes of a gateway (:class:`gateway.parts.lanes.Lanes`)."""
 
     def all(self) -> tuple[Lane, ...]: ...
 
@@ -354,6 +355,10 @@ class Metrics:
             return generate_latest(_Labelled(self.registry, {"replica": self.replica}))
         finally:
             self._state.snapshot = None
+
+
+#: The gateway's metrics, made with the app (every part counts into them).
+METRICS = web.AppKey("metrics", Metrics)
 
 
 class _Labelled:

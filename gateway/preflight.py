@@ -24,15 +24,15 @@ from difflib import get_close_matches
 from pathlib import Path
 
 from gateway.api.paths import mcp_path_problem
+from gateway.catalog import build_tools
 from gateway.config import LoadedSettings
 from gateway.errors import ConfigError, ConfigIssue
-from gateway.mcp.config import McpServerConfig
 from gateway.providers import ScriptError, default_script_path, load_script
-from gateway.sandboxconfig import SandboxLimits
+from gateway.schema.mcp import McpServerConfig
+from gateway.schema.sandbox import SandboxLimits
 from gateway.settings import HeraldSettings
 from gateway.tools import policy_issues, tools_for_agent
 from gateway.tools.sandbox import BWRAP_PACKAGE, SANDBOX_FIX, SYSTEM_DIRS, find_bwrap, probe
-from gateway.wiring import build_tools
 
 #: Kernel file systems: nothing Herald writes belongs there.
 KERNEL_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))

@@ -11,6 +11,9 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
 
 from gateway.errors import ConfigError
 from gateway.logs import REDACTOR
@@ -87,3 +90,15 @@ class SettingsHolder:
                 logger.exception("config reload listener failed")
         logger.info("config reloaded", extra={"path": self.path})
         return True
+
+
+#: The settings in force for an app, reloads included.
+SETTINGS = web.AppKey("settings", SettingsHolder)
+#: The folder of the config file: relative paths in the settings (a provider's script) start
+#: here.
+CONFIG_DIR = web.AppKey("config_dir", Path)
+
+
+def settings_of(app: web.Application) -> HeraldSettings:
+    """The settings in force for ``app`` (reloads included)."""
+    return app[SETTINGS].current

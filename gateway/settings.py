@@ -37,9 +37,11 @@ from gateway.constants import (
     MIN_RESULT_CHARS,
     REPLICA_ID_PATTERN,
 )
-from gateway.mcp.config import McpConfig, policy_problems
-from gateway.sandboxconfig import SandboxConfig
-from gateway.schedules.config import KeyPath, SchedulesConfig, job_problems
+from gateway.schema.mcp import McpConfig, policy_problems
+from gateway.schema.sandbox import SandboxConfig
+from gateway.schema.schedules import KeyPath, SchedulesConfig, job_problems
+from gateway.schema.state import StateConfig
+from gateway.schema.targets import ChatTargetError, parse_target
 
 logger = logging.getLogger(__name__)
 
@@ -557,9 +559,6 @@ class HeraldSettings(BaseSettings):
         return self
 
     def _target_problem(self, text: str) -> str | None:
-        # Imported here: the sessions package builds on the state, which reads settings.
-        from gateway.sessions.targets import ChatTargetError, parse_target
-
         try:
             on = [n for n in ("webchat", "slack", "discord") if getattr(self.channels, n).enabled]
             parse_target(text, dict.fromkeys(on, ""))
@@ -605,6 +604,14 @@ class HeraldSettings(BaseSettings):
             known = ", ".join(m.id for m in provider.models) or "none"
             return f"provider {provider_name!r} has no model {model_id!r} (configured: {known})"
         return None
+
+    def state_config(self) -> StateConfig:
+        """What the state database needs of this configuration."""
+        return StateConfig(
+            state_dir=self.gateway.resolved_state_dir(),
+            database_url=self.cluster.database_url,
+            replica_id=self.cluster.resolved_replica_id(),
+        )
 
     def agent_ids(self) -> list[str]:
         return sorted(self.routing.agents)

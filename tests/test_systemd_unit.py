@@ -351,7 +351,7 @@ def test_the_unit_with_the_exec_drop_in_verifies_and_rates_ok(verifiable_unit: P
 def unprivileged_bwrap(*mounts: str) -> subprocess.CompletedProcess[str]:
     """bubblewrap's sandbox started as an unprivileged user (the unit's dynamic user) in a
     mount namespace where ``mounts`` (shell commands) ran first, as systemd's would."""
-    from gateway.sandboxconfig import SandboxConfig
+    from gateway.schema.sandbox import SandboxConfig
     from gateway.tools.sandbox import bwrap_argv
 
     argv = bwrap_argv(["true"], workdir=Path("/tmp"), config=SandboxConfig(), as_root=False)

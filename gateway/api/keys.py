@@ -1,8 +1,7 @@
-"""What the API's handlers reach on ``request.app``: narrow services under typed keys.
-
-The gateway's wiring (:mod:`gateway.app`) stores each service when its resource starts
-(the probes' sources when it builds the app); handlers read only the ones they need,
-never the whole graph.
+"""The probes the API's health and metrics routes read on ``request.app``, set by
+:func:`gateway.app.build_app`; what else handlers reach is under the keys of the
+capability that owns it (:mod:`gateway.parts`, :mod:`gateway.subagents.setup`,
+:mod:`gateway.schedules.setup`).
 """
 
 from __future__ import annotations
@@ -12,25 +11,7 @@ from typing import Protocol
 from aiohttp import web
 
 from channels import ChannelState
-from gateway.agent import ToolInvoker
 from gateway.metrics import MetricsHost
-from gateway.schedules.service import Schedules
-from gateway.sessions import SessionStore
-from gateway.state import RunsTable, SessionRecord
-from gateway.subagents import StoppedTree
-
-
-class RunControl(Protocol):
-    """Stopping a run and every run under it (:class:`gateway.subagents.RunManager`)."""
-
-    async def abort_tree(self, run_id: str) -> StoppedTree: ...
-
-
-class TargetSessions(Protocol):
-    """The chat's own session a chat target names (made if new, its origin the target's);
-    :class:`~gateway.sessions.ChatTargetError` for a target that cannot be used now."""
-
-    async def __call__(self, target: str) -> SessionRecord: ...
 
 
 class ReadinessProbe(Protocol):
@@ -63,13 +44,6 @@ class ScrapeSource(Protocol):
     def __call__(self) -> MetricsHost: ...
 
 
-SESSION_STORE = web.AppKey("session_store", SessionStore)
-RUN_RECORDS = web.AppKey("run_records", RunsTable)
-RUN_CONTROL = web.AppKey("run_control", RunControl)
-#: Scheduled jobs (set once the scheduler runs).
-SCHEDULES = web.AppKey("schedules", Schedules)
-TOOL_INVOKER = web.AppKey("tool_invoker", ToolInvoker)
-TARGET_SESSIONS = web.AppKey("target_sessions", TargetSessions)
 READINESS = web.AppKey("readiness", ReadinessProbe)
 DATABASE = web.AppKey("database", DatabaseProbe)
 DISK_FULL = web.AppKey("disk_full", DiskProbe)

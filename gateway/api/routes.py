@@ -26,8 +26,8 @@ from gateway.api.requests import (
 )
 from gateway.api.routing import Reply, Route, aiohttp_routes, answer, error
 from gateway.metrics import METRICS_PATH
-from gateway.schedules.config import JobSpec
 from gateway.schedules.views import Job, JobList, RunStarted
+from gateway.schema.schedules import JobSpec
 from gateway.shapes import (
     Health,
     History,

@@ -25,19 +25,17 @@ from aiohttp import web
 from gateway.agent import InvokeError, ToolNotAllowedError
 from gateway.agent import SessionNotFoundError as NoSessionError
 from gateway.api.errors import json_error
-from gateway.api.keys import (
-    RUN_CONTROL,
-    RUN_RECORDS,
-    SESSION_STORE,
-    TARGET_SESSIONS,
-    TOOL_INVOKER,
-)
 from gateway.api.requests import InvokeRequest, RunPath, RunsQuery
 from gateway.api.routing import reply
-from gateway.sessions import ChatTargetError, SessionKey, SessionKeyError, SessionStore
+from gateway.parts.agent import TOOL_INVOKER
+from gateway.parts.channels import TARGET_SESSIONS
+from gateway.parts.state import RUN_RECORDS, SESSION_STORE
+from gateway.schema.targets import ChatTargetError
+from gateway.sessions import SessionKey, SessionKeyError, SessionStore
 from gateway.shapes import InvokeResult, Run, RunDetail, RunList
 from gateway.state import RunRecord
 from gateway.subagents import RunFinishedError, RunNotFoundError, run_detail, run_view
+from gateway.subagents.setup import RUN_CONTROL
 from gateway.tools import ToolArgumentsError, UnknownToolError
 
 V = TypeVar("V", bound=Run)

@@ -15,12 +15,12 @@ from typing import Final, cast
 from aiohttp import web
 
 from gateway.api.errors import json_error
-from gateway.api.keys import SCHEDULES
 from gateway.api.requests import JobPath
 from gateway.api.routing import reply
-from gateway.schedules.config import JobSpec
 from gateway.schedules.service import ScheduleError, Schedules
+from gateway.schedules.setup import SCHEDULES
 from gateway.schedules.views import Job, JobList, RunStarted, job_view
+from gateway.schema.schedules import JobSpec
 from gateway.shapes import ErrorCode, WireModel
 from gateway.state import StateError
 

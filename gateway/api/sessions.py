@@ -34,9 +34,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway.api.errors import json_error
-from gateway.api.keys import SESSION_STORE
 from gateway.api.requests import HistoryParams, SessionsQuery, TranscriptParams
 from gateway.api.routing import reply
+from gateway.parts.state import SESSION_STORE
 from gateway.sessions import SessionNotFoundError, SessionRefError, session_view
 from gateway.shapes import History, Message, SessionList, TranscriptRecord
 

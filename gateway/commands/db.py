@@ -45,7 +45,7 @@ def db_status(args: argparse.Namespace) -> int:
     """``herald db status [--json]``."""
     settings = _settings(args)
     try:
-        status = asyncio.run(schema_status(settings))
+        status = asyncio.run(schema_status(settings.state_config()))
     except StateError as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -60,8 +60,8 @@ def db_migrate(args: argparse.Namespace) -> int:
     """``herald db migrate``."""
     settings = _settings(args)
     try:
-        before = asyncio.run(schema_status(settings))
-        after = asyncio.run(migrate_state(settings)) if before.pending else before
+        before = asyncio.run(schema_status(settings.state_config()))
+        after = asyncio.run(migrate_state(settings.state_config())) if before.pending else before
     except SchemaError as exc:
         print(f"herald: {exc}", file=sys.stderr)
         return EXIT_PENDING

@@ -39,8 +39,8 @@ from channels.slack.config import SlackConfig
 from configbase import secret_value
 from gateway.constants import STATE_DB_NAME
 from gateway.errors import ConfigError
-from gateway.mcp.config import McpServerConfig
 from gateway.preflight import used_providers
+from gateway.schema.mcp import McpServerConfig
 from gateway.settings import HeraldSettings, ProviderConfig
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -353,7 +353,7 @@ async def check_database(settings: HeraldSettings, seconds: float) -> Finding:
     subject = "state database"
     try:
         async with asyncio.timeout(seconds):
-            status = await schema_status(settings)
+            status = await schema_status(settings.state_config())
     except (StateError, TimeoutError) as exc:
         reason = str(exc) or f"no answer within {seconds:g}s"
         return Finding(

@@ -87,7 +87,7 @@ def with_db(source: StateSource, fn: Callable[[StateDB], Coroutine[Any, Any, T]]
     safe while the daemon runs)."""
 
     async def run() -> T:
-        db = await open_state(source.settings, readonly=True)
+        db = await open_state(source.settings.state_config(), readonly=True)
         try:
             return await fn(db)
         finally:

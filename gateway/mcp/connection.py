@@ -25,7 +25,6 @@ from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPError
 
 from gateway.backoff import backoff
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.lines import MAX_MESSAGE_BYTES
 from gateway.mcp.transport import (
     describe_failure,
@@ -34,6 +33,7 @@ from gateway.mcp.transport import (
     open_session,
     server_secrets,
 )
+from gateway.schema.mcp import McpServerConfig
 
 logger = logging.getLogger(__name__)
 

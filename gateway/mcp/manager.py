@@ -17,9 +17,9 @@ from typing import Protocol, TextIO
 
 from mcp import types
 
-from gateway.mcp.config import TOOL_SEPARATOR, McpServerConfig
 from gateway.mcp.connection import RESTART_BASE_SECONDS, ServerConnection, ServerState
 from gateway.mcp.tools import McpTool
+from gateway.schema.mcp import TOOL_SEPARATOR, McpServerConfig
 from gateway.tools import DuplicateToolError, ToolRegistry
 
 logger = logging.getLogger(__name__)

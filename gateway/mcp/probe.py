@@ -11,7 +11,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.transport import (
     describe_failure,
     list_all_tools,
@@ -19,6 +18,7 @@ from gateway.mcp.transport import (
     open_session,
     server_secrets,
 )
+from gateway.schema.mcp import McpServerConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from typing import Final
 import orjson
 from mcp import types
 
-from gateway.mcp.config import TOOL_SEPARATOR
 from gateway.mcp.lines import reader_cuts, uncut_length
+from gateway.schema.mcp import TOOL_SEPARATOR
 
 #: Provider tool names: OpenAI and Anthropic take at most 64 of these characters.
 MAX_TOOL_NAME: Final = 64

@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from gateway.api.auth import configured_token, token_required
-from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.mcp.asgi import MANAGER, asgi_bridge
+from gateway.parts.agent import CONTEXTS
+from gateway.parts.channels import target_session_of
+from gateway.parts.state import RUN_RECORDS, SESSION_STORE
+from gateway.reload import settings_of
+from gateway.schema.targets import ChatTargetError
 from gateway.sessions import (
-    ChatTargetError,
     SessionKey,
     SessionNotFoundError,
     SessionRefError,
@@ -44,7 +47,7 @@ from gateway.subagents import (
     SpawnRequest,
     run_view,
 )
-from gateway.wiring import CONTEXTS, SUBAGENTS, settings_of, target_session
+from gateway.subagents.setup import RUN_CONTROL, SUBAGENTS
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def build_server(app: web.Application) -> MCPServer:
             session = await store.ensure(SessionKey.main(settings.routing.default_agent))
         else:
             try:
-                session = await target_session(app, to)
+                session = await target_session_of(app, to)
             except ChatTargetError as exc:
                 raise ToolError(f"to: {exc}") from None
         ctx = app[CONTEXTS].for_session(session, origin=session.origin)
@@ -202,16 +205,14 @@ async def mcp_endpoint(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-def add_endpoint(app: web.Application, settings: HeraldSettings) -> None:
+def add_endpoint(
+    app: web.Application, settings: HeraldSettings, guard: Callable[[Handler], Handler]
+) -> None:
     """The route (every method) and the session manager's lifetime on ``app``.
 
-    The route checks the bearer token itself: it never depends on the app's list of public
-    paths (``herald config check`` refuses a path that collides with another route anyway).
+    The route checks the bearer token itself with ``guard`` (the app's): it never depends
+    on the app's list of public paths (``herald config check`` refuses a path that collides
+    with another route anyway).
     """
-
-    def token() -> str | None:
-        return configured_token(settings_of(app))
-
-    app.router.add_route("*", settings.mcp.serve.path, token_required(token, asgi_bridge))
-    app[MCP_PATH] = settings.mcp.serve.path
+    app.router.add_route("*", settings.mcp.serve.path, guard(asgi_bridge))
     app.cleanup_ctx.append(mcp_endpoint)

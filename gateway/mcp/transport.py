@@ -25,10 +25,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.lines import MAX_MESSAGE_BYTES
 from gateway.mcp.stdio import stdio_transport
-from gateway.sandboxconfig import SandboxLimits
+from gateway.schema.mcp import McpServerConfig
+from gateway.schema.sandbox import SandboxLimits
 from gateway.tools.sandbox import (
     BWRAP,
     BWRAP_PACKAGE,

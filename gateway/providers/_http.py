@@ -20,9 +20,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from channels.probe import DEFAULT_PROBE_TIMEOUT
 from configbase import secret_value
-from gateway.llm import ModelReply, ProviderProbe
+from gateway.llm import PROBE_TIMEOUT_SECONDS, ModelReply, ProviderProbe
 from gateway.providers._retry import (
     DEFAULT_RETRY_POLICY,
     RetryPolicy,
@@ -379,7 +378,7 @@ class HttpProvider:
         """``attempt()`` under this provider's one retry policy (:func:`with_retries`)."""
         return await with_retries(attempt, max_retries=self._max_retries, policy=self._retry)
 
-    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe:
+    async def probe(self, *, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> ProviderProbe:
         """``GET`` the model list: free, generates nothing, and needs a valid key.
 
         One attempt, no retries: a probe reports what the API says now. A missing key for

@@ -64,10 +64,10 @@ import orjson
 import pyjson5
 from pydantic import Field, ValidationError
 
-from channels.probe import DEFAULT_PROBE_TIMEOUT
 from configbase import ConfigModel
 from gateway.errors import ConfigIssue
 from gateway.llm import (
+    PROBE_TIMEOUT_SECONDS,
     ChatMessage,
     ModelReply,
     ModelRequest,
@@ -429,7 +429,7 @@ class ScriptedProvider:
             stop_reason="tool_use" if calls else "end_turn",
         )
 
-    async def probe(self, *, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT) -> ProviderProbe:
+    async def probe(self, *, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> ProviderProbe:
         """Nothing remote to check: the rules were read when this provider was built (a bad
         file fails there, with :class:`ScriptError`). No model ids: any id gets an answer."""
         return ProviderProbe("ok", f"scripted rules load ({self.script.path})")

@@ -19,7 +19,13 @@ from gateway.reload import SettingsHolder
 from gateway.runtime.chat_commands import ChatCommands
 from gateway.runtime.commands import ChatCommand, parse_command
 from gateway.runtime.turns import BUSY_REPLY, ChatTurns, origin_of
-from gateway.sessions import SessionError, SessionKey, SessionStore, key_for_inbound
+from gateway.sessions import (
+    SessionError,
+    SessionKey,
+    SessionStore,
+    agent_of_channel,
+    key_for_inbound,
+)
 from gateway.state import DiskFullError, InboundTable, Origin, SessionRecord, is_out_of_space
 from lanes import LaneClosed, LaneFullError
 
@@ -54,10 +60,7 @@ class Router:
 
     def agent_for_channel(self, channel: str) -> str:
         """The agent that answers in ``channel``."""
-        settings = self._holder.current
-        config = getattr(settings.channels, channel, None)
-        agent = getattr(config, "agent", None)
-        return agent if isinstance(agent, str) else settings.routing.default_agent
+        return agent_of_channel(self._holder.current, channel)
 
     async def handle_inbound(self, message: InboundMessage) -> None:
         """Record ``message`` (one that makes a turn) so that a crash cannot lose it, then

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gateway.schedules.store import JobRecord, JobsTable
-from gateway.sessions import ChatTargetError, parse_target
+from gateway.schema.targets import ChatTargetError, parse_target
 from gateway.settings import HeraldSettings
 from gateway.state import StateError, open_state
 
@@ -39,7 +39,7 @@ def unreachable(
 async def stored_jobs(settings: HeraldSettings) -> list[JobRecord]:
     """The jobs in the state database (none when it cannot be read yet)."""
     try:
-        db = await open_state(settings, readonly=True)
+        db = await open_state(settings.state_config(), readonly=True)
     except (StateError, OSError):
         return []
     try:

@@ -35,7 +35,8 @@ from gateway.schedules.store import (
     advance,
     record_run_now,
 )
-from gateway.schedules.triggers import TriggerError
+from gateway.schema.targets import ChatTargetError
+from gateway.schema.triggers import TriggerError
 from gateway.sessions import SessionError
 from gateway.state import RunStatus, StateError
 from gateway.state.connection import Connection
@@ -180,7 +181,7 @@ class Scheduler:
                 return
             try:
                 await self.fire(job, now)
-            except (TriggerError, SessionError) as exc:  # this job's own problem, not the others'
+            except (TriggerError, ChatTargetError, SessionError) as exc:  # this job's, not others'
                 logger.error(
                     "scheduled job cannot fire", extra={"job": job.job_id, "error": str(exc)}
                 )
@@ -196,7 +197,7 @@ class Scheduler:
                 logger.warning("scheduled job paused after failures", extra={"job": job.job_id})
                 try:
                     await self._notify(counted, pause_notice(counted))
-                except (SessionError, StateError) as exc:
+                except (ChatTargetError, SessionError, StateError) as exc:
                     logger.warning(
                         "pause notice not queued", extra={"job": job.job_id, "error": str(exc)}
                     )
@@ -278,7 +279,7 @@ class Scheduler:
 
         try:
             requester = await self._requester(job)
-        except SessionError as exc:  # its channel is not running, or no longer enabled
+        except (ChatTargetError, SessionError) as exc:  # its channel is not running or enabled
             logger.warning(
                 "scheduled occurrence has no chat", extra={"job": job.job_id, "error": str(exc)}
             )

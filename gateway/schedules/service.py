@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from gateway.constants import ID_PATTERN
-from gateway.schedules.config import JobSpec, SchedulesConfig
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
-from gateway.schedules.triggers import TriggerError, parse_every, trigger_of
-from gateway.sessions import ChatTargetError, chat_of, parse_target
+from gateway.schema.schedules import JobSpec, SchedulesConfig
+from gateway.schema.targets import ChatTargetError, chat_of, parse_target
+from gateway.schema.triggers import TriggerError, parse_every, trigger_of
 from gateway.state import RecordConflictError
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class Schedules:
 
     def _checked(self, spec: JobSpec, *, created_by: str | None) -> JobRecord:
         """``spec`` as a job row, every field checked (the trigger by the one check of
-        :meth:`~gateway.schedules.triggers.Trigger.check`); its ``to`` in written form."""
+        :meth:`~gateway.schema.triggers.Trigger.check`); its ``to`` in written form."""
         section = self._section()
         now = self._clock()
         try:

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
-from gateway.schedules.triggers import Trigger, TriggerKind
-from gateway.sessions import ChatTargetError, normalize_target
+from gateway.schema.targets import ChatTargetError, normalize_target
+from gateway.schema.triggers import Trigger, TriggerKind
 from gateway.state import RecordConflictError, StateDB, StateError
 from gateway.state.connection import Connection
 

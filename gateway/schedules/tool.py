@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from gateway.schedules.config import JobSpec
 from gateway.schedules.service import ChatScope, ScheduleError, Schedules
+from gateway.schema.schedules import JobSpec
 from gateway.sessions import optional_iso, target_of_origin
 from gateway.tools import ServiceKey, Tool, ToolContext, ToolError, ToolOutput, ToolParams
 

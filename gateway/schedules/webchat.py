@@ -14,13 +14,12 @@ from aiohttp import web
 
 from channels.errors import JobRefusal, JobRefusedError, JobsUnavailableError
 from channels.webchat import ChatJob
-from channels.webchat.channel import ACCOUNT
-from gateway.api.keys import SCHEDULES
+from gateway.reload import settings_of
 from gateway.schedules.service import ChatScope, ScheduleError, Schedules
+from gateway.schedules.setup import SCHEDULES
 from gateway.schedules.store import JobRecord
-from gateway.sessions import key_for_inbound, target_of_origin
-from gateway.state import Origin
-from gateway.wiring import CHAT
+from gateway.schema.targets import written_target
+from gateway.sessions import agent_of_channel, key_for_inbound
 
 
 def chat_job(job: JobRecord) -> ChatJob:
@@ -57,10 +56,9 @@ class WebchatJobs:
 
     def scope(self, client_id: str) -> ChatScope:
         """The client's chat as the owner of jobs."""
-        agent = self._app[CHAT].router.agent_for_channel(self._channel)
+        agent = agent_of_channel(settings_of(self._app), self._channel)
         key = key_for_inbound(agent, self._channel, "dm", client_id, None, client_id)
-        origin = Origin(channel=self._channel, account=ACCOUNT, chat_id=client_id)
-        return ChatScope(str(key), target_of_origin(origin))
+        return ChatScope(str(key), written_target(self._channel, client_id))
 
     async def list(self, client_id: str) -> list[ChatJob]:
         jobs = await self._service().chat_jobs(self.scope(client_id))

@@ -1,5 +1,12 @@
 """Sessions: keys, transcripts (JSONL files) and the store that ties them to the state DB."""
 
+from gateway.schema.targets import (
+    ChatTarget,
+    ChatTargetError,
+    chat_of,
+    normalize_target,
+    parse_target,
+)
 from gateway.sessions.errors import (
     InvalidIdError,
     SessionArchivedError,
@@ -43,15 +50,13 @@ from gateway.sessions.store import (
     SessionStore,
 )
 from gateway.sessions.targets import (
-    ChatTarget,
-    ChatTargetError,
     accounts_of,
     agent_of_channel,
-    chat_of,
     chat_session,
-    normalize_target,
-    parse_target,
     target_of_origin,
+    target_origin,
+    target_session,
+    target_session_key,
 )
 from gateway.sessions.transcript import (
     COMPACTION_KIND,
@@ -137,5 +142,8 @@ __all__ = [
     "session_view",
     "sessions_dir",
     "target_of_origin",
+    "target_origin",
+    "target_session",
+    "target_session_key",
     "transcript_path",
 ]

@@ -1,22 +1,10 @@
-"""Chat targets: where work started outside a chat (an MCP client, a schedule, the CLI)
-posts its result, written ``<channel>:<chatId>[/<threadId>]``.
+"""Chat targets resolved to sessions: the chat's own session — the one a person talking
+there has — and the origin its announce goes to, so the agent of that chat sees the run's
+completion on its next turn.
 
-``slack:C0123456789``, ``slack:C0123456789/1700000000.000100`` (a thread), ``slack:D0123…``
-(a DM), ``discord:<channel id>`` (a Discord thread is its own channel id), ``webchat:<clientId>``.
-A target is checked when it is given: an unknown or disabled channel, a malformed id or a
-thread where the chat has none is a :class:`ChatTargetError` naming it.
-
-A target has one written form, and :func:`normalize_target` is the one place that makes it:
-surrounding whitespace dropped (around the whole and each part) and the channel in lower
-case. Ids keep the case they are given in and must already be in the provider's: Slack's are
-upper case (``slack:c0123…`` is refused, not raised: raised, a word such as ``general`` would
-pass for the id ``GENERAL``), Discord's are digits, a web chat client id is case-sensitive.
-Every target is stored and compared in that form — a job's ``to``, and the chat a command
-or a tool is asked in (:func:`target_of_origin`) — so a job aimed at a chat is found by that
-chat however it was written. Its chat is the target without its thread (:func:`chat_of`).
-
-It resolves to the chat's own session — the one a person talking there has — and the origin
-its announce goes to, so the agent of that chat sees the run's completion on its next turn:
+A target as data (parsed, checked, in its one written form) is
+:mod:`gateway.schema.targets`, a leaf the config schema checks a job's ``to`` with; the
+session keys a target resolves to are these:
 
 - Slack and Discord channels: ``agent:<id>:<channel>:channel:<chatId>[:thread:<threadId>]``;
 - a Slack DM (``D…``): ``agent:<id>:slack:dm:<D…>`` — DM sessions are kept per user, and a
@@ -27,139 +15,38 @@ its announce goes to, so the agent of that chat sees the run's completion on its
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from channels import Channel
-from channels.webchat import CLIENT_ID_PATTERN
-from gateway.sessions.errors import SessionError
+from gateway.schema.targets import ChatTarget, parse_target, written_target
 from gateway.sessions.keys import SessionKey
-from gateway.state.rows import Origin  # not the package: it imports settings, which call here
+from gateway.state.rows import Origin
 
-if TYPE_CHECKING:  # the settings import the state, which this package builds on
+if TYPE_CHECKING:
     from gateway.sessions.store import SessionStore
     from gateway.settings import HeraldSettings
     from gateway.state.rows import SessionRecord
 
-#: The channels a target may name, and the shape of their chat and thread ids.
-_CHAT_IDS: Final[Mapping[str, re.Pattern[str]]] = {
-    "slack": re.compile(r"^[CDG][A-Z0-9]{2,30}$"),
-    "discord": re.compile(r"^[0-9]{15,25}$"),
-    "webchat": CLIENT_ID_PATTERN,
-}
-_THREAD_IDS: Final[Mapping[str, re.Pattern[str]]] = {
-    "slack": re.compile(r"^[0-9]{9,12}\.[0-9]{6}$"),
-}
-_EXAMPLES: Final = (
-    "slack:C0123456789, slack:C0123456789/1700000000.000100, discord:<channel id>, "
-    "webchat:<clientId>"
-)
+
+def target_session_key(target: ChatTarget, agent_id: str) -> SessionKey:
+    """The chat's own session for ``agent_id`` (see the module doc)."""
+    if target.channel == "webchat":
+        return SessionKey.webchat(agent_id, target.chat_id)
+    if target.channel == "slack" and target.chat_type == "dm":
+        return SessionKey.dm(agent_id, target.channel, target.chat_id)
+    return SessionKey.chat_channel(agent_id, target.channel, target.chat_id, target.thread_id)
 
 
-class ChatTargetError(SessionError):
-    """A chat target that cannot be used; the message names it and says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChatTarget:
-    """A parsed target, in its one written form (see the module docstring)."""
-
-    channel: str
-    chat_id: str
-    thread_id: str | None = None
-
-    def __str__(self) -> str:
-        thread = f"/{self.thread_id}" if self.thread_id else ""
-        return f"{self.channel}:{self.chat_id}{thread}"
-
-    @property
-    def chat_type(self) -> str:
-        """As the channel reports it: the web chat and Slack's ``D…`` chats are DMs."""
-        if self.channel == "webchat" or (self.channel == "slack" and self.chat_id[0] == "D"):
-            return "dm"
-        return "channel"
-
-    def session_key(self, agent_id: str) -> SessionKey:
-        """The chat's own session for ``agent_id`` (see the module doc)."""
-        if self.channel == "webchat":
-            return SessionKey.webchat(agent_id, self.chat_id)
-        if self.channel == "slack" and self.chat_type == "dm":
-            return SessionKey.dm(agent_id, self.channel, self.chat_id)
-        return SessionKey.chat_channel(agent_id, self.channel, self.chat_id, self.thread_id)
-
-    def origin(self, account: str) -> Origin:
-        """Where the target's announce goes, for the channel's ``account``."""
-        return Origin(
-            channel=self.channel,
-            account=account,
-            chat_id=self.chat_id,
-            thread_id=self.thread_id,
-            chat_type=self.chat_type,
-        )
-
-
-def _written(channel: str, chat_id: str, thread_id: str | None) -> ChatTarget:
-    """The parts of a target in their one written form (the rule of the module docstring)."""
-    thread = thread_id.strip() if thread_id is not None else None
-    return ChatTarget(channel.strip().lower(), chat_id.strip(), thread)
-
-
-def _form(text: str) -> ChatTarget:
-    """``text`` as a target of a known channel with well-formed ids, in its written form
-    (whether its channel runs is not asked here)."""
-    channel, sep, rest = text.strip().partition(":")
-    chat_id, slash, thread_id = rest.partition("/")
-    target = _written(channel, chat_id, thread_id if slash else None)
-    if not sep or not target.channel or not target.chat_id:
-        raise ChatTargetError(f"chat target {text!r:.80} is not <channel>:<chatId>[/<threadId>]")
-    if target.channel not in _CHAT_IDS:
-        raise ChatTargetError(
-            f"chat target {text!r:.80}: unknown channel {channel!r:.40} (targets: {_EXAMPLES})"
-        )
-    if not _CHAT_IDS[target.channel].fullmatch(target.chat_id):
-        raise ChatTargetError(
-            f"chat target {text!r:.80}: {chat_id!r:.80} is no {target.channel} chat id"
-        )
-    if target.thread_id is not None:
-        pattern = _THREAD_IDS.get(target.channel)
-        if pattern is None:
-            raise ChatTargetError(
-                f"chat target {text!r:.80}: {target.channel} has no threads in targets"
-                + (
-                    " (a Discord thread is its own channel id)"
-                    if target.channel == "discord"
-                    else ""
-                )
-            )
-        if not pattern.fullmatch(target.thread_id):
-            raise ChatTargetError(
-                f"chat target {text!r:.80}: {thread_id!r:.40} is no {target.channel} thread id"
-            )
-    return target
-
-
-def normalize_target(text: str) -> str:
-    """``text`` in the one written form targets are stored and compared in; raises
-    :class:`ChatTargetError` for one that is malformed or names no known channel."""
-    return str(_form(text))
-
-
-def parse_target(text: str, enabled: Mapping[str, str]) -> ChatTarget:
-    """``text`` as a target among the ``enabled`` channels (name → account), in its
-    written form.
-
-    Raises :class:`ChatTargetError` for a malformed target, a channel that is not known or
-    not enabled, or an id that channel never gives.
-    """
-    target = _form(text)
-    if target.channel not in enabled:
-        on = ", ".join(sorted(enabled)) or "none"
-        raise ChatTargetError(
-            f"chat target {text!r:.80}: channel {target.channel!r} is not enabled (enabled: {on})"
-        )
-    return target
+def target_origin(target: ChatTarget, account: str) -> Origin:
+    """Where the target's announce goes, for the channel's ``account``."""
+    return Origin(
+        channel=target.channel,
+        account=account,
+        chat_id=target.chat_id,
+        thread_id=target.thread_id,
+        chat_type=target.chat_type,
+    )
 
 
 def target_of_origin(origin: Origin | None) -> str | None:
@@ -167,17 +54,12 @@ def target_of_origin(origin: Origin | None) -> str | None:
     outside a chat."""
     if origin is None:
         return None
-    return str(_written(origin.channel, origin.chat_id, origin.thread_id or None))
-
-
-def chat_of(target: str) -> str:
-    """The chat of a target in its written form: the target without its thread."""
-    return target.partition("/")[0]
+    return written_target(origin.channel, origin.chat_id, origin.thread_id)
 
 
 def accounts_of(channels: Mapping[str, Channel]) -> dict[str, str]:
     """The running channels by name, each with the account its announces are sent as: what
-    :func:`parse_target` takes as ``enabled``."""
+    :func:`~gateway.schema.targets.parse_target` takes as ``enabled``."""
     return {name: channel.account for name, channel in channels.items()}
 
 
@@ -186,8 +68,8 @@ async def chat_session(
 ) -> SessionRecord:
     """The chat's own session for ``agent_id`` (made if new), its origin the target's, so
     an announce to it reaches that chat and thread."""
-    origin = target.origin(account)
-    session = await store.ensure(target.session_key(agent_id), origin=origin)
+    origin = target_origin(target, account)
+    session = await store.ensure(target_session_key(target, agent_id), origin=origin)
     if session.origin != origin:
         session = await store.set_origin(session.key, origin)
     return session
@@ -198,3 +80,20 @@ def agent_of_channel(settings: HeraldSettings, channel: str) -> str:
     config = getattr(settings.channels, channel, None)
     agent = getattr(config, "agent", None)
     return agent if isinstance(agent, str) else settings.routing.default_agent
+
+
+async def target_session(
+    store: SessionStore,
+    channels: Mapping[str, Channel],
+    settings: HeraldSettings,
+    target: str,
+    agent_id: str | None = None,
+) -> SessionRecord:
+    """The chat's own session that chat ``target`` names among the running ``channels``,
+    for ``agent_id`` (default: the agent of the target's channel), made if new, its origin
+    the target's. Raises :class:`~gateway.schema.targets.ChatTargetError` for a target that
+    cannot be used now."""
+    enabled = accounts_of(channels)
+    parsed = parse_target(target, enabled)
+    agent = agent_id or agent_of_channel(settings, parsed.channel)
+    return await chat_session(store, parsed, enabled[parsed.channel], agent)

@@ -17,7 +17,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from gateway.constants import STATE_DB_NAME
-from gateway.settings import HeraldSettings
+from gateway.schema.state import StateConfig
 from gateway.state.database import StateDB
 from gateway.state.errors import StateError, StateUnavailableError
 from gateway.state.schema import LATEST_VERSION
@@ -49,45 +49,45 @@ class SchemaStatus:
         return self.version is not None and self.version > self.latest
 
 
-def backend_of(settings: HeraldSettings) -> Backend:
-    return "postgresql" if settings.cluster.database_url is not None else "sqlite"
+def backend_of(config: StateConfig) -> Backend:
+    return "postgresql" if config.database_url is not None else "sqlite"
 
 
-def sqlite_path(settings: HeraldSettings) -> Path:
-    return settings.gateway.resolved_state_dir() / STATE_DB_NAME
+def sqlite_path(config: StateConfig) -> Path:
+    return config.state_dir / STATE_DB_NAME
 
 
-async def open_state(settings: HeraldSettings, *, readonly: bool = False) -> StateDB:
+async def open_state(config: StateConfig, *, readonly: bool = False) -> StateDB:
     """The configured state database, opened (and, unless ``readonly``, migrated)."""
-    url = settings.cluster.database_url
+    url = config.database_url
     if url is None:
-        return await SqliteStateDB.open(sqlite_path(settings), readonly=readonly)
+        return await SqliteStateDB.open(sqlite_path(config), readonly=readonly)
     from gateway.state.postgres import PgStateDB
 
     return await PgStateDB.connect(
         url.get_secret_value(),
         readonly=readonly,
-        replica_id=settings.cluster.resolved_replica_id(),
-        state_dir=settings.gateway.resolved_state_dir(),
+        replica_id=config.replica_id,
+        state_dir=config.state_dir,
     )
 
 
-async def migrate_state(settings: HeraldSettings) -> SchemaStatus:
+async def migrate_state(config: StateConfig) -> SchemaStatus:
     """Apply every pending migration (as ``herald run`` does at start); the status after."""
-    db = await open_state(settings)
+    db = await open_state(config)
     await db.close()
-    return await schema_status(settings)
+    return await schema_status(config)
 
 
-async def schema_status(settings: HeraldSettings) -> SchemaStatus:
+async def schema_status(config: StateConfig) -> SchemaStatus:
     """The schema version of the configured database, without changing anything."""
-    url = settings.cluster.database_url
+    url = config.database_url
     if url is None:
-        path = sqlite_path(settings)
+        path = sqlite_path(config)
         version = await asyncio.to_thread(_sqlite_version, path)
         return SchemaStatus("sqlite", str(path), version)
     location = url.masked()
-    version = await asyncio.to_thread(_pg_version, url.get_secret_value(), location, settings)
+    version = await asyncio.to_thread(_pg_version, url.get_secret_value(), location, config)
     return SchemaStatus("postgresql", location, version)
 
 
@@ -110,18 +110,18 @@ def _sqlite_version(path: Path) -> int | None:
         raise StateError(f"cannot read {path}: {exc}") from exc
 
 
-def _pg_version(url: str, location: str, settings: HeraldSettings) -> int:
+def _pg_version(url: str, location: str, config: StateConfig) -> int:
     import psycopg
 
     from gateway.state.postgres.connection import PgConnection
     from gateway.state.postgres.schema import current_version as pg_version
 
-    name = f"herald:{settings.cluster.resolved_replica_id()}"
+    name = f"herald:{config.replica_id}"
     try:
         conn = PgConnection.connect(url, application_name=name[:63], readonly=True)
     except psycopg.Error as exc:
         text = " ".join(str(exc).split())  # libpq's messages run over several lines
-        secret = settings.cluster.database_url
+        secret = config.database_url
         for part in secret.secret_parts() if secret is not None else ():
             text = text.replace(part, "********")
         raise StateUnavailableError(f"state database {location}: {text}") from exc

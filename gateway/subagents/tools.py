@@ -7,7 +7,7 @@ sessions these tools see are those of ``agent.sessionTools.visibility``
 
 Each tool reaches only the narrow service it needs through its :class:`ToolContext`: a
 :class:`SpawnService` under :data:`SPAWNER`, a :class:`TurnQueue` under :data:`TURNS`, the
-session store under :data:`SESSIONS`. The gateway's wiring registers them.
+session store under :data:`SESSIONS`. The sub-agents setup registers them.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from difflib import get_close_matches
 from typing import Final
 
 from gateway.errors import ConfigIssue
-from gateway.mcp.config import TOOL_SEPARATOR as MCP_SEPARATOR
+from gateway.schema.mcp import TOOL_SEPARATOR as MCP_SEPARATOR
 from gateway.settings import HeraldSettings, ToolPolicyConfig
 from gateway.tools.errors import UnknownAgentError
 from gateway.tools.registry import ToolRegistry

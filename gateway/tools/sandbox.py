@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gateway.sandboxconfig import SandboxConfig, SandboxLimits
+from gateway.schema.sandbox import SandboxConfig, SandboxLimits
 from gateway.tools._cgroups import PidsCgroup, PidsParent, pids_parent
 
 logger = logging.getLogger(__name__)

@@ -17,22 +17,19 @@ from aiohttp import web
 
 from channels import Channel, OutboundMessage
 from channels.memory import MemoryChannel
-from gateway import wiring
-from gateway.api.keys import (
-    RUN_CONTROL,
-    RUN_RECORDS,
-    SESSION_STORE,
-    TARGET_SESSIONS,
-    TOOL_INVOKER,
-)
 from gateway.api.routes import route_defs
-from gateway.app import build_app
+from gateway.app import AppParts, build_app
 from gateway.cluster import QueueTiming
+from gateway.parts.agent import TOOL_INVOKER
+from gateway.parts.channels import TARGET_SESSIONS
+from gateway.parts.state import RUN_RECORDS, SESSION_STORE
+from gateway.parts.timing import Timing
 from gateway.providers import RetryPolicy
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord, RunRecord
 from gateway.subagents import SpawnRequest
+from gateway.subagents.setup import RUN_CONTROL
 from gateway.tools import ToolContext
 from tests.fakes.openai import FakeOpenAI
 
@@ -139,8 +136,8 @@ def fake_model_config(fake: FakeOpenAI, extra: dict[str, Any] | None = None) -> 
 
 
 @dataclass
-class Harness(wiring.AppParts):
-    """A started gateway (its parts: :class:`gateway.wiring.AppParts`) and its memory chat."""
+class Harness(AppParts):
+    """A started gateway (its parts: :class:`gateway.AppParts`) and its memory chat."""
 
     app: web.Application
     channel: MemoryChannel
@@ -229,7 +226,7 @@ FAST_QUEUE = QueueTiming(
 )
 
 #: Test timing: retries are quick (their policy is unit-tested; here only outcomes matter).
-FAST_TIMING = wiring.Timing(
+FAST_TIMING = Timing(
     outbox_base_delay=0.01,
     provider_retry=RetryPolicy(base_delay=0.005, max_delay=0.02, jitter=0.5),
     # A cluster's replicas beat and take over quickly, but count as dead only after a
@@ -262,7 +259,7 @@ async def running_gateway(
     channels: dict[str, Channel] | None = None,
     database_url: str | None = None,
     replica_id: str | None = None,
-    timing: wiring.Timing = FAST_TIMING,
+    timing: Timing = FAST_TIMING,
     listen: bool = False,
 ) -> AsyncIterator[Harness]:
     """A gateway whose chat is an in-memory channel (plus ``channels``, started with it);

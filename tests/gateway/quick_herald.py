@@ -10,7 +10,7 @@ after the last one (:data:`channels.discord.channel.GUILD_READY_TIMEOUT`, 2 s) f
 Discord's behaviour: neither is configuration, so Herald has no config key and reads no
 environment variable that changes them. A test starts this module instead of
 ``python -m gateway``: it runs Herald's own ``main`` with :data:`QUICK` in place of the
-default :class:`gateway.wiring.Timing` and a Discord channel that waits
+default :class:`gateway.Timing` and a Discord channel that waits
 :data:`GUILD_READY_SECONDS`, so everything else is the ``herald run`` a user starts. The
 default periods stay covered: ``tests/cluster/test_failover.py`` kills replicas that run
 them (``bench/cluster.py``'s failover part measures them against the promise), and
@@ -27,7 +27,7 @@ import channels.discord
 from gateway import app
 from gateway.cli import main
 from gateway.cluster import QueueTiming
-from gateway.wiring import Timing
+from gateway.parts.timing import Timing
 
 #: Heartbeats every half second; a worker silent for 5 s (ten missed beats) and a replica
 #: silent for 10 s (twenty; as the in-process tests' timing) are dead: quick, yet a silence

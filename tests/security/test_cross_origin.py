@@ -25,10 +25,10 @@ import orjson
 from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
+from gateway.parts.state import STATE
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
-from gateway.wiring import STATE
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.security.support import raw_request
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from gateway.llm import ToolCall
-from gateway.sandboxconfig import SandboxConfig
+from gateway.schema.sandbox import SandboxConfig
 from gateway.settings import ExecConfig, HeraldSettings
 from gateway.tools import ToolContext, ToolOutput, ToolRegistry
 from gateway.tools.exec import ExecTool

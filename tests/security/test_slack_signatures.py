@@ -28,13 +28,13 @@ from aiohttp.test_utils import TestServer
 
 from channels.reconnecting import Reconnecting
 from channels.slack import SlackChannel
-from gateway.api.keys import SESSION_STORE
 from gateway.app import build_app
+from gateway.parts.channels import CHANNELS
+from gateway.parts.state import SESSION_STORE, STATE
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.settings import HeraldSettings
 from gateway.state import StateDB
-from gateway.wiring import CHANNELS, STATE
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.gateway.harness import TEST_SCRIPT, base_config, merge
 

@@ -47,11 +47,11 @@ from gateway.agent.context_window import (
     recent_turns_start,
 )
 from gateway.agent.setup import build_request
+from gateway.catalog import build_tools
 from gateway.llm import ChatMessage, ToolCall
 from gateway.providers import ScriptedProvider, load_script
 from gateway.settings import HeraldSettings
 from gateway.tools import ToolContext, ToolRegistry
-from gateway.wiring import build_tools
 from tests.gateway.sessions.support import opened_store
 
 KEY = "agent:main:memory:channel:c1"

@@ -16,11 +16,11 @@ import pytest
 from pydantic import SecretStr
 
 from gateway.agent import ContextPolicy, TurnSetup, run_turn
+from gateway.catalog import build_tools
 from gateway.llm import ChatMessage, Provider
 from gateway.providers import AnthropicProvider, ContextWindowExceededError, OpenAIProvider
 from gateway.settings import HeraldSettings, ModelConfig, ProviderConfig
 from gateway.tools import ToolContext, ToolRegistry
-from gateway.wiring import build_tools
 from tests.fakes.anthropic import FakeAnthropic, anthropic_server
 from tests.fakes.openai import FakeOpenAI, openai_server
 from tests.fakes.provider_server import Step, prompt_tokens

@@ -17,13 +17,13 @@ import pytest
 from gateway.agent import Injected, TurnSetup, run_turn
 from gateway.agent.setup import build_request
 from gateway.agent.turn import run_tools
+from gateway.catalog import build_tools
 from gateway.constants import MAX_SPAWNS_PER_TURN
 from gateway.llm import ChatMessage, ToolCall, Usage
 from gateway.providers import OpenAIProvider, ProviderError
 from gateway.settings import HeraldSettings
 from gateway.subagents import SPAWNER, SpawnAccepted, SpawnRequest, SpawnResult
 from gateway.tools import ToolContext, ToolRegistry
-from gateway.wiring import build_tools
 from tests.fakes.openai import FakeOpenAI, FakeToolCall
 from tests.gateway.agent.conftest import MODEL_ID
 

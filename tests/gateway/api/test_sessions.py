@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.api.keys import SESSION_STORE
 from gateway.api.routes import route_defs
 from gateway.llm import ChatMessage, ToolCall, Usage
+from gateway.parts.state import SESSION_STORE
 from gateway.sessions import SessionKey, SessionStore
 from tests.gateway.sessions.support import opened_store
 

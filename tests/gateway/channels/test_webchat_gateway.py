@@ -8,11 +8,10 @@ from pathlib import Path
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import build_app
+from gateway.app import AppParts, build_app
 from gateway.reload import SettingsHolder
 from gateway.sessions import SessionKey
 from gateway.settings import HeraldSettings
-from gateway.wiring import AppParts
 from tests.channels.webchat.conftest import Page
 from tests.gateway.harness import base_config, merge
 

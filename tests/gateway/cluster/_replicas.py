@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from channels import Channel
-from gateway.wiring import Timing
+from gateway.parts.timing import Timing
 from tests.gateway.harness import (
     FAST_TIMING,
     HANG_GUARD_SECONDS,

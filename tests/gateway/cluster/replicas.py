@@ -16,12 +16,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from channels import Channel
-from gateway.app import build_app
+from gateway.app import AppParts, build_app
 from gateway.cluster.connection import application_name
+from gateway.parts.timing import Timing
 from gateway.reload import SettingsHolder
 from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord
-from gateway.wiring import AppParts, Timing
 from tests.gateway.harness import FAST_TIMING, base_config, merge
 from tests.postgres import running
 

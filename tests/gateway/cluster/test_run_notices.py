@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.wiring import Timing
+from gateway.parts.timing import Timing
 from tests.fakes.openai import openai_server
 from tests.gateway.cluster._replicas import eventually, two_replicas
 from tests.gateway.cluster.replicas import backends, terminate

@@ -57,7 +57,7 @@ async def test_read_commands_read_the_configured_state_database(
     config = write_config(tmp_path, database_url)
     state = tmp_path / "state"
     settings = load_settings(config, environ=clean_env()).settings
-    db = await open_state(settings)  # as `herald run` opens it
+    db = await open_state(settings.state_config())  # as `herald run` opens it
     store = SessionStore(state, db)
     try:
         parent = await store.ensure("agent:main:main")

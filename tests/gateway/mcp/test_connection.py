@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from mcp import types
 
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.connection import McpCallError, ServerConnection, ServerState
 from gateway.mcp.results import result_text
+from gateway.schema.mcp import McpServerConfig
 from tests.gateway.mcp.conftest import HttpServer, fake_stdio, free_port, until
 
 Published = list[list[str]]

@@ -22,7 +22,7 @@ from gateway.cli import main
 from gateway.config import load_settings
 from gateway.constants import EXIT_CONFIG
 from gateway.errors import ConfigError
-from gateway.mcp.resource import MCP
+from gateway.mcp.setup import MCP
 from gateway.tools import tools_for_agent, tools_for_subagent
 from tests.fakes.openai import FakeOpenAI, openai_server
 from tests.gateway.harness import Harness, fake_model_config, hang_guard, running_gateway

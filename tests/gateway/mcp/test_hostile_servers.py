@@ -24,12 +24,12 @@ from gateway.cli import main
 from gateway.config import load_settings
 from gateway.constants import EXIT_CONFIG
 from gateway.errors import ConfigError
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.connection import McpCallError, ServerConnection, ServerState
-from gateway.mcp.resource import MCP
 from gateway.mcp.results import result_text
+from gateway.mcp.setup import MCP
 from gateway.mcp.tools import ANY_OBJECT, MAX_DESCRIPTION_CHARS
 from gateway.mcp.transport import MAX_TOOL_PAGES, MAX_TOOLS
+from gateway.schema.mcp import McpServerConfig
 from tests.fakes.openai import openai_server
 from tests.gateway.harness import fake_model_config, hang_guard, running_gateway
 from tests.gateway.mcp.conftest import ROOT, until

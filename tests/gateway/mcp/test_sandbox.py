@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from gateway.constants import EXIT_CONFIG
-from gateway.mcp.config import McpServerConfig
 from gateway.mcp.probe import probe
 from gateway.mcp.results import result_text
+from gateway.schema.mcp import McpServerConfig
 from tests.gateway.mcp.conftest import fake_stdio
 from tests.gateway.mcp.test_connection import connected
 from tests.gateway.test_preflight import config, herald

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.api.keys import SCHEDULES
 from gateway.config import load_settings
 from gateway.errors import ConfigError
+from gateway.schedules.setup import SCHEDULES
 from tests.gateway.conftest import WriteFile
 from tests.gateway.harness import hang_guard, running_gateway
 from tests.gateway.test_reload_apply import reload_with

@@ -15,11 +15,10 @@ from typing import Any
 
 import orjson
 
-from gateway.api.keys import SCHEDULES
-from gateway.schedules.resource import SCHEDULER
+from gateway.metrics import METRICS
+from gateway.schedules.setup import SCHEDULER, SCHEDULES
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceRecord
 from gateway.subagents import run_view
-from gateway.wiring import METRICS
 from tests.fakes.slack import FakeSlack
 from tests.gateway.harness import Harness, hang_guard, running_gateway
 from tests.gateway.slack_fake import slack_on_fake

@@ -14,10 +14,12 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.api.keys import SCHEDULES
-from gateway.schedules.config import JobSpec
+from gateway.catalog import build_tools
+from gateway.parts.agent import TOOLS
+from gateway.schedules.setup import SCHEDULES
 from gateway.schedules.tool import ScheduleParams, ScheduleTool
-from gateway.sessions import parse_target
+from gateway.schema.schedules import JobSpec
+from gateway.sessions import parse_target, target_origin, target_session_key
 from gateway.settings import HeraldSettings
 from gateway.tools import (
     ToolContext,
@@ -26,7 +28,6 @@ from gateway.tools import (
     tools_for_agent,
     tools_for_subagent,
 )
-from gateway.wiring import TOOLS, build_tools
 from tests.gateway.harness import Harness, running_gateway
 from tests.gateway.slack_fake import slack_on_fake
 
@@ -55,7 +56,9 @@ async def gateway(
 async def chat(gw: Harness, target_text: str) -> ToolContext:
     """The tool context of a turn in the chat ``target_text`` names."""
     target = parse_target(target_text, {"slack": "T1"})
-    session = await gw.store.ensure(target.session_key("main"), origin=target.origin("T1"))
+    session = await gw.store.ensure(
+        target_session_key(target, "main"), origin=target_origin(target, "T1")
+    )
     return gw.contexts.for_session(session, origin=session.origin)
 
 

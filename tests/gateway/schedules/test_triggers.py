@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.schedules.triggers import (
+from gateway.schema.triggers import (
     Trigger,
     TriggerError,
     crontab_weekdays,

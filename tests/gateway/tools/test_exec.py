@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.llm import ToolCall
-from gateway.sandboxconfig import SandboxConfig
+from gateway.schema.sandbox import SandboxConfig
 from gateway.settings import ExecConfig
 from gateway.tools import ToolOutput, ToolRegistry
 from gateway.tools.exec import ExecTool, scrubbed_environment

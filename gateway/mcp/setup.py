@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.api.keys import MCP_STATES
+from gateway.metrics import METRICS
+from gateway.parts.agent import TOOLS
+from gateway.reload import SETTINGS, settings_of
 from gateway.settings import HeraldSettings
-from gateway.wiring import METRICS, SETTINGS, TOOLS, settings_of
 
 if TYPE_CHECKING:
     from gateway.mcp.manager import McpManager
@@ -24,6 +25,12 @@ logger = logging.getLogger(__name__)
 
 #: Set only when servers are configured.
 MCP: web.AppKey[McpManager] = web.AppKey("mcp")
+
+
+def mcp_states(app: web.Application) -> dict[str, str]:
+    """Each enabled MCP server's state, by name (empty without MCP servers)."""
+    manager = app.get(MCP)
+    return manager.states() if manager is not None else {}
 
 
 def _reloaded(old: HeraldSettings, new: HeraldSettings) -> None:
@@ -40,7 +47,7 @@ def policy_names(settings: HeraldSettings) -> list[str]:
     return [name for layer in layers for name in [*(layer.allow or ()), *layer.deny]]
 
 
-async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
+async def mcp_setup(app: web.Application) -> AsyncIterator[None]:
     """Start every enabled server in the background; stop them at teardown."""
     settings = settings_of(app)
     app[SETTINGS].subscribe(_reloaded)
@@ -62,7 +69,6 @@ async def mcp_servers(app: web.Application) -> AsyncIterator[None]:
     )
     app[TOOLS].add_installer(manager.install)
     app[MCP] = manager
-    app[MCP_STATES] = manager.states
     manager.start()
     try:
         yield

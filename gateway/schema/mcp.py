@@ -13,7 +13,7 @@ from typing import Annotated, Final
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from configbase import ConfigModel
-from gateway.sandboxconfig import SandboxLimits
+from gateway.schema.sandbox import SandboxLimits
 
 #: A server's name: it prefixes its tools' names, so it stays short and plain.
 SERVER_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")

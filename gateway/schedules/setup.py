@@ -21,7 +21,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.api.keys import SCHEDULES
+from gateway.metrics import METRICS
+from gateway.parts.agent import CONTEXTS, TOOL_SERVICES
+from gateway.parts.channels import channels_of, target_session_of
+from gateway.parts.delivery import OUTBOX
+from gateway.parts.state import STATE
+from gateway.reload import SETTINGS, settings_of
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
@@ -29,23 +34,15 @@ from gateway.schedules.tool import SCHEDULE_JOBS
 from gateway.sessions import accounts_of
 from gateway.settings import HeraldSettings
 from gateway.state import OutboxRecord
+from gateway.subagents.setup import SUBAGENTS
 from gateway.tools import ToolContext
-from gateway.wiring import (
-    CONTEXTS,
-    METRICS,
-    OUTBOX,
-    SETTINGS,
-    STATE,
-    SUBAGENTS,
-    TOOL_SERVICES,
-    channels_of,
-    settings_of,
-    target_session,
-)
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER = web.AppKey("scheduler", Scheduler)
+#: Scheduled jobs (set once the scheduler runs): the API, the chat commands, the agent's
+#: tool and the web chat's page answer through it.
+SCHEDULES = web.AppKey("schedules", Schedules)
 
 
 def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
@@ -76,7 +73,7 @@ def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
     return out
 
 
-async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
+async def schedules_setup(app: web.Application) -> AsyncIterator[None]:
     """The scheduler, from after the channels start until before they stop."""
     db = app[STATE]
     jobs = JobsTable(db)
@@ -84,11 +81,11 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
     await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
 
     async def requester(job: JobRecord) -> ToolContext:
-        session = await target_session(app, job.to_target, job.agent_id)
+        session = await target_session_of(app, job.to_target, job.agent_id)
         return app[CONTEXTS].for_session(session, origin=session.origin)
 
     async def notify(job: JobRecord, text: str) -> None:
-        origin = (await target_session(app, job.to_target, job.agent_id)).origin
+        origin = (await target_session_of(app, job.to_target, job.agent_id)).origin
         if origin is None:  # pragma: no cover - a target always gives one
             return
         await db.outbox.insert(OutboxRecord.to_origin(origin, text, time.time(), kind="notice"))

@@ -1,6 +1,6 @@
 """The ``schedules`` section: declared jobs and the limits every job keeps.
 
-Kept free of the rest of :mod:`gateway.schedules` (and of the state), because
+A leaf of the configuration, free of :mod:`gateway.schedules` (and of the state), because
 :mod:`gateway.settings` composes it. What one job can say about itself is checked here with
 the key it came from (``schedules.jobs[2].cron``); what needs other sections — the agent, the
 channel of ``to``, ``minEverySeconds`` — is :func:`job_problems`, which the settings' cross
@@ -19,7 +19,8 @@ from pydantic import Field, field_validator, model_validator
 
 from configbase import ConfigModel
 from gateway.constants import ID_PATTERN, MAX_LABEL_CHARS, MAX_TASK_CHARS
-from gateway.schedules.triggers import (
+from gateway.schema.targets import ChatTargetError, normalize_target
+from gateway.schema.triggers import (
     MAX_AT_CHARS,
     MAX_CRON_CHARS,
     MAX_EVERY_CHARS,
@@ -92,9 +93,6 @@ class _JobFields(ConfigModel):
     @field_validator("to")
     @classmethod
     def _target(cls, text: str) -> str:
-        # Imported here: the sessions package builds on the state, which reads settings.
-        from gateway.sessions.targets import ChatTargetError, normalize_target
-
         try:
             return normalize_target(text)
         except ChatTargetError as exc:

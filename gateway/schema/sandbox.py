@@ -2,7 +2,7 @@
 (``agent.tools.exec.sandbox``) and stdio MCP servers (``mcp.servers.<name>.sandbox``).
 
 In a module of its own, free of the rest of Herald, because :mod:`gateway.settings` and
-:mod:`gateway.mcp.config` both compose it; :mod:`gateway.tools.sandbox` builds the sandbox
+:mod:`gateway.schema.mcp` both compose it; :mod:`gateway.tools.sandbox` builds the sandbox
 from it.
 """
 
