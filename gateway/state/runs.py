@@ -141,6 +141,25 @@ class RunsTable:
 
         return await self._db.write(run)
 
+    async def begin(self, run_id: str, started_at: float) -> RunRecord | None:
+        """Move a queued (or resumed ``running``) run to ``running``, started at
+        ``started_at``; None when it was withdrawn before it started
+        (:meth:`withdraw_queued`) or is no longer live. The database orders the two: a run
+        withdrawn first never starts, a run started first is not withdrawn (it goes on and
+        is announced like any run)."""
+
+        def run(conn: Connection) -> RunRecord | None:
+            rows = conn.last(
+                "UPDATE runs SET status = 'running', started_at = ?"
+                " WHERE run_id = ? AND status IN ('queued', 'running')"
+                " AND NOT (status = 'queued' AND COALESCE(announce_state, '') = ?)"
+                f" RETURNING {_COLUMNS}",
+                (started_at, run_id, WITHDRAWN),
+            ).fetchall()
+            return run_from_row(rows[0]) if rows else None  # both live: no count moves
+
+        return await self._db.write(run)
+
     async def update(
         self, run_id: str, /, *, spent: Spent | None = None, **changes: Any
     ) -> RunRecord:

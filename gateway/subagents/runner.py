@@ -56,6 +56,11 @@ from gateway.subagents.inbox import RunBox, RunInbox
 
 logger = logging.getLogger(__name__)
 
+
+class _WithdrawnError(Exception):
+    """The run was withdrawn before it started (a deleted or paused job's occurrence)."""
+
+
 #: Final statuses that stop a run's live descendants with it.
 CASCADING: frozenset[RunStatus] = frozenset({"timeout", "cancelled"})
 
@@ -208,7 +213,10 @@ class RunRunner:
         try:
             if run_id in self._aborting:
                 raise asyncio.CancelledError  # aborted while starting
-            run = await self._db.runs.update(run_id, status="running", started_at=started)
+            begun = await self._db.runs.begin(run_id, started)
+            if begun is None:
+                raise _WithdrawnError  # before it started: it never runs, and posts nothing
+            run = begun
             self._feed.publish(run)
             outcome = await self._run_child(run, resume=resume, batch=batch, box=box, spent=spent)
             result = outcome.text
@@ -218,6 +226,9 @@ class RunRunner:
             elif outcome.ended_by == "max_iterations":
                 status = "error"
                 error = f"stopped after {outcome.iterations} model calls (maxIterations)"
+        except _WithdrawnError:
+            withdrawn = await self._db.runs.get(run_id)
+            status, error = "cancelled", withdrawn.error if withdrawn is not None else None
         except TimeoutError:
             status = "timeout"
         except asyncio.CancelledError:

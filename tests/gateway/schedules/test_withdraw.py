@@ -86,3 +86,25 @@ async def test_deleting_or_pausing_a_job_withdraws_its_queued_runs(tmp_path: Pat
         # A paused job keeps its place: resumed, it runs again on its schedule.
         shown = await call(http, "GET", f"/v1/schedules/storm-{DELETED}")
         assert shown["paused"] is True
+
+
+async def test_a_run_withdrawn_as_the_lane_takes_it_never_starts(tmp_path: Path) -> None:
+    """The withdrawal's mark lands, but its stop does not reach the lane first (under load the
+    lane takes the run between the two): the run must still never start, rather than run to
+    its end and then post nothing (a finished run silently dropped)."""
+    config = {"agent": {"subagents": {"maxConcurrent": 1}}}
+    async with (
+        slack_on_fake({CHANNEL}) as (_fake, slack),
+        running_gateway(tmp_path, config=config, channels={"slack": slack}, listen=True) as gw,
+        aiohttp.ClientSession(base_url=gw.base_url) as http,
+    ):
+        blocker = await started_job(http, "blocker", "task-slow: hold the lane")
+        await run_status(gw, blocker, "running")
+        queued = await started_job(http, "late", "task: withdrawn late")
+        # Only the mark: the lane still holds the run, and takes it when the slot frees.
+        assert await gw.db.runs.withdraw_queued(queued, "its scheduled job was paused")
+        await call(http, "POST", f"/v1/runs/{blocker}/abort")
+        run = await gw.finished(queued)
+        assert (run.status, run.started_at) == ("cancelled", None)
+        assert run.error == "its scheduled job was paused"
+        assert await gw.db.outbox.get_by_run(queued) is None

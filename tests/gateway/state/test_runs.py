@@ -267,3 +267,27 @@ async def test_a_runs_final_status_and_its_childs_archive_time_are_one_write(
         await db.ends.finish_run(run.run_id, {"status": "error"}, now=0.0, archive_due_at=5.0)
     sql = "SELECT archive_due_at FROM sessions WHERE key = ?"
     assert await db.read(lambda c: c.execute(sql, (child.key,)).fetchone()[0]) == 99.0
+
+
+async def test_a_run_withdrawn_before_it_began_never_begins(db: StateDB) -> None:
+    run = _run(await _child(db))
+    await db.runs.insert(run)
+    assert await db.runs.withdraw_queued(run.run_id, "its scheduled job was paused")
+    assert await db.runs.begin(run.run_id, 20.0) is None
+    stored = await db.runs.get(run.run_id)
+    assert stored is not None
+    assert (stored.status, stored.started_at) == ("queued", None)
+
+
+async def test_a_run_that_began_first_is_not_withdrawn(db: StateDB) -> None:
+    run = _run(await _child(db))
+    await db.runs.insert(run)
+    begun = await db.runs.begin(run.run_id, 20.0)
+    assert begun is not None
+    assert (begun.status, begun.started_at) == ("running", 20.0)
+    assert not await db.runs.withdraw_queued(run.run_id, "its scheduled job was paused")
+    stored = await db.runs.get(run.run_id)
+    assert stored is not None
+    assert stored.announce_state is None
+    # A run resumed after a restart begins again.
+    assert await db.runs.begin(run.run_id, 20.0) is not None
