@@ -15,7 +15,6 @@ sub-agent runs, then flush the outbox. Teardown then closes channels, and the re
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -39,8 +38,9 @@ from gateway.delivery import Outbox, Replier
 from gateway.mcp.resource import mcp_servers
 from gateway.providers import ProviderRegistry
 from gateway.runtime import ChatCommands, ChatTurns, InboundReplay, Router
+from gateway.schedules.bookkeeping import run_ended as job_run_ended
 from gateway.schedules.resource import schedules_resource
-from gateway.sessions import SessionStore
+from gateway.sessions import SessionStore, accounts_of
 from gateway.settings import HeraldSettings
 from gateway.state import backend_of, open_state
 from gateway.subagents import (
@@ -60,6 +60,7 @@ from gateway.subagents import (
     RunInbox,
     RunManager,
     RunnerParts,
+    SpawnDoor,
     Spawner,
     SubagentControl,
     YieldedRunQueue,
@@ -96,7 +97,6 @@ from gateway.wiring import (
     cluster_notices,
     refreshing_guard,
     settings_of,
-    target_session,
     tool_services,
 )
 
@@ -196,7 +196,6 @@ async def _tools(app: web.Application) -> AsyncIterator[None]:
         tools=tools.get,
         contexts=app[CONTEXTS],
     )
-    app[TARGET_SESSIONS] = functools.partial(target_session, app)
     app[TURN_FACTORY] = TurnFactory(
         holder=holder,
         store=app[SESSION_STORE],
@@ -311,6 +310,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         results=ends,
         turns=turns,
         owner=owner,
+        final_writes=(job_run_ended,),
     )
     inbox = RunInbox(db, store)
     if cluster is not None:  # runs end, and steers wait, on any replica
@@ -343,6 +343,14 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         feed=feed,
         spawning=completions.spawned,
     )
+    door = SpawnDoor(
+        holder=holder,
+        store=store,
+        contexts=app[CONTEXTS],
+        spawner=spawner,
+        accounts=lambda: accounts_of(channels_of(app)),
+    )
+    app[TARGET_SESSIONS] = door.chat_session
     control = SubagentControl(
         db=db,
         manager=manager,
@@ -354,7 +362,7 @@ async def _subagents(app: web.Application) -> AsyncIterator[None]:
         owner=owner,
     )
     app[SUBAGENTS] = SubagentParts(
-        manager, spawner, announcer, completions, batches, control, inbox
+        manager, spawner, announcer, completions, batches, control, inbox, door
     )
     app[RUN_CONTROL] = manager
     app[TOOL_SERVICES][SPAWNER] = spawner

@@ -43,13 +43,9 @@ from gateway.runtime import ChatTurns, Router
 from gateway.schedules.tool import ScheduleTool
 from gateway.sessions import (
     SessionStore,
-    accounts_of,
-    agent_of_channel,
-    chat_session,
-    parse_target,
 )
 from gateway.settings import HeraldSettings
-from gateway.state import SessionRecord, StateDB
+from gateway.state import StateDB
 from gateway.subagents import (
     Announcer,
     BatchCoordinator,
@@ -57,6 +53,7 @@ from gateway.subagents import (
     Notices,
     RunInbox,
     RunManager,
+    SpawnDoor,
     Spawner,
     SubagentControl,
     register_orchestration_tools,
@@ -200,6 +197,7 @@ class SubagentParts:
     batches: BatchCoordinator
     control: SubagentControl
     inbox: RunInbox
+    door: SpawnDoor
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,18 +214,6 @@ CHANNELS = web.AppKey("channels", dict[str, Channel])
 def channels_of(app: web.Application) -> dict[str, Channel]:
     channels: dict[str, Channel] = app[CHANNELS]
     return channels
-
-
-async def target_session(
-    app: web.Application, target: str, agent_id: str | None = None
-) -> SessionRecord:
-    """The chat's own session that chat ``target`` names, for ``agent_id`` (default: the
-    agent of the target's channel), made if new, its origin the target's. Raises
-    :class:`~gateway.sessions.ChatTargetError` for a target that cannot be used now."""
-    enabled = accounts_of(channels_of(app))
-    parsed = parse_target(target, enabled)
-    agent = agent_id or agent_of_channel(settings_of(app), parsed.channel)
-    return await chat_session(app[SESSION_STORE], parsed, enabled[parsed.channel], agent)
 
 
 METRICS = web.AppKey("metrics", Metrics)

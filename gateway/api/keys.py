@@ -27,7 +27,8 @@ class RunControl(Protocol):
 
 
 class TargetSessions(Protocol):
-    """The chat's own session a chat target names (made if new, its origin the target's);
+    """The chat's own session a chat target names (made if new, its origin the target's):
+    the spawn door's (:meth:`gateway.subagents.SpawnDoor.chat_session`);
     :class:`~gateway.sessions.ChatTargetError` for a target that cannot be used now."""
 
     async def __call__(self, target: str) -> SessionRecord: ...

@@ -31,7 +31,6 @@ from gateway.api.keys import MCP_PATH, RUN_CONTROL, RUN_RECORDS, SESSION_STORE
 from gateway.mcp.asgi import MANAGER, asgi_bridge
 from gateway.sessions import (
     ChatTargetError,
-    SessionKey,
     SessionNotFoundError,
     SessionRefError,
     session_view,
@@ -44,7 +43,7 @@ from gateway.subagents import (
     SpawnRequest,
     run_view,
 )
-from gateway.wiring import CONTEXTS, SUBAGENTS, settings_of, target_session
+from gateway.wiring import SUBAGENTS, settings_of
 
 logger = logging.getLogger(__name__)
 
@@ -88,16 +87,7 @@ def build_server(app: web.Application) -> MCPServer:
         ] = None,
     ) -> dict[str, Any]:
         """Start a background sub-agent run; returns at once with its runId."""
-        settings = settings_of(app)
-        store = app[SESSION_STORE]
-        if to is None:
-            session = await store.ensure(SessionKey.main(settings.routing.default_agent))
-        else:
-            try:
-                session = await target_session(app, to)
-            except ChatTargetError as exc:
-                raise ToolError(f"to: {exc}") from None
-        ctx = app[CONTEXTS].for_session(session, origin=session.origin)
+        door = app[SUBAGENTS].door
         request = SpawnRequest(
             task=task,
             label=label,
@@ -105,7 +95,10 @@ def build_server(app: web.Application) -> MCPServer:
             model=model,
             run_timeout_seconds=runTimeoutSeconds,
         )
-        result = await app[SUBAGENTS].spawner.spawn(ctx, request)
+        try:
+            result = await door.spawn(door.target(to) if to is not None else None, request)
+        except ChatTargetError as exc:
+            raise ToolError(f"to: {exc}") from None
         if not isinstance(result, SpawnAccepted):
             raise ToolError(f"{result.status}: {result.to_json().get('error', '')}")
         return result.to_json()

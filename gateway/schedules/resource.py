@@ -2,9 +2,9 @@
 reload changes them), the loop started once the channels are up (an occurrence's chat must
 be reachable), closed before they stop.
 
-A job's chat target resolves at each occurrence against the channels that run, to the chat's
-own session for the job's agent (created when nobody has talked there yet), so the agent of
-that chat sees the run's completion on its next turn.
+A job's chat target resolves at each occurrence through the spawn door, against the channels
+that run, to the chat's own session for the job's agent (created when nobody has talked
+there yet), so the agent of that chat sees the run's completion on its next turn.
 
 At start, targets stored before they were normalised are rewritten in their one written form
 (a fix in place, on every start, rather than a schema migration: the rule is this version's
@@ -28,19 +28,16 @@ from gateway.schedules.store import JobRecord, JobsTable
 from gateway.schedules.tool import SCHEDULE_JOBS
 from gateway.sessions import accounts_of
 from gateway.settings import HeraldSettings
-from gateway.state import OutboxRecord
-from gateway.tools import ToolContext
 from gateway.wiring import (
-    CONTEXTS,
+    CLUSTER,
     METRICS,
-    OUTBOX,
     SETTINGS,
     STATE,
     SUBAGENTS,
+    TIMING,
     TOOL_SERVICES,
     channels_of,
     settings_of,
-    target_session,
 )
 
 logger = logging.getLogger(__name__)
@@ -83,24 +80,13 @@ async def schedules_resource(app: web.Application) -> AsyncIterator[None]:
     await jobs.normalize_targets()  # each one rewritten is logged
     await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
 
-    async def requester(job: JobRecord) -> ToolContext:
-        session = await target_session(app, job.to_target, job.agent_id)
-        return app[CONTEXTS].for_session(session, origin=session.origin)
-
-    async def notify(job: JobRecord, text: str) -> None:
-        origin = (await target_session(app, job.to_target, job.agent_id)).origin
-        if origin is None:  # pragma: no cover - a target always gives one
-            return
-        await db.outbox.insert(OutboxRecord.to_origin(origin, text, time.time(), kind="notice"))
-        app[OUTBOX].kick()
-
     scheduler = Scheduler(
         jobs=jobs,
-        spawner=app[SUBAGENTS].spawner,
-        requester=requester,
-        notify=notify,
+        door=app[SUBAGENTS].door,
+        runs=db.runs,
         count=app[METRICS].schedule_occurrence,
         grace=lambda: settings_of(app).schedules.misfire_grace_seconds,
+        recheck=app[TIMING].cluster_poll if app.get(CLUSTER) is not None else None,
     )
     app[SCHEDULER] = scheduler
     app[SCHEDULES] = service = Schedules(
