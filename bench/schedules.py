@@ -3,7 +3,7 @@
 ``jobs`` jobs fire every minute, their due times spread evenly over the minute, held by one
 process: the real :class:`~gateway.schedules.scheduler.Scheduler` and
 :class:`~gateway.schedules.store.JobsTable` on a SQLite state database. Each occurrence is
-recorded with its run in the run's own transaction, as in the gateway; the spawner here
+recorded with its run in the run's own transaction, as in the gateway; the spawn door here
 writes the run and its session but starts no model (the figure is the scheduler's, not a
 turn's). The baseline holds the same due times as ``loop.call_at`` handles that do nothing
 but note when they ran.
@@ -28,10 +28,9 @@ from bench._common import Row, format_table, percentile, row, rss_bytes, settle_
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import ChatScope
 from gateway.schedules.store import JobRecord, JobsTable
-from gateway.settings import HeraldSettings
+from gateway.sessions import ChatTarget, parse_target
 from gateway.state import RunRecord, SessionRecord, SqliteStateDB, StateDB
-from gateway.subagents.spawn import SpawnAccepted, SpawnRequest
-from gateway.tools import ToolContext
+from gateway.subagents.spawn import Occurrence, SpawnAccepted, SpawnRequest
 
 PERIOD = 60.0
 QUICK: dict[str, Any] = {"jobs": 1000, "minutes": 0.5}
@@ -39,15 +38,26 @@ QUICK: dict[str, Any] = {"jobs": 1000, "minutes": 0.5}
 CHAT_READS = 20
 
 
-class RecordingSpawner:
-    """Writes the run and its session with the occurrence's records, as the real spawner
-    does for an isolated run, and notes when each run was recorded."""
+class RecordingDoor:
+    """Writes the run and its session with the occurrence's records, as the spawn door does
+    for an occurrence, and notes when each run was recorded."""
 
     def __init__(self, db: StateDB) -> None:
         self._db = db
         self.delays: list[float] = []
 
-    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnAccepted:
+    def target(self, text: str) -> ChatTarget:
+        return parse_target(text, {"webchat": "default"})
+
+    async def spawn(
+        self,
+        target: ChatTarget | None,
+        request: SpawnRequest,
+        *,
+        agent_id: str | None = None,
+        occurrence: Occurrence | None = None,
+    ) -> SpawnAccepted:
+        assert occurrence is not None
         now = time.time()
         run_id = str(uuid.uuid4())
         key = f"agent:main:subagent:{run_id}"
@@ -68,14 +78,14 @@ class RecordingSpawner:
             task=request.task,
             created_at=now,
             status="done",  # ended at once: the next minute's occurrence is not skipped
-            job_id=request.job_id,
-            occurrence_at=request.occurrence_at,
+            job_id=occurrence.job_id,
+            occurrence_at=occurrence.at,
         )
+        write = occurrence.write
         await self._db.runs.insert_spawn(
-            run, session, max_live_siblings=1 << 30, also=request.record_with
+            run, session, max_live_siblings=1 << 30, also=lambda conn: write(conn, run_id)
         )
-        assert request.occurrence_at is not None
-        self.delays.append(time.time() - request.occurrence_at)
+        self.delays.append(time.time() - occurrence.at)
         return SpawnAccepted(run_id, key)
 
 
@@ -132,19 +142,11 @@ async def _herald(
     db = await SqliteStateDB.open(tmp / "herald.db")
     try:
         await _insert_all(db, _jobs(jobs, time.time() + 2.0))
-        spawner = RecordingSpawner(db)
-        requester = ToolContext(
-            agent_id="main", session_key="agent:main:main", workspace=tmp, settings=HeraldSettings()
-        )
-
-        async def requester_of(job: JobRecord) -> ToolContext:
-            return requester
-
+        spawner = RecordingDoor(db)
         scheduler = Scheduler(
             jobs=JobsTable(db),
-            spawner=spawner,
-            requester=requester_of,
-            notify=_nothing,
+            door=spawner,
+            runs=db.runs,
             count=lambda job, outcome: None,
             grace=lambda: 3600.0,
         )
@@ -159,10 +161,6 @@ async def _herald(
     finally:
         await db.close()
     return spawner.delays, rss, cpu / max(minutes, 1 / PERIOD), reads
-
-
-async def _nothing(job: JobRecord, text: str) -> None:
-    return None
 
 
 async def _baseline(jobs: int, minutes: float) -> tuple[list[float], float, float]:

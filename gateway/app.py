@@ -39,12 +39,10 @@ from gateway.parts.agent import (
 )
 from gateway.parts.channels import (
     CHANNELS,
-    TARGET_SESSIONS,
     StateCursors,
     StateSeenKeys,
     build_channels,
     channels_of,
-    target_session_of,
 )
 from gateway.parts.cluster import CLUSTER, CLUSTER_LINKS, ClusterParts, cluster_links
 from gateway.parts.delivery import ARCHIVE, DELIVERY_LISTENERS, OUTBOX
@@ -109,7 +107,6 @@ def build_app(
     )
     app[TIMING] = timing or Timing()
     app[TOOL_CATALOG] = build_tools
-    app[TARGET_SESSIONS] = functools.partial(target_session_of, app)
     app[DELIVERY_LISTENERS] = list(delivery_listeners)
     if channels is None:
         links = cluster_links(holder.current, app[TIMING])

@@ -26,7 +26,7 @@ from gateway.parts.delivery import archive_setup, outbox_setup
 from gateway.parts.lanes import lanes_setup
 from gateway.parts.state import state_setup
 from gateway.runtime.setup import channels_setup, chat_setup
-from gateway.schedules.setup import schedules_setup
+from gateway.schedules.setup import bookkeeping_setup, schedules_setup
 from gateway.subagents.setup import subagents_setup
 
 #: A resource: an async generator that sets up before ``yield`` and tears down after.
@@ -58,6 +58,7 @@ RESOURCES: tuple[Resource, ...] = (
     lanes_setup,
     archive_setup,
     outbox_setup,
+    bookkeeping_setup,
     subagents_setup,
     chat_setup,
     channels_setup,

@@ -28,13 +28,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from gateway.mcp.asgi import MANAGER, asgi_bridge
-from gateway.parts.agent import CONTEXTS
-from gateway.parts.channels import target_session_of
 from gateway.parts.state import RUN_RECORDS, SESSION_STORE
 from gateway.reload import settings_of
 from gateway.schema.targets import ChatTargetError
 from gateway.sessions import (
-    SessionKey,
     SessionNotFoundError,
     SessionRefError,
     session_view,
@@ -91,16 +88,7 @@ def build_server(app: web.Application) -> MCPServer:
         ] = None,
     ) -> dict[str, Any]:
         """Start a background sub-agent run; returns at once with its runId."""
-        settings = settings_of(app)
-        store = app[SESSION_STORE]
-        if to is None:
-            session = await store.ensure(SessionKey.main(settings.routing.default_agent))
-        else:
-            try:
-                session = await target_session_of(app, to)
-            except ChatTargetError as exc:
-                raise ToolError(f"to: {exc}") from None
-        ctx = app[CONTEXTS].for_session(session, origin=session.origin)
+        door = app[SUBAGENTS].door
         request = SpawnRequest(
             task=task,
             label=label,
@@ -108,7 +96,10 @@ def build_server(app: web.Application) -> MCPServer:
             model=model,
             run_timeout_seconds=runTimeoutSeconds,
         )
-        result = await app[SUBAGENTS].spawner.spawn(ctx, request)
+        try:
+            result = await door.spawn(door.target(to) if to is not None else None, request)
+        except ChatTargetError as exc:
+            raise ToolError(f"to: {exc}") from None
         if not isinstance(result, SpawnAccepted):
             raise ToolError(f"{result.status}: {result.to_json().get('error', '')}")
         return result.to_json()

@@ -12,9 +12,7 @@ from channels import Channel, ChatCursor, ChatCursors, SeenKeys
 from channels.reconnecting import Reconnecting
 from channels.webchat.jobs import ChatJobs
 from gateway.parts.cluster import ClusterLinks
-from gateway.parts.state import SESSION_STORE, STATE
-from gateway.reload import settings_of
-from gateway.sessions import target_session
+from gateway.parts.state import STATE
 from gateway.settings import HeraldSettings
 from gateway.state import SessionRecord
 
@@ -28,23 +26,14 @@ class TargetSessions(Protocol):
     async def __call__(self, target: str) -> SessionRecord: ...
 
 
-#: :func:`target_session_of` for ``app`` (what the API resolves a run's ``to`` with).
+#: The spawn door's :meth:`~gateway.subagents.SpawnDoor.chat_session` (what the API resolves a
+#: run's ``to`` with).
 TARGET_SESSIONS = web.AppKey("target_sessions", TargetSessions)
 
 
 def channels_of(app: web.Application) -> dict[str, Channel]:
     channels: dict[str, Channel] = app[CHANNELS]
     return channels
-
-
-async def target_session_of(
-    app: web.Application, target: str, agent_id: str | None = None
-) -> SessionRecord:
-    """The chat's own session that chat ``target`` names among ``app``'s running channels,
-    for ``agent_id`` (default: the agent of the target's channel)."""
-    return await target_session(
-        app[SESSION_STORE], channels_of(app), settings_of(app), target, agent_id
-    )
 
 
 class StateSeenKeys:

@@ -1,20 +1,17 @@
 """The scheduler: starts each due occurrence once, as a sub-agent run aimed at the job's chat.
 
-A pass (at start, then whenever the soonest job is due, at least every
-:data:`POLL_SECONDS`) does two things:
+A pass (at start, then whenever the soonest job is due or something woke it) fires due
+jobs. For each job whose ``next_run_at`` has come, the due times up to now are worked out
+from its trigger: every one but the latest is ``missed``; the latest is ``missed`` too when
+older than ``misfireGraceSeconds``, ``skipped`` when the job's previous run is not final,
+and otherwise runs. A run goes through the spawn door
+(:class:`gateway.subagents.door.SpawnDoor`) with its occurrence: the occurrences and the
+job's next fire time are written in the run's own transaction
+(:func:`gateway.schedules.store.advance`), which moves on only from the ``next_run_at`` this
+pass read: a crash keeps all of it or none, and of several replicas one wins.
 
-1. **Counts ended runs.** A job whose last run is final gets its status counted once; after
-   :data:`PAUSE_AFTER_FAILURES` consecutive ``error``/``timeout`` runs the job is paused and
-   its chat told once (the count and the pause are one conditional write; the notice is
-   queued only by the writer that paused it). An ``at`` job is deleted once its one
-   occurrence is settled.
-2. **Fires due jobs.** For each job whose ``next_run_at`` has come, the due times up to now
-   are worked out from its trigger: every one but the latest is ``missed``; the latest is
-   ``missed`` too when older than ``misfireGraceSeconds``, ``skipped`` when the job's
-   previous run is not final, and otherwise runs. A run is recorded through the spawner with
-   the occurrences and the job's next fire time in the run's own transaction
-   (:func:`gateway.schedules.store.advance`), which moves on only from the ``next_run_at``
-   this pass read: a crash keeps all of it or none, and of several replicas one wins.
+How the runs end is not the scheduler's business: the job hears each end from the run
+lifecycle, in the write that makes the run final (:mod:`gateway.schedules.bookkeeping`).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -35,36 +32,43 @@ from gateway.schedules.store import (
     advance,
     record_run_now,
 )
-from gateway.schema.targets import ChatTargetError
+from gateway.schema.targets import ChatTarget, ChatTargetError
 from gateway.schema.triggers import TriggerError
 from gateway.sessions import SessionError
-from gateway.state import RunStatus, StateError
-from gateway.state.connection import Connection
-from gateway.subagents.spawn import SpawnAccepted, SpawnRequest, SpawnResult
-from gateway.tools import ToolContext
+from gateway.state import Connection, RunRecord, StateError
+from gateway.subagents.spawn import Occurrence, SpawnAccepted, SpawnRequest, SpawnResult
 
 logger = logging.getLogger(__name__)
 
-#: The longest sleep between passes: ended runs are counted at least this often.
-POLL_SECONDS: Final = 5.0
-#: Consecutive failed runs after which a job is paused.
-PAUSE_AFTER_FAILURES: Final = 5
+#: The wait before a pass the database failed is tried again.
+RETRY_SECONDS: Final = 5.0
 #: Due times recorded in one pass for one job (a job far behind catches up pass by pass).
 MAX_DUE_PER_PASS: Final = 500
 #: Lateness never counted as a misfire: a loaded loop wakes a little after the due time.
 LATE_TOLERANCE_SECONDS: Final = 5.0
 
 
-class Spawns(Protocol):
-    """What the scheduler needs of :class:`gateway.subagents.Spawner`."""
+class Door(Protocol):
+    """What the scheduler needs of :class:`gateway.subagents.door.SpawnDoor`."""
 
-    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult: ...
+    def target(self, text: str) -> ChatTarget: ...
+
+    async def spawn(
+        self,
+        target: ChatTarget | None,
+        request: SpawnRequest,
+        *,
+        agent_id: str | None = None,
+        occurrence: Occurrence | None = None,
+    ) -> SpawnResult: ...
 
 
-#: The chat session that asks for a job's runs: its context for the spawner.
-Requester = Callable[[JobRecord], Awaitable[ToolContext]]
-#: Tells a job's chat something (its pause), through the outbox.
-Notify = Callable[[JobRecord, str], Awaitable[None]]
+class Runs(Protocol):
+    """Reading a run (:class:`gateway.state.RunsTable`): is a job's previous run final?"""
+
+    async def get(self, run_id: str) -> RunRecord | None: ...
+
+
 #: Counts an occurrence: (job id, outcome).
 Count = Callable[[str, str], None]
 
@@ -97,14 +101,6 @@ def plan(job: JobRecord, now: float, grace: float) -> Due:
     return Due(outcomes, following)
 
 
-def pause_notice(job: JobRecord) -> str:
-    return (
-        f"Scheduled job {job.job_id} is paused: its last {PAUSE_AFTER_FAILURES} runs failed "
-        f"(the last one: {job.last_status}). Resume it with `herald schedules resume "
-        f"{job.job_id}` once fixed."
-    )
-
-
 class Scheduler:
     """Starts due occurrences (see the module docstring). ``start`` once; ``close`` is
     idempotent."""
@@ -113,18 +109,20 @@ class Scheduler:
         self,
         *,
         jobs: JobsTable,
-        spawner: Spawns,
-        requester: Requester,
-        notify: Notify,
+        door: Door,
+        runs: Runs,
         count: Count,
         grace: Callable[[], float],
+        recheck: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._jobs = jobs
-        self._spawner = spawner
-        self._requester = requester
-        self._notify = notify
+        self._door = door
+        self._runs = runs
         self._count = count
+        #: In a cluster, the longest sleep: jobs other replicas created or changed (and
+        #: would fire themselves, unless they die) are seen at least this often.
+        self._recheck = recheck
         self._grace = grace
         self._clock = clock
         self._wake = asyncio.Event()
@@ -155,54 +153,35 @@ class Scheduler:
             # Cleared before the pass reads, never after: a job created while the pass
             # runs must wake the next wait at once.
             self._wake.clear()
+            delay = self._recheck
             try:
                 await self.run_pass()
-            except StateError as exc:  # the database is away: try again next pass
+                soonest = await self._jobs.next_due_at()
+                if soonest is not None:
+                    until = max(0.0, soonest - self._clock())
+                    delay = until if delay is None else min(delay, until)
+            except StateError as exc:  # the database is away: try again soon
                 logger.warning("scheduler pass failed", extra={"error": str(exc)})
+                delay = RETRY_SECONDS
             except Exception:  # a bug must not end the loop: every other job still fires
                 logger.exception("scheduler pass crashed")
-            soonest = await self._soonest()
-            delay = POLL_SECONDS if soonest is None else soonest - self._clock()
+                delay = RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, min(delay, POLL_SECONDS)))
-
-    async def _soonest(self) -> float | None:
-        try:
-            return await self._jobs.next_due_at()
-        except StateError:
-            return None
+                await asyncio.wait_for(self._wake.wait(), delay)
 
     async def run_pass(self) -> None:
-        """Count ended runs, then start what is due."""
-        await self.settle()
+        """Start what is due."""
         now = self._clock()
         for job in await self._jobs.due(now):
             if self._closing:
                 return
             try:
                 await self.fire(job, now)
-            except (TriggerError, ChatTargetError, SessionError) as exc:  # this job's, not others'
+            except (TriggerError, ChatTargetError, SessionError) as exc:
+                # This job's own problem, not the others'.
                 logger.error(
                     "scheduled job cannot fire", extra={"job": job.job_id, "error": str(exc)}
                 )
-
-    async def settle(self) -> None:
-        for job, status in await self._jobs.unsettled():
-            if status is None or status in ("queued", "running", "announcing"):
-                continue
-            counted = await self._jobs.count_run(job, status, pause_after=PAUSE_AFTER_FAILURES)
-            if counted is None:
-                continue
-            if counted.paused and not job.paused:
-                logger.warning("scheduled job paused after failures", extra={"job": job.job_id})
-                try:
-                    await self._notify(counted, pause_notice(counted))
-                except (ChatTargetError, SessionError, StateError) as exc:
-                    logger.warning(
-                        "pause notice not queued", extra={"job": job.job_id, "error": str(exc)}
-                    )
-            if counted.next_run_at is None and counted.trigger_kind == "at":
-                await self._jobs.delete(counted.job_id)
 
     async def fire(self, job: JobRecord, now: float) -> None:
         """Record ``job``'s due occurrences, starting a run for the latest when it may."""
@@ -226,10 +205,10 @@ class Scheduler:
             await self._jobs.delete(job.job_id)
 
     async def _previous_live(self, job: JobRecord) -> bool:
-        if job.last_run_id is None or job.last_status is not None:
+        if job.last_run_id is None:
             return False
-        status: RunStatus | str | None = await self._jobs.run_status(job.last_run_id)
-        return status in ("queued", "running", "announcing")
+        run = await self._runs.get(job.last_run_id)
+        return run is not None and not run.finished
 
     async def run_now(self, job: JobRecord, now: float) -> str | None:
         """Start an occurrence of ``job`` at ``now`` besides its schedule; its run id, or
@@ -237,8 +216,8 @@ class Scheduler:
         if await self._previous_live(job):
             return None
 
-        def write(conn: Connection) -> None:
-            record_run_now(conn, job.job_id, now, _inserted_run_id(conn, job.job_id, now))
+        def write(conn: Connection, run_id: str) -> None:
+            record_run_now(conn, job.job_id, now, run_id)
 
         run_id = await self._spawn(job, now, write)
         if run_id is None:
@@ -257,46 +236,36 @@ class Scheduler:
         refused it (recorded ``skipped`` by the caller)."""
         at = occurrences[-1][0]
 
-        def write(conn: Connection) -> None:
-            run_id = _inserted_run_id(conn, job.job_id, at)
+        def write(conn: Connection, run_id: str) -> None:
             advance(conn, job, occurrences, next_run_at, now, run_id=run_id)
 
         return await self._spawn(job, at, write) is not None
 
     async def _spawn(
-        self, job: JobRecord, at: float, write: Callable[[Connection], None]
+        self, job: JobRecord, at: float, write: Callable[[Connection, str], None]
     ) -> str | None:
         """The occurrence's run, recorded with ``write`` in its transaction; None when the
-        spawner refused it. What ``write`` raises for a taken due time is raised here."""
-        taken: list[OccurrenceTakenError] = []
-
-        def record_with(conn: Connection) -> None:
-            try:
-                write(conn)
-            except OccurrenceTakenError as exc:
-                taken.append(exc)
-                raise
-
-        try:
-            requester = await self._requester(job)
-        except (ChatTargetError, SessionError) as exc:  # its channel is not running or enabled
-            logger.warning(
-                "scheduled occurrence has no chat", extra={"job": job.job_id, "error": str(exc)}
-            )
-            return None
+        door refused it. What ``write`` raises for a taken due time is raised here."""
         request = SpawnRequest(
             task=job.task,
             label=job.label or job.job_id,
             agent_id=job.agent_id,
             model=job.model,
             run_timeout_seconds=job.run_timeout_seconds or None,
-            job_id=job.job_id,
-            occurrence_at=at,
-            record_with=record_with,
         )
-        result = await self._spawner.spawn(requester, request)
-        if taken:
-            raise taken[0]
+        try:
+            result = await self._door.spawn(
+                self._door.target(job.to_target),
+                request,
+                agent_id=job.agent_id,
+                occurrence=Occurrence(job.job_id, at, write),
+            )
+        except (ChatTargetError, SessionError) as exc:
+            # Its channel is not running, or no longer enabled.
+            logger.warning(
+                "scheduled occurrence has no chat", extra={"job": job.job_id, "error": str(exc)}
+            )
+            return None
         if isinstance(result, SpawnAccepted):
             logger.info(
                 "scheduled occurrence started",
@@ -308,11 +277,3 @@ class Scheduler:
             extra={"job": job.job_id, "at": at, "error": result.error},
         )
         return None
-
-
-def _inserted_run_id(conn: Connection, job_id: str, at: float) -> str:
-    """The run the spawn just inserted for this occurrence (in its own transaction)."""
-    row = conn.execute(
-        "SELECT run_id FROM runs WHERE job_id = ? AND occurrence_at = ?", (job_id, at)
-    ).fetchone()
-    return str(row[0])

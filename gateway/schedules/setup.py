@@ -2,9 +2,9 @@
 reload changes them), the loop started once the channels are up (an occurrence's chat must
 be reachable), closed before they stop.
 
-A job's chat target resolves at each occurrence against the channels that run, to the chat's
-own session for the job's agent (created when nobody has talked there yet), so the agent of
-that chat sees the run's completion on its next turn.
+A job's chat target resolves at each occurrence through the spawn door, against the channels
+that run, to the chat's own session for the job's agent (created when nobody has talked
+there yet), so the agent of that chat sees the run's completion on its next turn.
 
 At start, targets stored before they were normalised are rewritten in their one written form
 (a fix in place, on every start, rather than a schema migration: the rule is this version's
@@ -22,20 +22,21 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway.metrics import METRICS
-from gateway.parts.agent import CONTEXTS, TOOL_SERVICES
-from gateway.parts.channels import channels_of, target_session_of
-from gateway.parts.delivery import OUTBOX
+from gateway.parts.agent import TOOL_SERVICES
+from gateway.parts.channels import channels_of
+from gateway.parts.cluster import CLUSTER
 from gateway.parts.state import STATE
+from gateway.parts.timing import TIMING
 from gateway.reload import SETTINGS, settings_of
+from gateway.schedules.bookkeeping import run_ended
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import Schedules
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.schedules.tool import SCHEDULE_JOBS
 from gateway.sessions import accounts_of
 from gateway.settings import HeraldSettings
-from gateway.state import OutboxRecord
-from gateway.subagents.setup import SUBAGENTS
-from gateway.tools import ToolContext
+from gateway.subagents.announce import FinalWrite
+from gateway.subagents.setup import FINAL_WRITES, SUBAGENTS
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,15 @@ def declared_jobs(settings: HeraldSettings, now: float) -> list[JobRecord]:
     return out
 
 
+async def bookkeeping_setup(app: web.Application) -> AsyncIterator[None]:
+    """A job's bookkeeping of its runs' ends (:func:`run_ended`), handed to the sub-agents'
+    setup, which comes next: it is in the final write of every run that ends from then on,
+    those resumed at start included."""
+    registered: tuple[FinalWrite, ...] = app.get(FINAL_WRITES, ())
+    app[FINAL_WRITES] = (*registered, run_ended)
+    yield
+
+
 async def schedules_setup(app: web.Application) -> AsyncIterator[None]:
     """The scheduler, from after the channels start until before they stop."""
     db = app[STATE]
@@ -80,24 +90,13 @@ async def schedules_setup(app: web.Application) -> AsyncIterator[None]:
     await jobs.normalize_targets()  # each one rewritten is logged
     await jobs.sync_declared(declared_jobs(settings_of(app), time.time()))
 
-    async def requester(job: JobRecord) -> ToolContext:
-        session = await target_session_of(app, job.to_target, job.agent_id)
-        return app[CONTEXTS].for_session(session, origin=session.origin)
-
-    async def notify(job: JobRecord, text: str) -> None:
-        origin = (await target_session_of(app, job.to_target, job.agent_id)).origin
-        if origin is None:  # pragma: no cover - a target always gives one
-            return
-        await db.outbox.insert(OutboxRecord.to_origin(origin, text, time.time(), kind="notice"))
-        app[OUTBOX].kick()
-
     scheduler = Scheduler(
         jobs=jobs,
-        spawner=app[SUBAGENTS].spawner,
-        requester=requester,
-        notify=notify,
+        door=app[SUBAGENTS].door,
+        runs=db.runs,
         count=app[METRICS].schedule_occurrence,
         grace=lambda: settings_of(app).schedules.misfire_grace_seconds,
+        recheck=app[TIMING].cluster_poll if app.get(CLUSTER) is not None else None,
     )
     app[SCHEDULER] = scheduler
     app[SCHEDULES] = service = Schedules(

@@ -58,7 +58,8 @@ class JobRecord:
     consecutive_failures: int = 0
     last_run_at: float | None = None
     last_run_id: str | None = None
-    #: The final status of ``last_run_id`` once counted; None while it runs.
+    #: The final status of the job's last finished run (``last_run_id`` may still run);
+    #: None until one finished.
     last_status: str | None = None
 
     @property
@@ -133,7 +134,7 @@ class JobsTable:
             have = {row["job_id"]: _job(row) for row in conn.execute(_SELECT).fetchall()}
             for job_id, kept in have.items():
                 if kept.declared and job_id not in wanted:
-                    _delete(conn, job_id)
+                    delete_job(conn, job_id)
             for job_id, job in wanted.items():
                 old = have.get(job_id)
                 if old is None:
@@ -284,54 +285,6 @@ class JobsTable:
 
         return await self._db.read(read)
 
-    async def unsettled(self) -> builtins.list[tuple[JobRecord, str | None]]:
-        """Jobs whose last run was not counted yet, with that run's status now (one query:
-        the pass that counts ended runs runs every few seconds)."""
-        columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
-
-        def read(conn: Connection) -> builtins.list[tuple[JobRecord, str | None]]:
-            rows = conn.execute(
-                f"SELECT {columns}, r.status AS run_status FROM schedule_jobs j"
-                " LEFT JOIN runs r ON r.run_id = j.last_run_id"
-                " WHERE j.last_run_id IS NOT NULL AND j.last_status IS NULL"
-            ).fetchall()
-            return [(_job(row), row["run_status"]) for row in rows]
-
-        return await self._db.read(read)
-
-    async def run_status(self, run_id: str) -> str | None:
-        """The status of run ``run_id`` (None: no such run)."""
-
-        def read(conn: Connection) -> str | None:
-            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            return str(row[0]) if row is not None else None
-
-        return await self._db.read(read)
-
-    async def count_run(self, job: JobRecord, status: str, *, pause_after: int) -> JobRecord | None:
-        """Count the last run's final ``status`` (once: only while uncounted); the job as it
-        is now, or None when another writer counted it. Pauses at ``pause_after``
-        consecutive failures."""
-        failed = status in FAILED_STATUSES
-
-        def write(conn: Connection) -> JobRecord | None:
-            rows = conn.execute(
-                "UPDATE schedule_jobs SET last_status = ?,"
-                " consecutive_failures = CASE WHEN ? = 1 THEN consecutive_failures + 1 ELSE 0 END"
-                " WHERE job_id = ? AND last_run_id = ? AND last_status IS NULL"
-                f" RETURNING {', '.join(JOB_COLUMNS)}",
-                (status, int(failed), job.job_id, job.last_run_id),
-            ).fetchall()
-            if not rows:
-                return None
-            counted = _job(rows[0])
-            if failed and counted.consecutive_failures >= pause_after and not counted.paused:
-                conn.execute("UPDATE schedule_jobs SET paused = 1 WHERE job_id = ?", (job.job_id,))
-                return _job_with(counted, paused=True)
-            return counted
-
-        return await self._db.write(write)
-
     async def set_paused(
         self, job_id: str, paused: bool, *, next_run_at: float | None = None
     ) -> JobRecord | None:
@@ -354,7 +307,7 @@ class JobsTable:
 
     async def delete(self, job_id: str) -> bool:
         def write(conn: Connection) -> bool:
-            return _delete(conn, job_id)
+            return delete_job(conn, job_id)
 
         return await self._db.write(write)
 
@@ -403,7 +356,7 @@ def advance(
     params: list[Any] = [next_run_at]
     if run_id is not None:
         ran = max(at for at, outcome in occurrences if outcome == "ran")
-        assignments += ", last_run_at = ?, last_run_id = ?, last_status = NULL"
+        assignments += ", last_run_at = ?, last_run_id = ?"
         params += [ran, run_id]
     cursor = conn.execute(
         f"UPDATE schedule_jobs SET {assignments}"
@@ -424,8 +377,7 @@ def record_run_now(conn: Connection, job_id: str, at: float, run_id: str) -> Non
     """In the run's transaction: an occurrence started by hand at ``at`` (the schedule's
     next fire time stays as it was)."""
     cursor = conn.execute(
-        "UPDATE schedule_jobs SET last_run_at = ?, last_run_id = ?, last_status = NULL"
-        " WHERE job_id = ?",
+        "UPDATE schedule_jobs SET last_run_at = ?, last_run_id = ? WHERE job_id = ?",
         (at, run_id, job_id),
     )
     if cursor.rowcount != 1:  # deleted meanwhile: no run of it starts (the write rolls back)
@@ -435,6 +387,29 @@ def record_run_now(conn: Connection, job_id: str, at: float, run_id: str) -> Non
         " VALUES (?, ?, 'ran', ?, ?)",
         (job_id, at, run_id, at),
     )
+
+
+def count_end(
+    conn: Connection, job_id: str, status: str, *, pause_after: int
+) -> tuple[JobRecord, bool] | None:
+    """In the write that makes one of the job's runs final: ``status`` becomes the job's
+    ``last_status`` and counts toward its consecutive failures (any other final status
+    starts the count again), pausing it at ``pause_after``. The job as written and whether
+    this write paused it; None when the job is gone."""
+    failed = status in FAILED_STATUSES
+    rows = conn.execute(
+        "UPDATE schedule_jobs SET last_status = ?,"
+        " consecutive_failures = CASE WHEN ? = 1 THEN consecutive_failures + 1 ELSE 0 END"
+        f" WHERE job_id = ? RETURNING {', '.join(JOB_COLUMNS)}",
+        (status, int(failed), job_id),
+    ).fetchall()
+    if not rows:
+        return None
+    counted = _job(rows[0])
+    if failed and counted.consecutive_failures >= pause_after and not counted.paused:
+        conn.execute("UPDATE schedule_jobs SET paused = 1 WHERE job_id = ?", (job_id,))
+        return _job_with(counted, paused=True), True
+    return counted, False
 
 
 def _aimed_at(chat: str) -> tuple[str, list[str]]:
@@ -448,7 +423,8 @@ def _aimed_at(chat: str) -> tuple[str, list[str]]:
     )
 
 
-def _delete(conn: Connection, job_id: str) -> bool:
+def delete_job(conn: Connection, job_id: str) -> bool:
+    """In the caller's transaction: the job and its occurrences."""
     conn.execute("DELETE FROM schedule_occurrences WHERE job_id = ?", (job_id,))
     return conn.execute("DELETE FROM schedule_jobs WHERE job_id = ?", (job_id,)).rowcount == 1
 

@@ -32,7 +32,10 @@ class Job(Closed):
     next_run_at: Timestamp | None
     last_run_at: Timestamp | None
     last_run_id: str | None
-    last_status: str | None = Field(description="the last run's final status; null while it runs")
+    last_status: str | None = Field(
+        description="the final status of the job's last finished run (lastRunId may be a "
+        "later run still going); null until one has finished"
+    )
     consecutive_failures: int
     paused: bool
     declared: bool = Field(description="declared in the config file (changed only there)")

@@ -55,7 +55,6 @@ from gateway.sessions.targets import (
     chat_session,
     target_of_origin,
     target_origin,
-    target_session,
     target_session_key,
 )
 from gateway.sessions.transcript import (
@@ -143,7 +142,6 @@ __all__ = [
     "sessions_dir",
     "target_of_origin",
     "target_origin",
-    "target_session",
     "target_session_key",
     "transcript_path",
 ]

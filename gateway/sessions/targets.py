@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from channels import Channel
-from gateway.schema.targets import ChatTarget, parse_target, written_target
+from gateway.schema.targets import ChatTarget, written_target
 from gateway.sessions.keys import SessionKey
 from gateway.state.rows import Origin
 
@@ -80,20 +80,3 @@ def agent_of_channel(settings: HeraldSettings, channel: str) -> str:
     config = getattr(settings.channels, channel, None)
     agent = getattr(config, "agent", None)
     return agent if isinstance(agent, str) else settings.routing.default_agent
-
-
-async def target_session(
-    store: SessionStore,
-    channels: Mapping[str, Channel],
-    settings: HeraldSettings,
-    target: str,
-    agent_id: str | None = None,
-) -> SessionRecord:
-    """The chat's own session that chat ``target`` names among the running ``channels``,
-    for ``agent_id`` (default: the agent of the target's channel), made if new, its origin
-    the target's. Raises :class:`~gateway.schema.targets.ChatTargetError` for a target that
-    cannot be used now."""
-    enabled = accounts_of(channels)
-    parsed = parse_target(target, enabled)
-    agent = agent_id or agent_of_channel(settings, parsed.channel)
-    return await chat_session(store, parsed, enabled[parsed.channel], agent)

@@ -67,6 +67,7 @@ from gateway.state.rows import (
     SessionRecord,
     Spent,
 )
+from gateway.state.runends import insert_item
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
@@ -131,6 +132,7 @@ __all__ = [
     "check_transition",
     "database_reachable",
     "destination",
+    "insert_item",
     "is_out_of_space",
     "migrate_state",
     "open_state",

@@ -113,6 +113,7 @@ class RunEndsTable:
         by: str | None = None,
         archive_due_at: float | None = None,
         spent: Spent | None = None,
+        also: Callable[[Connection, RunRecord], None] | None = None,
     ) -> RunRecord:
         """Make a run final: apply ``changes`` (its status, announce text, …) and move its
         delivery as :func:`~gateway.state.lifecycle.destination` says for the row as read
@@ -120,7 +121,9 @@ class RunEndsTable:
         is queued in the outbox in the same write. The completion is handed on ``by`` this
         replica. With ``archive_due_at``, the run's child session (unless archived) is due
         for archiving then, in the same write. With ``spent`` (the announce turn's), it
-        is added to the run's totals and its child session's in the same write too."""
+        is added to the run's totals and its child session's in the same write too. ``also``
+        writes in the same transaction, given the run as written (a scheduled job's count of
+        its runs); what it raises rolls everything back."""
         if spent is not None and spent.empty:
             spent = None  # nothing to add
         session_usage = session_usage_sql(self._db.dialect) if spent is not None else ""
@@ -159,6 +162,8 @@ class RunEndsTable:
                     "UPDATE sessions SET archive_due_at = ? WHERE key = ? AND archived_at IS NULL",
                     (archive_due_at, after.child_session_key),
                 )
+            if also is not None:
+                also(conn, after)
             return after
 
         final = await self._db.write(run)

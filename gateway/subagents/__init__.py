@@ -1,6 +1,7 @@
 """Sub-agent runs: spawn, run on the ``subagent`` lane, announce, archive, recover.
 
 - :mod:`~gateway.subagents.spawn`: the policy and the record of a new run (``Spawner``);
+- :mod:`~gateway.subagents.door`: the one door for runs started outside a chat (``SpawnDoor``);
 - :mod:`~gateway.subagents.runner`: executing a run, from start or resumed;
 - :mod:`~gateway.subagents.announce`: the announce step and message;
 - :mod:`~gateway.subagents.ends`: where a final run's result goes on (``RunEnds``);
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from gateway.subagents.child import ChildSessions
     from gateway.subagents.completions import COMPLETION_PREFIX, Completions
     from gateway.subagents.control import SubagentControl
+    from gateway.subagents.door import SpawnDoor
     from gateway.subagents.ends import RunEnds
     from gateway.subagents.errors import RunFinishedError, RunNotFoundError
     from gateway.subagents.feed import RunFeed
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from gateway.subagents.runner import RunnerParts, RunRunner
     from gateway.subagents.spawn import (
         SPAWN_FORBIDDEN_NESTED,
+        Occurrence,
         SpawnAccepted,
         Spawner,
         SpawnRefused,
@@ -83,6 +86,7 @@ _HOME: Final = {
     "Completions": "gateway.subagents.completions",
     "LaneQueue": "gateway.subagents.queueing",
     "Notices": "gateway.subagents.notices",
+    "Occurrence": "gateway.subagents.spawn",
     "Owner": "gateway.subagents.owner",
     "RUN_ENDED": "gateway.subagents.notices",
     "RunEnds": "gateway.subagents.ends",
@@ -99,6 +103,7 @@ _HOME: Final = {
     "STEERS": "gateway.subagents.notices",
     "SUBAGENT_RUNS": "gateway.subagents.orchestration",
     "SpawnAccepted": "gateway.subagents.spawn",
+    "SpawnDoor": "gateway.subagents.door",
     "SpawnRefused": "gateway.subagents.spawn",
     "SpawnRequest": "gateway.subagents.spawn",
     "SpawnResult": "gateway.subagents.spawn",
@@ -144,6 +149,7 @@ __all__ = [
     "Completions",
     "LaneQueue",
     "Notices",
+    "Occurrence",
     "Owner",
     "RunEnds",
     "RunFeed",
@@ -154,6 +160,7 @@ __all__ = [
     "RunRunner",
     "RunnerParts",
     "SpawnAccepted",
+    "SpawnDoor",
     "SpawnRefused",
     "SpawnRequest",
     "SpawnResult",

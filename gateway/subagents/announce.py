@@ -7,6 +7,10 @@ it in the outbox in the same transaction that applies the run's final status. Wh
 cannot give an announce (provider down, timeout), the system announce (status line and stats
 line) is posted instead: a finished run is never silently dropped. Afterwards the child
 session is archived (``cleanup: "delete"``) or scheduled for it (``archiveAfterMinutes``).
+
+What else must hear of a run's end exactly once — a scheduled job counting its runs — is a
+:data:`FinalWrite`, written in that same transaction: on whichever replica the run ends, and
+never lost to a crash between the run's end and its count.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
@@ -30,6 +34,7 @@ from gateway.reload import SettingsHolder
 from gateway.sessions import SessionStore
 from gateway.state import (
     WITHDRAWN,
+    Connection,
     Delivery,
     Destination,
     RunRecord,
@@ -52,6 +57,10 @@ ANNOUNCE_TIMEOUT_SECONDS = 120.0
 #: Statuses whose announce goes through a model turn; cancelled and interrupted runs get
 #: the system announce at once (a person asked them to stop, or the gateway did).
 MODEL_ANNOUNCED: frozenset[str] = frozenset({"done", "error", "timeout"})
+
+#: Written in the transaction that makes a run final, given the run as that write left it;
+#: True when it queued an outbox item (the outbox is woken after the commit).
+FinalWrite = Callable[[Connection, RunRecord], bool]
 
 
 class ResultHandOn(Protocol):
@@ -166,6 +175,7 @@ class Announcer:
         turns: TurnsInProgress,
         owner: Owner = ALONE,
         clock: Callable[[], float] = time.time,
+        final_writes: Sequence[FinalWrite] = (),
     ) -> None:
         #: Records this gateway as the one handing each run's completion on.
         self._by = owner.name
@@ -180,6 +190,7 @@ class Announcer:
         self._feed = feed
         self._metrics = metrics
         self._clock = clock
+        self._final_writes = tuple(final_writes)
 
     async def announce(self, run_id: str, *, ended: RunRecord | None = None) -> None:
         """Announce ``run_id``, which is ``announcing`` with its outcome recorded.
@@ -276,6 +287,12 @@ class Announcer:
         same transaction; the final run and that time. A stop right after it leaves nothing
         for the start-up's archive check."""
         due = self._archive_due(run)
+        queued: list[bool] = []
+
+        def also(conn: Connection, final: RunRecord) -> None:
+            queued.clear()  # a write may run again (a group's retry): its last run counts
+            queued.extend(write(conn, final) for write in self._final_writes)
+
         final = await self._db.ends.finish_run(
             run.run_id,
             changes,
@@ -283,7 +300,10 @@ class Announcer:
             by=self._by,
             archive_due_at=due,
             spent=spent,
+            also=also if self._final_writes else None,
         )
+        if any(queued):
+            self._outbox.kick()
         return final, due
 
     def _archive_due(self, run: RunRecord) -> float | None:

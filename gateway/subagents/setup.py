@@ -13,20 +13,22 @@ from typing import TYPE_CHECKING, Protocol
 from aiohttp import web
 
 from gateway.metrics import METRICS
-from gateway.parts.agent import CONVERSATIONS, TOOL_SERVICES, TURN_FACTORY
-from gateway.parts.channels import channels_of
+from gateway.parts.agent import CONTEXTS, CONVERSATIONS, TOOL_SERVICES, TURN_FACTORY
+from gateway.parts.channels import TARGET_SESSIONS, channels_of
 from gateway.parts.cluster import cluster_of
 from gateway.parts.delivery import ARCHIVE, OUTBOX
 from gateway.parts.lanes import LANES
 from gateway.parts.state import SESSION_STORE, STATE
 from gateway.parts.timing import TIMING
 from gateway.reload import SETTINGS, settings_of
+from gateway.sessions import accounts_of
 from gateway.settings import HeraldSettings
-from gateway.subagents.announce import Announcer
+from gateway.subagents.announce import Announcer, FinalWrite
 from gateway.subagents.batches import BatchCoordinator
 from gateway.subagents.child import ChildSessions
 from gateway.subagents.completions import Completions
 from gateway.subagents.control import SubagentControl
+from gateway.subagents.door import SpawnDoor
 from gateway.subagents.ends import RunEnds
 from gateway.subagents.feed import RunFeed
 from gateway.subagents.inbox import RunInbox
@@ -54,6 +56,7 @@ class SubagentParts:
     batches: BatchCoordinator
     control: SubagentControl
     inbox: RunInbox
+    door: SpawnDoor
 
 
 class RunControl(Protocol):
@@ -63,6 +66,9 @@ class RunControl(Protocol):
 
 
 SUBAGENTS = web.AppKey("subagents", SubagentParts)
+#: Writes a run's final transaction also makes (:data:`FinalWrite`), registered by the
+#: capabilities set up before the sub-agents: the schedules' bookkeeping of a job's runs.
+FINAL_WRITES = web.AppKey("final_writes", tuple[FinalWrite, ...])
 #: What the API and Herald's MCP server stop runs with.
 RUN_CONTROL = web.AppKey("run_control", RunControl)
 
@@ -102,6 +108,7 @@ async def subagents_setup(app: web.Application) -> AsyncIterator[None]:
         owner=owner,
     )
     ends = RunEnds(db=db, batches=batches, completions=completions)
+    final_writes: tuple[FinalWrite, ...] = app.get(FINAL_WRITES, ())
     announcer = Announcer(
         holder=holder,
         db=db,
@@ -114,6 +121,7 @@ async def subagents_setup(app: web.Application) -> AsyncIterator[None]:
         results=ends,
         turns=turns,
         owner=owner,
+        final_writes=final_writes,
     )
     inbox = RunInbox(db, store)
     if cluster is not None:  # runs end, and steers wait, on any replica
@@ -146,6 +154,14 @@ async def subagents_setup(app: web.Application) -> AsyncIterator[None]:
         feed=feed,
         spawning=completions.spawned,
     )
+    door = SpawnDoor(
+        holder=holder,
+        store=store,
+        contexts=app[CONTEXTS],
+        spawner=spawner,
+        accounts=lambda: accounts_of(channels_of(app)),
+    )
+    app[TARGET_SESSIONS] = door.chat_session
     control = SubagentControl(
         db=db,
         manager=manager,
@@ -157,7 +173,7 @@ async def subagents_setup(app: web.Application) -> AsyncIterator[None]:
         owner=owner,
     )
     app[SUBAGENTS] = SubagentParts(
-        manager, spawner, announcer, completions, batches, control, inbox
+        manager, spawner, announcer, completions, batches, control, inbox, door
     )
     app[RUN_CONTROL] = manager
     services = app[TOOL_SERVICES]

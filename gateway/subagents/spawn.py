@@ -7,7 +7,8 @@ below ``agent.subagents.maxSpawnDepth``; a session has at most
 with a warning), records the child session and the run — with the requester's origin
 captured now, its depth, its parent run and, for ``context: "fork"``, a copy of the
 requester's conversation — and queues the run. It never waits for the run. The answer is a
-typed :class:`SpawnAccepted` or :class:`SpawnRefused`.
+typed :class:`SpawnAccepted` or :class:`SpawnRefused`. A scheduled :class:`Occurrence` is
+recorded on the run, and its job's records written in the run's own transaction.
 """
 
 from __future__ import annotations
@@ -99,12 +100,19 @@ class SpawnRequest:
     cleanup: Literal["delete", "keep"] = "keep"
     #: ``fork``: the child starts with the requester's conversation, then the task.
     context: SpawnContext = "isolated"
-    #: A scheduled occurrence: its job and due time, recorded on the run.
-    job_id: str | None = None
-    occurrence_at: float | None = None
-    #: Written in the run's own transaction (an isolated spawn only): the occurrence and its
-    #: job's next fire time, so a crash keeps both or neither.
-    record_with: Callable[[Connection], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """The scheduled occurrence a run is for: its job and due time, recorded on the run, and
+    the job's own records of it, written in the run's own transaction so that a crash (or a
+    failed write) keeps both or neither."""
+
+    job_id: str
+    at: float
+    #: Writes the job's records of the occurrence (given the new run's id) in the spawn's
+    #: transaction; what it raises rolls the spawn back whole.
+    write: Callable[[Connection, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +198,17 @@ class Spawner:
         """Agent ids ``agent_id`` may spawn (for ``agents_list``)."""
         return allowed_targets(self._holder.current, agent_id)
 
-    async def spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult:
-        """Record and queue a run for ``requester``; returns at once."""
+    async def spawn(
+        self,
+        requester: ToolContext,
+        request: SpawnRequest,
+        *,
+        occurrence: Occurrence | None = None,
+    ) -> SpawnResult:
+        """Record and queue a run for ``requester`` (for a scheduled ``occurrence``, recorded
+        with it: an isolated spawn only); returns at once."""
         try:
-            return await self._spawn(requester, request)
+            return await self._spawn(requester, request, occurrence)
         except (OSError, StateError, SessionError) as exc:
             logger.error("spawn could not be recorded", extra={"error": str(exc)})
             return SpawnRefused("error", f"the run could not be recorded: {exc}")
@@ -246,7 +261,9 @@ class Spawner:
         runs = await self._db.runs.list(child_session_key=requester.session_key, limit=1)
         return runs[0] if runs else None
 
-    async def _spawn(self, requester: ToolContext, request: SpawnRequest) -> SpawnResult:
+    async def _spawn(
+        self, requester: ToolContext, request: SpawnRequest, occurrence: Occurrence | None
+    ) -> SpawnResult:
         settings = self._holder.current
         requester_run = await self._requester_run(requester)
         decision = self._decide(settings, requester, requester_run, request)
@@ -261,6 +278,8 @@ class Spawner:
         parent = await self._store.require(requester.session_key)
         limit = settings.agent.subagents.max_children_per_session
         forked: list[ChatMessage] = []
+        if request.context == "fork" and occurrence is not None:
+            return SpawnRefused("error", "a scheduled occurrence starts an isolated run only")
         if request.context == "fork":
             # Checked before the conversation is copied; the insert checks again.
             if await self._db.runs.live_children(parent.key) >= limit:
@@ -320,18 +339,17 @@ class Spawner:
             parent_run_id=requester_run.run_id if requester_run is not None else None,
             depth=requester_run.depth + 1 if requester_run is not None else 1,
             context=request.context,
-            job_id=request.job_id,
-            occurrence_at=request.occurrence_at,
+            job_id=occurrence.job_id if occurrence is not None else None,
+            occurrence_at=occurrence.at if occurrence is not None else None,
         )
+        also = _recording(occurrence, run.run_id) if occurrence is not None else None
         if requester_run is not None:
             self._spawning(requester_run.run_id)
         try:
             if new_child is None:
                 await self._db.runs.insert(run, max_live_siblings=limit)
             else:
-                await self._db.runs.insert_spawn(
-                    run, new_child, max_live_siblings=limit, also=request.record_with
-                )
+                await self._db.runs.insert_spawn(run, new_child, max_live_siblings=limit, also=also)
         except ChildLimitError:  # another spawn of this session took the last place
             if new_child is None:
                 await self._store.archive(child.key)
@@ -353,3 +371,12 @@ class Spawner:
             },
         )
         return SpawnAccepted(run.run_id, child.key, model_applied, warning)
+
+
+def _recording(occurrence: Occurrence, run_id: str) -> Callable[[Connection], None]:
+    """The occurrence's own write, for the spawn's transaction of run ``run_id``."""
+
+    def write(conn: Connection) -> None:
+        occurrence.write(conn, run_id)
+
+    return write

@@ -217,3 +217,42 @@ async def test_a_resumed_job_starts_from_its_next_time_after_now(tmp_path: Path)
         assert resumed.next_run_at == now + 0.5 * 3600
         await gw.app[SCHEDULER].run_pass()
         assert await occurrences(jobs, "held") == []
+
+
+async def test_last_status_is_the_last_finished_runs_while_the_next_one_runs(
+    tmp_path: Path,
+) -> None:
+    async with gateway(tmp_path) as (gw, _fake, jobs):
+        await jobs.insert(job("often", "task: first", due=time.time() - 1))
+        gw.app[SCHEDULER].wake()
+
+        async def started(count: int) -> str:
+            async def recorded() -> bool:
+                return len(await occurrences(jobs, "often")) == count
+
+            await until(f"occurrence {count}", recorded)
+            run_id = (await occurrences(jobs, "often"))[-1].run_id
+            assert run_id is not None
+            return run_id
+
+        first = await started(1)
+        assert (await gw.finished(first)).status == "done"
+        # Heard in the write that made the run final: no pass has to count it first.
+        ended = await jobs.get("often")
+        assert ended is not None
+        assert (ended.last_run_id, ended.last_status) == (first, "done")
+        # The job fires again before that run could be counted by anyone else, and its
+        # next run is slow: the job shows the run going and the last one that finished.
+        await gw.db.write(
+            lambda c: c.execute(
+                "UPDATE schedule_jobs SET task = 'task-slow: second' WHERE job_id = 'often'"
+            )
+        )
+        await make_due(gw, "often")
+        second = await started(2)
+        going = await jobs.get("often")
+        assert going is not None
+        assert (going.last_run_id, going.last_status) == (second, "done")
+        run = await gw.db.runs.get(second)
+        assert run is not None
+        assert not run.finished

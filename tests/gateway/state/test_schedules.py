@@ -1,15 +1,17 @@
 """Jobs and occurrences on both backends: an occurrence is recorded with its run in one
 transaction that moves the job on only from the fire time it read, so a second writer of
-the same due time rolls back whole; one run per job and due time, ever."""
+the same due time rolls back whole; one run per job and due time, ever. A run's end is
+counted for its job in the write that makes the run final, once."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
+from gateway.schedules.bookkeeping import PAUSE_AFTER_FAILURES, run_ended
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceTakenError, advance
-from gateway.state import RecordConflictError, RunRecord, SessionRecord, StateDB
+from gateway.state import Connection, RecordConflictError, RunRecord, SessionRecord, StateDB
 
 DUE = 1_800_000_000.0
 
@@ -82,8 +84,6 @@ async def test_one_writer_records_a_due_time_with_its_run(db: StateDB) -> None:
         first.run_id,
         None,
     )
-    ((unsettled, status),) = await jobs.unsettled()
-    assert (unsettled.job_id, status) == ("brief", "queued")
 
 
 async def test_one_run_per_job_and_due_time(db: StateDB) -> None:
@@ -94,25 +94,54 @@ async def test_one_run_per_job_and_due_time(db: StateDB) -> None:
         await db.runs.insert_spawn(again, again_session, max_live_siblings=10)
 
 
-async def test_five_failures_pause_once(db: StateDB) -> None:
+def count(conn: Connection, run: RunRecord) -> None:
+    run_ended(conn, run)
+
+
+async def test_each_end_is_counted_once_in_its_final_write_and_five_failures_pause(
+    db: StateDB,
+) -> None:
     jobs = JobsTable(db)
-    record = await jobs.insert(job())
-    for n in range(5):
-
-        def last_run(conn: Any, n: int = n) -> None:
-            conn.execute(
-                "UPDATE schedule_jobs SET last_run_id = ?, last_status = NULL WHERE job_id = ?",
-                (f"run-{n}", "brief"),
-            )
-
-        await db.write(last_run)
+    await jobs.insert(job())
+    last = None
+    for n in range(PAUSE_AFTER_FAILURES):
+        run, session = run_of(n + 1, at=DUE + n)
+        last = run = replace(
+            run, origin_channel="webchat", origin_account="default", origin_chat_id="room"
+        )
+        await db.runs.insert_spawn(run, session, max_live_siblings=10)
+        await db.ends.finish_run(run.run_id, {"status": "error"}, now=DUE + n, also=count)
         current = await jobs.get("brief")
         assert current is not None
-        counted = await jobs.count_run(current, "error", pause_after=5)
-        assert counted is not None
-        assert counted.paused == (n == 4)
-        # Counted once: a second count of the same run changes nothing.
-        assert await jobs.count_run(current, "error", pause_after=5) is None
-    final = await jobs.get(record.job_id)
+        assert (current.last_status, current.consecutive_failures) == ("error", n + 1)
+        assert current.paused == (n == PAUSE_AFTER_FAILURES - 1)
+    assert last is not None
+    # A final run never changes: a second end of it is refused, and counts nothing.
+    with pytest.raises(RecordConflictError):
+        await db.ends.finish_run(last.run_id, {"status": "error"}, now=DUE + 9, also=count)
+    final = await jobs.get("brief")
     assert final is not None
-    assert (final.consecutive_failures, final.paused) == (5, True)
+    assert (final.consecutive_failures, final.paused) == (PAUSE_AFTER_FAILURES, True)
+    # The chat is told once, by the write that paused the job, where its runs announce.
+    (notice,) = [item for item in await db.outbox.list() if item.kind == "notice"]
+    assert (notice.channel, notice.chat_id) == ("webchat", "room")
+    assert "brief is paused" in notice.text
+
+
+async def test_another_end_starts_the_count_again_and_an_at_job_goes_with_its_run(
+    db: StateDB,
+) -> None:
+    jobs = JobsTable(db)
+    await jobs.insert(replace(job(), consecutive_failures=3))
+    run, session = run_of(1)
+    await db.runs.insert_spawn(run, session, max_live_siblings=10)
+    await db.ends.finish_run(run.run_id, {"status": "cancelled"}, now=DUE, also=count)
+    current = await jobs.get("brief")
+    assert current is not None
+    assert (current.last_status, current.consecutive_failures) == ("cancelled", 0)
+    once = replace(job("once"), trigger_kind="at", trigger_value="2027-01-15T08:00:00+00:00")
+    await jobs.insert(replace(once, next_run_at=None))
+    run, session = run_of(2, job_id="once")
+    await db.runs.insert_spawn(run, session, max_live_siblings=10)
+    await db.ends.finish_run(run.run_id, {"status": "done"}, now=DUE, also=count)
+    assert await jobs.get("once") is None
