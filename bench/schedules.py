@@ -28,7 +28,7 @@ from bench._common import Row, format_table, percentile, row, rss_bytes, settle_
 from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import ChatScope
 from gateway.schedules.store import JobRecord, JobsTable
-from gateway.sessions import ChatTarget, parse_target
+from gateway.schema.targets import ChatTarget, parse_target
 from gateway.state import RunRecord, SessionRecord, SqliteStateDB, StateDB
 from gateway.subagents.spawn import Occurrence, SpawnAccepted, SpawnRequest
 

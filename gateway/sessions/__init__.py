@@ -1,12 +1,5 @@
 """Sessions: keys, transcripts (JSONL files) and the store that ties them to the state DB."""
 
-from gateway.schema.targets import (
-    ChatTarget,
-    ChatTargetError,
-    chat_of,
-    normalize_target,
-    parse_target,
-)
 from gateway.sessions.errors import (
     InvalidIdError,
     SessionArchivedError,
@@ -85,8 +78,6 @@ __all__ = [
     "INTERRUPTED_TOOL_RESULT",
     "MAX_HISTORY_LIMIT",
     "REF_FORMS",
-    "ChatTarget",
-    "ChatTargetError",
     "InvalidIdError",
     "Location",
     "SessionArchivedError",
@@ -108,7 +99,6 @@ __all__ = [
     "archived_path",
     "aread_transcript",
     "chat_messages_from_records",
-    "chat_of",
     "chat_session",
     "current_transcript_path",
     "describe_session",
@@ -129,11 +119,9 @@ __all__ = [
     "new_session_id",
     "new_uuid",
     "normalize_id",
-    "normalize_target",
     "optional_iso",
     "parse_key",
     "parse_ref",
-    "parse_target",
     "parse_transcript",
     "read_lines",
     "read_transcript",

@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 
 from gateway.agent import ToolContexts
 from gateway.reload import SettingsHolder
+from gateway.schema.targets import ChatTarget, parse_target
 from gateway.sessions import (
-    ChatTarget,
     SessionKey,
     SessionStore,
     agent_of_channel,
     chat_session,
-    parse_target,
 )
 from gateway.state import Connection, SessionRecord
 from gateway.subagents.spawn import (

@@ -19,7 +19,8 @@ from gateway.parts.agent import TOOLS
 from gateway.schedules.setup import SCHEDULES
 from gateway.schedules.tool import ScheduleParams, ScheduleTool
 from gateway.schema.schedules import JobSpec
-from gateway.sessions import parse_target, target_origin, target_session_key
+from gateway.schema.targets import parse_target
+from gateway.sessions import target_origin, target_session_key
 from gateway.settings import HeraldSettings
 from gateway.tools import (
     ToolContext,

@@ -14,12 +14,9 @@ from channels.memory import MemoryChannel
 from channels.reconnecting import Reconnecting
 from channels.slack import SlackChannel, SlackConfig
 from channels.webchat import WebchatChannel, WebchatConfig
+from gateway.schema.targets import ChatTargetError, chat_of, normalize_target, parse_target
 from gateway.sessions import (
-    ChatTargetError,
     accounts_of,
-    chat_of,
-    normalize_target,
-    parse_target,
     target_of_origin,
     target_origin,
     target_session_key,

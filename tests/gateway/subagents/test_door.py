@@ -27,7 +27,7 @@ import pytest
 
 from gateway.schedules.setup import SCHEDULER
 from gateway.schedules.store import JobRecord, JobsTable, advance
-from gateway.sessions import ChatTargetError
+from gateway.schema.targets import ChatTargetError
 from gateway.state import Connection, RunRecord, SessionRecord
 from gateway.subagents import Occurrence, SpawnAccepted, SpawnRefused, SpawnRequest
 from tests.fakes.slack import BOT_USER_ID, FakeSlack
