@@ -257,7 +257,11 @@ def cut_connection(
     matching ``when`` (a trigger's ``WHEN`` condition, on ``OLD`` and ``NEW``) lose their
     connection, as a server restarting under them does: the server ends the statement's own
     backend (``pg_terminate_backend``), so the client sees the connection drop mid-write and
-    the write is not made. Later ones go through. :func:`cuts` says how many met it."""
+    the write is not made. Later ones go through. :func:`cuts` says how many met it.
+
+    Blocking, and its trigger waits for the table's lock: beside a gateway running in the
+    test's event loop, call it in a thread (``asyncio.to_thread``), or a transaction of the
+    gateway's holding that lock never commits, its loop blocked by this very wait."""
     _execute(url, f"CREATE SEQUENCE herald_test_{name}")
     _execute(
         url,

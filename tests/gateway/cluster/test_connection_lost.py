@@ -52,7 +52,9 @@ async def test_a_run_whose_start_was_not_recorded_runs_rather_than_failing(
     gw: Harness, pg_url: str
 ) -> None:
     when = "OLD.status = 'queued' AND NEW.status = 'running'"
-    postgres.cut_connection(pg_url, "start", table="runs", event="UPDATE", when=when)
+    await asyncio.to_thread(
+        postgres.cut_connection, pg_url, "start", table="runs", event="UPDATE", when=when
+    )
     run_id = await spawned(gw, "task: through")
     item = await gw.delivery(run_id)
     run = await gw.db.runs.get(run_id)
@@ -69,7 +71,9 @@ async def test_a_delivered_announce_whose_record_was_cut_off_is_recorded_once_ba
     gw: Harness, pg_url: str
 ) -> None:
     when = "NEW.state = 'delivered'"
-    postgres.cut_connection(pg_url, "sent", table="outbox", event="UPDATE", when=when)
+    await asyncio.to_thread(
+        postgres.cut_connection, pg_url, "sent", table="outbox", event="UPDATE", when=when
+    )
     run_id = await spawned(gw, "task: told")
     # Left "sending", the item would wait for a restart to be asked about, its run "queued".
     item = await gw.delivery(run_id)
@@ -86,7 +90,9 @@ async def test_an_announce_whose_sending_mark_was_cut_off_is_sent_once_back(
     gw: Harness, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     when = "NEW.state = 'sending'"
-    postgres.cut_connection(pg_url, "mark", table="outbox", event="UPDATE", when=when)
+    await asyncio.to_thread(
+        postgres.cut_connection, pg_url, "mark", table="outbox", event="UPDATE", when=when
+    )
     caplog.set_level(logging.DEBUG, logger=OUTBOX_LOGGER)
     run_id = await spawned(gw, "task: marked")
     item = await gw.delivery(run_id)
@@ -130,8 +136,13 @@ async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
     gw: Harness, pg_url: str
 ) -> None:
     # Procrastinate deletes a job that succeeded (Herald keeps none).
-    postgres.cut_connection(
-        pg_url, "end", table="procrastinate_jobs", event="DELETE", when="OLD.status = 'doing'"
+    await asyncio.to_thread(
+        postgres.cut_connection,
+        pg_url,
+        "end",
+        table="procrastinate_jobs",
+        event="DELETE",
+        when="OLD.status = 'doing'",
     )
     run_id = await spawned(gw, "task: ended")
     await gw.delivery(run_id)
@@ -180,9 +191,9 @@ async def test_a_stop_does_not_wait_for_a_job_end_the_database_keeps_refusing(
     tmp_path: Path, pg_url: str
 ) -> None:
     async with running_gateway(tmp_path, database_url=pg_url, replica_id="a") as gw:
-        postgres.cut_connection(
-            pg_url, "ends", table="procrastinate_jobs", event="DELETE",
-            when="OLD.status = 'doing'", times=1_000_000,
+        await asyncio.to_thread(
+            postgres.cut_connection, pg_url, "ends", table="procrastinate_jobs",
+            event="DELETE", when="OLD.status = 'doing'", times=1_000_000,
         )  # fmt: skip
         run_id = await spawned(gw, "task: stuck")
         await gw.delivery(run_id)
