@@ -211,7 +211,7 @@ async def test_stop_all_stops_every_run_of_the_conversation_and_only_those(
     )
     assert [(await gw.finished(run_id)).progress.status for run_id in ours] == ["cancelled"] * 3
     assert (await gw.db.runs.get(theirs)) is not None
-    assert (await gw.db.runs.get(theirs)).status == "queued"  # type: ignore[union-attr]
+    assert (await gw.db.runs.get(theirs)).progress.status == "queued"  # type: ignore[union-attr]
     assert await ask(commands, chat, "/subagents stop ALL") == (
         "No sub-agent run of this conversation is running."
     )
