@@ -76,8 +76,8 @@ async def _batch(
     if extra or message.chat_id != chat_id or f"Stats: {children} sub-agents" not in message.text:
         raise SystemExit(f"bench.fanin: expected one follow-up reply, got {message.text!r}")
     runs = await services.db.runs.list(parent_session_key=chat_key(chat_id), limit=children)
-    ended = [run.ended_at for run in runs if run.ended_at is not None]
-    batch_ids = {run.batch_id for run in runs}
+    ended = [run.progress.ended_at for run in runs if run.progress.ended_at is not None]
+    batch_ids = {run.delivery.batch_id for run in runs}
     if len(ended) != children or len(batch_ids) != 1 or None in batch_ids:
         raise SystemExit(f"bench.fanin: {len(runs)} runs in the batch, not {children}")
     return handed - max(ended)

@@ -29,7 +29,14 @@ from gateway.schedules.scheduler import Scheduler
 from gateway.schedules.service import ChatScope
 from gateway.schedules.store import JobRecord, JobsTable
 from gateway.schema.targets import ChatTarget, parse_target
-from gateway.state import RunRecord, SessionRecord, SqliteStateDB, StateDB
+from gateway.state import (
+    RunProgress,
+    RunRecord,
+    RunRequest,
+    SessionRecord,
+    SqliteStateDB,
+    StateDB,
+)
 from gateway.subagents.spawn import Occurrence, SpawnAccepted, SpawnRequest
 
 PERIOD = 60.0
@@ -73,13 +80,15 @@ class RecordingDoor:
             run_id=run_id,
             child_session_key=key,
             child_session_id=run_id,
-            requester_agent_id="main",
-            agent_id="main",
-            task=request.task,
-            created_at=now,
-            status="done",  # ended at once: the next minute's occurrence is not skipped
-            job_id=occurrence.job_id,
-            occurrence_at=occurrence.at,
+            request=RunRequest(
+                requester_agent_id="main",
+                agent_id="main",
+                task=request.task,
+                job_id=occurrence.job_id,
+                occurrence_at=occurrence.at,
+            ),
+            # ended at once: the next minute's occurrence is not skipped
+            progress=RunProgress(created_at=now, status="done"),
         )
         write = occurrence.write
         await self._db.runs.insert_spawn(

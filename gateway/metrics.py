@@ -268,11 +268,11 @@ class Metrics:
     def finished_run(self, run: RunRecord) -> None:
         """:meth:`run_finished` for a run record that has its final status."""
         runtime = (
-            run.ended_at - run.started_at
-            if run.ended_at is not None and run.started_at is not None
+            run.progress.ended_at - run.progress.started_at
+            if run.progress.ended_at is not None and run.progress.started_at is not None
             else None
         )
-        self.run_finished(run.status, run.model, runtime)
+        self.run_finished(run.progress.status, run.request.model, runtime)
 
     def model_usage(self, model: str, usage: Usage, cost_usd: float | None) -> None:
         """One model call's usage; ``model`` should be the configured ``<provider>/<id>``

@@ -94,9 +94,15 @@ class ToolInvoker:
         run = await self._run_of(session)
         if run is None:
             return tools_for_subagent(settings, session.agent_id, session.agent_id, registry)
-        lineage = agents_above(await self._runs.lineage(run.run_id)) if run.depth > 1 else ()
+        lineage = (
+            agents_above(await self._runs.lineage(run.run_id)) if run.request.depth > 1 else ()
+        )
         return tools_for_subagent(
-            settings, run.requester_agent_id, run.agent_id, registry, lineage=lineage
+            settings,
+            run.request.requester_agent_id,
+            run.request.agent_id,
+            registry,
+            lineage=lineage,
         )
 
     async def _run_of(self, session: SessionRecord) -> RunRecord | None:
@@ -122,6 +128,6 @@ class ToolInvoker:
         ctx = (
             self._contexts.for_session(session)
             if run is None
-            else self._contexts.for_session(session, run_id=run.run_id, depth=run.depth)
+            else self._contexts.for_session(session, run_id=run.run_id, depth=run.request.depth)
         )
         return await registry.execute(tool, params, ctx)

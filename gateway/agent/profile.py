@@ -62,4 +62,7 @@ def agents_above(ancestors: Sequence[RunRecord]) -> tuple[str, ...]:
     above the run (``RunsTable.lineage``), the depth-1 run first."""
     if not ancestors:
         return ()
-    return (ancestors[0].requester_agent_id, *(run.agent_id for run in ancestors[:-1]))
+    return (
+        ancestors[0].request.requester_agent_id,
+        *(run.request.agent_id for run in ancestors[:-1]),
+    )

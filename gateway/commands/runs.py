@@ -169,7 +169,8 @@ def runs_list(args: argparse.Namespace) -> int:
     ids = {run.run_id for run in runs}
     for level, run in run_tree(runs):
         name = safe(tree_name(run, level, shown=ids))
-        print(f"{run.run_id:<36}  {run.status:<11} {when(run.created_at):<16}  {name}")
+        progress = run.progress
+        print(f"{run.run_id:<36}  {progress.status:<11} {when(progress.created_at):<16}  {name}")
     return 0
 
 
@@ -207,28 +208,29 @@ def runs_show(args: argparse.Namespace) -> int:
 
 
 def _show_lines(run: RunRecord, children: list[RunRecord], where: Location | None) -> list[str]:
+    request, progress = run.request, run.progress
     seconds = runtime_seconds(run)
     runtime = format_runtime(seconds) if seconds is not None else "n/a"
-    cost = format_cost(run.cost_usd) if run.cost_usd is not None else "n/a"
-    transcript = (where.path if where is not None else run.transcript_path) or "(gone)"
-    origin = origin_text(run.origin) if run.origin else "none: the announce goes to no chat"
+    cost = format_cost(progress.cost_usd) if progress.cost_usd is not None else "n/a"
+    transcript = (where.path if where is not None else progress.transcript_path) or "(gone)"
+    origin = origin_text(request.origin) if request.origin else "none: the announce goes to no chat"
     lines = [
         f"run        {run.run_id}",
-        f"status     {run.status}",
+        f"status     {progress.status}",
         f"name       {safe(run_name(run))}",
-        f"task       {_block(run.task)}",
-        f"agent      {run.agent_id} (requested by {run.requester_agent_id})",
-        f"requester  {run.parent_session_key or '-'}",
+        f"task       {_block(request.task)}",
+        f"agent      {request.agent_id} (requested by {request.requester_agent_id})",
+        f"requester  {request.parent_session_key or '-'}",
         f"origin     {safe(origin)}",
-        f"model      {run.model}{'' if run.model_applied else ' (override ignored)'}",
-        f"created    {when(run.created_at)}",
+        f"model      {request.model}{'' if request.model_applied else ' (override ignored)'}",
+        f"created    {when(progress.created_at)}",
         f"runtime    {runtime}",
         f"tokens     {usage_text(run)}",
         f"cost       {cost}",
-        f"depth      {run.depth}"
-        + (f" (spawned by run {run.parent_run_id})" if run.parent_run_id else ""),
-        f"batch      {run.batch_id or '-'}",
-        f"delivery   {run.delivery}",
+        f"depth      {request.depth}"
+        + (f" (spawned by run {request.parent_run_id})" if request.parent_run_id else ""),
+        f"batch      {run.delivery.batch_id or '-'}",
+        f"delivery   {run.delivery.state}",
         f"session    {run.child_session_key}",
         f"transcript {safe(str(transcript))}",
     ]
@@ -236,14 +238,14 @@ def _show_lines(run: RunRecord, children: list[RunRecord], where: Location | Non
         lines.append(f"archived   at {where.archived_at}")
     lines.append(
         f"announce   {announce_state(run) or '-'}"
-        + (f" ({safe(run.announce_error)})" if run.announce_error else "")
+        + (f" ({safe(run.delivery.announce_error)})" if run.delivery.announce_error else "")
     )
-    lines.append(f"result     {_block(run.result_text) if run.result_text else '-'}")
-    if run.error:
-        lines.append(f"error      {_block(run.error)}")
+    lines.append(f"result     {_block(progress.result_text) if progress.result_text else '-'}")
+    if progress.error:
+        lines.append(f"error      {_block(progress.error)}")
     for n, child in enumerate(children):
         title = "children" if n == 0 else ""
-        brief = f"{child.run_id[:SHORT_ID]} {child.status:<11} {safe(run_name(child))}"
+        brief = f"{child.run_id[:SHORT_ID]} {child.progress.status:<11} {safe(run_name(child))}"
         lines.append(f"{title:<10} {brief}")
     return lines
 

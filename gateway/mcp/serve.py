@@ -133,7 +133,7 @@ def build_server(app: web.Application) -> MCPServer:
         run = await records.get(runId)
         if run is None:
             raise ToolError(f"no run {runId!r}")
-        if not run.finished and timeoutSeconds > 0:
+        if not run.progress.finished and timeoutSeconds > 0:
             try:
                 run = await asyncio.wait_for(app[SUBAGENTS].manager.wait(runId), timeoutSeconds)
             except TimeoutError:

@@ -142,7 +142,7 @@ class ChatCommands:
         runs = await self._db.runs.list(parent_session_key=session.key, limit=MATCH_RUNS)
         # This conversation: `/new` keeps the session's key and starts it again (its
         # created_at moves), so runs the conversation before it spawned are not its own.
-        runs = [run for run in runs if run.created_at >= session.created_at]
+        runs = [run for run in runs if run.progress.created_at >= session.created_at]
         if command.action == "stop" and command.argument.lower() == "all":
             stopped = await self._runs.stop_session(session.key)
             if not stopped:

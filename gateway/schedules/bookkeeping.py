@@ -39,16 +39,20 @@ def pause_notice(job: JobRecord) -> str:
 def run_ended(conn: Connection, run: RunRecord) -> bool:
     """Count ``run``'s end for its job (see the module docstring), in the transaction that
     made it final; True when a pause notice was queued in the outbox."""
-    if run.job_id is None:
+    if run.request.job_id is None:
         return False
-    counted = count_end(conn, run.job_id, run.status, pause_after=PAUSE_AFTER_FAILURES)
+    counted = count_end(
+        conn, run.request.job_id, run.progress.status, pause_after=PAUSE_AFTER_FAILURES
+    )
     if counted is None:  # the job was deleted meanwhile
         return False
     job, paused = counted
     told = False
     # The notice goes where the job's runs announce: the chat its target named at the spawn.
-    if paused and run.origin is not None:
-        notice = OutboxRecord.to_origin(run.origin, pause_notice(job), time.time(), kind="notice")
+    if paused and run.request.origin is not None:
+        notice = OutboxRecord.to_origin(
+            run.request.origin, pause_notice(job), time.time(), kind="notice"
+        )
         insert_item(conn, notice)
         told = True
     if paused:

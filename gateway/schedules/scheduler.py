@@ -208,7 +208,7 @@ class Scheduler:
         if job.last_run_id is None:
             return False
         run = await self._runs.get(job.last_run_id)
-        return run is not None and not run.finished
+        return run is not None and not run.progress.finished
 
     async def run_now(self, job: JobRecord, now: float) -> str | None:
         """Start an occurrence of ``job`` at ``now`` besides its schedule; its run id, or

@@ -61,13 +61,20 @@ from gateway.state.rows import (
     OutboxRecord,
     OutboxState,
     RunContext,
-    RunRecord,
     RunStatus,
     SessionKind,
     SessionRecord,
-    Spent,
 )
 from gateway.state.runends import insert_item
+from gateway.state.runrows import (
+    RunDelivery,
+    RunProgress,
+    RunRecord,
+    RunRequest,
+    Spent,
+    run_columns,
+    run_from_columns,
+)
 from gateway.state.runs import RunsTable
 from gateway.state.seen import SeenTable
 from gateway.state.sessions import SessionsTable
@@ -106,7 +113,10 @@ __all__ = [
     "ReplicaRecord",
     "ReplicasTable",
     "RunContext",
+    "RunDelivery",
+    "RunProgress",
     "RunRecord",
+    "RunRequest",
     "RunStatus",
     "RunsTable",
     "SchemaError",
@@ -136,5 +146,7 @@ __all__ = [
     "is_out_of_space",
     "migrate_state",
     "open_state",
+    "run_columns",
+    "run_from_columns",
     "schema_status",
 ]

@@ -20,16 +20,14 @@ from gateway.state.rows import (
     BATCH_COLUMNS,
     FINISHED_STATUSES,
     OUTBOX_COLUMNS,
-    RUN_COLUMNS,
     BatchRecord,
     Delivery,
     OutboxRecord,
-    RunRecord,
     batch_from_row,
-    run_from_row,
     to_column_value,
 )
 from gateway.state.runends import insert_item, move, select_runs
+from gateway.state.runrows import RUN_COLUMNS, RunRecord, run_from_row
 
 _COLUMNS = column_list(BATCH_COLUMNS)
 _SELECT = f"SELECT {_COLUMNS} FROM batches"

@@ -22,14 +22,8 @@ from typing import Any
 from gateway.state._sql import Database, column_list
 from gateway.state.connection import Connection
 from gateway.state.replicas import LIVE_REPLICAS_SQL
-from gateway.state.rows import (
-    BATCH_COLUMNS,
-    RUN_COLUMNS,
-    BatchRecord,
-    RunRecord,
-    batch_from_row,
-    run_from_row,
-)
+from gateway.state.rows import BATCH_COLUMNS, BatchRecord, batch_from_row
+from gateway.state.runrows import RUN_COLUMNS, RunRecord, run_from_row
 
 #: What a ``wait`` holds: live runs, and final ones whose result it may take.
 _HELD = "delivery = 'held'"
@@ -96,7 +90,7 @@ class ClaimsTable:
                 [by, *params],
             ).fetchall()
             runs = [run_from_row(row) for row in rows]
-            return sorted(runs, key=lambda r: (r.ended_at or 0.0, r.run_id))
+            return sorted(runs, key=lambda r: (r.progress.ended_at or 0.0, r.run_id))
 
         return await self._db.write(run)
 

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
 
-from gateway.state.rows import Delivery, OutboxRecord, RunRecord
+from gateway.state.rows import Delivery, OutboxRecord
+from gateway.state.runrows import RunRecord
 
 TRANSITIONS: Final[Mapping[Delivery, frozenset[Delivery]]] = {
     Delivery.LIVE: frozenset({Delivery.HELD, Delivery.BATCHED, Delivery.PENDING}),
@@ -90,14 +91,14 @@ def destination(
     """Where ``run``'s result goes once final. ``requester_live``: whether the run that
     spawned it (for a nested run) is still live; ``waited``: whether a wait holds it
     (default: as its delivery says; a wait releasing it passes False)."""
-    if run.batch_id is not None:
+    if run.delivery.batch_id is not None:
         return Destination.BATCH
-    held = run.delivery == Delivery.HELD if waited is None else waited
+    held = run.delivery.state == Delivery.HELD if waited is None else waited
     if held:
         return Destination.WAITER
-    if run.depth > 1:
+    if run.request.depth > 1:
         return Destination.REQUESTER if requester_live else Destination.UP_CHAIN
-    if run.origin is None:
+    if run.request.origin is None:
         return Destination.REQUESTER
     return Destination.CHAT
 
@@ -117,15 +118,15 @@ def announce_state_for(where: Destination, run: RunRecord) -> str | None:
     nothing yet, a wait decides). An announce queued already (by an older version, which
     made the run final in a later write that a crash lost) keeps the state its item gave
     it: the outbox may have settled it first."""
-    if run.announce_state in ITEM_STATES:
-        return run.announce_state
+    if run.delivery.announce_state in ITEM_STATES:
+        return run.delivery.announce_state
     if where is Destination.BATCH:
         return "consumed"
     if where is Destination.WAITER:
         return None
     if where is Destination.CHAT:
         return "queued"
-    return "nested" if run.depth > 1 else "no_origin"
+    return "nested" if run.request.depth > 1 else "no_origin"
 
 
 def delivery_for(where: Destination) -> Delivery:
@@ -139,6 +140,6 @@ def delivery_for(where: Destination) -> Delivery:
 
 def announce_item(run: RunRecord, text: str, now: float) -> OutboxRecord | None:
     """The outbox item posting ``text`` to ``run``'s chat (None when it has no chat)."""
-    if run.origin is None:
+    if run.request.origin is None:
         return None
-    return OutboxRecord.to_origin(run.origin, text, now, kind="announce", run_id=run.run_id)
+    return OutboxRecord.to_origin(run.request.origin, text, now, kind="announce", run_id=run.run_id)

@@ -28,13 +28,8 @@ from gateway.state._sql import (
 from gateway.state.connection import Connection
 from gateway.state.errors import RecordNotFoundError
 from gateway.state.replicas import LIVE_REPLICAS_SQL
-from gateway.state.rows import (
-    OUTBOX_COLUMNS,
-    RUN_COLUMNS,
-    OutboxRecord,
-    outbox_from_row,
-    to_column_value,
-)
+from gateway.state.rows import OUTBOX_COLUMNS, OutboxRecord, outbox_from_row, to_column_value
+from gateway.state.runrows import RUN_COLUMNS
 
 _COLUMNS = column_list(OUTBOX_COLUMNS)
 _SELECT = f"SELECT {_COLUMNS} FROM outbox"

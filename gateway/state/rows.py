@@ -1,16 +1,17 @@
 """Typed rows of the state database: frozen dataclasses and their column mapping.
 
-Sessions are shaped for callers (``origin`` and ``usage`` are objects); runs and outbox
-items mirror their columns one to one (field name = column name) so that generic
-``update(id, **changes)`` helpers stay simple, with ``origin``/``usage`` views beside.
+Sessions are shaped for callers (``origin`` and ``usage`` are objects); outbox items and
+batches mirror their columns one to one (field name = column name), so generic
+``update(id, **changes)`` helpers stay simple. Runs are ``gateway.state.runrows``'.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, get_args
 
 import orjson
 
@@ -78,7 +79,7 @@ class Origin:
         }
 
 
-def origin_from_columns(row: Row | dict[str, Any]) -> Origin | None:
+def origin_from_columns(row: Row | Mapping[str, Any]) -> Origin | None:
     """The origin stored in ``origin_*`` columns, or None when there is none."""
     if row["origin_channel"] is None:
         return None
@@ -114,7 +115,7 @@ ORIGIN_COLUMNS: Final = (
 USAGE_COLUMNS: Final = ("usage_input", "usage_output", "usage_cache_read", "usage_cache_write")
 
 
-def usage_from_columns(row: Row | dict[str, Any]) -> Usage:
+def usage_from_columns(row: Row | Mapping[str, Any]) -> Usage:
     return Usage(
         input=row["usage_input"],
         output=row["usage_output"],
@@ -217,113 +218,6 @@ def session_to_columns(record: SessionRecord) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A sub-agent run; fields are the ``runs`` columns."""
-
-    run_id: str
-    child_session_key: str
-    child_session_id: str
-    requester_agent_id: str
-    agent_id: str
-    task: str
-    created_at: float
-    status: RunStatus = "queued"
-    parent_session_key: str | None = None
-    label: str | None = None
-    model: str | None = None
-    model_applied: bool = True
-    cleanup: Cleanup = "keep"
-    run_timeout_seconds: float = 0
-    origin_channel: str | None = None
-    origin_account: str | None = None
-    origin_chat_id: str | None = None
-    origin_thread_id: str | None = None
-    origin_chat_type: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    usage_input: int = 0
-    usage_output: int = 0
-    usage_cache_read: int = 0
-    usage_cache_write: int = 0
-    cost_usd: float | None = None
-    result_text: str | None = None
-    error: str | None = None
-    announce_state: str | None = None
-    announce_error: str | None = None
-    transcript_path: str | None = None
-    #: The final status, decided when the run ends and applied once its announce is queued.
-    outcome: RunStatus | None = None
-    #: The announce message as composed (reply + stats line), whether or not it was posted.
-    announce_text: str | None = None
-    #: The run whose session spawned this one (None for a run a person's session spawned).
-    parent_run_id: str | None = None
-    #: 1 for a run spawned from a person's session, d + 1 for one spawned by a depth-d run.
-    depth: int = 1
-    #: The ``sessions_yield`` batch this run belongs to, if any.
-    batch_id: str | None = None
-    #: Who has the run's result (``gateway.state.lifecycle``).
-    delivery: Delivery = Delivery.LIVE
-    #: ``fork``: the child's transcript starts with a copy of the requester's conversation.
-    context: RunContext = "isolated"
-    #: The replica whose wait holds (or held) the run.
-    held_by: str | None = None
-    #: The replica handing the run's pending completion on.
-    completion_by: str | None = None
-    #: The scheduled job whose occurrence this run is (``gateway.schedules``).
-    job_id: str | None = None
-    #: The due time (epoch seconds) of that occurrence.
-    occurrence_at: float | None = None
-
-    @property
-    def usage(self) -> Usage:
-        return Usage(
-            self.usage_input, self.usage_output, self.usage_cache_read, self.usage_cache_write
-        )
-
-    @property
-    def origin(self) -> Origin | None:
-        if self.origin_channel is None:
-            return None
-        return Origin(
-            channel=self.origin_channel,
-            account=self.origin_account or "",
-            chat_id=self.origin_chat_id or "",
-            thread_id=self.origin_thread_id,
-            chat_type=self.origin_chat_type,
-        )
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
-
-
-class Spent(NamedTuple):
-    """What a turn spent: its usage, and its cost when the model is priced (None when not).
-    A write adds it to a run's totals and its child session's."""
-
-    usage: Usage
-    cost_usd: float | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.usage == Usage() and self.cost_usd is None
-
-    def added_to(self, run: RunRecord) -> RunRecord:
-        """``run`` with this added to its totals, as the write that adds it leaves them."""
-        if self.empty:
-            return run
-        cost = run.cost_usd if self.cost_usd is None else (run.cost_usd or 0.0) + self.cost_usd
-        return dataclasses.replace(
-            run,
-            usage_input=run.usage_input + self.usage.input,
-            usage_output=run.usage_output + self.usage.output,
-            usage_cache_read=run.usage_cache_read + self.usage.cache_read,
-            usage_cache_write=run.usage_cache_write + self.usage.cache_write,
-            cost_usd=cost,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class OutboxRecord:
     """An announce (or other message) waiting for delivery; fields are ``outbox`` columns.
 
@@ -417,16 +311,8 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-RUN_COLUMNS: Final = field_names(RunRecord)
 OUTBOX_COLUMNS: Final = field_names(OutboxRecord)
 BATCH_COLUMNS: Final = field_names(BatchRecord)
-
-
-def run_from_row(row: Row) -> RunRecord:
-    values = {name: row[name] for name in RUN_COLUMNS}
-    values["model_applied"] = bool(values["model_applied"])
-    values["delivery"] = Delivery(values["delivery"])
-    return RunRecord(**values)
 
 
 def outbox_from_row(row: Row) -> OutboxRecord:

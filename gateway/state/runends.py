@@ -36,14 +36,11 @@ from gateway.state.lifecycle import (
 from gateway.state.rows import (
     FINISHED_STATUSES,
     OUTBOX_COLUMNS,
-    RUN_COLUMNS,
     Delivery,
     OutboxRecord,
-    RunRecord,
-    Spent,
-    run_from_row,
     to_column_value,
 )
+from gateway.state.runrows import RUN_COLUMNS, RunRecord, Spent, run_from_row
 from gateway.state.runs import count_live, is_live, returned_run
 from gateway.state.sessions import session_usage_sql
 
@@ -70,7 +67,7 @@ def move(
     if not runs:
         return []
     for run in runs:
-        check_transition(run.run_id, run.delivery, new)
+        check_transition(run.run_id, run.delivery.state, new)
     assignments, values = update_assignments(
         "runs", {"delivery": new, **also}, frozenset(RUN_COLUMNS)
     )
@@ -130,8 +127,12 @@ class RunEndsTable:
 
         def run(conn: Connection) -> RunRecord:
             current = _run(conn, run_id)
-            if current.finished:  # a final run never changes; a second completion is refused
-                raise RecordConflictError("runs", f"run {run_id} is already {current.status}")
+            if (
+                current.progress.finished
+            ):  # a final run never changes; a second completion is refused
+                raise RecordConflictError(
+                    "runs", f"run {run_id} is already {current.progress.status}"
+                )
             where = destination(current)
             update: dict[str, Any] = {
                 "completion_by": by,
@@ -140,12 +141,12 @@ class RunEndsTable:
             }
             text = changes.get("announce_text")
             item = announce_item(current, text, now) if where.announces and text else None
-            queued_before = current.announce_state in ITEM_STATES  # never a second item
+            queued_before = current.delivery.announce_state in ITEM_STATES  # never a second item
             if item is not None and "announce_state" not in changes and not queued_before:
                 insert_item(conn, item)
             new = delivery_for(where)
-            if new != current.delivery:
-                check_transition(run_id, current.delivery, new)
+            if new != current.delivery.state:
+                check_transition(run_id, current.delivery.state, new)
                 update["delivery"] = new
             assignments, values = update_assignments("runs", update, _FINISH_ALLOWED)
             if spent is not None:
@@ -153,7 +154,9 @@ class RunEndsTable:
                 values = [*values, *usage_values(*spent)]
             sql = f"UPDATE runs SET {assignments} WHERE run_id = ? RETURNING {_RUN_COLUMNS}"
             after = returned_run(conn, sql, [*values, run_id], run_id)
-            count_live(conn, after.parent_session_key, is_live(after.status) - 1)  # was live
+            count_live(
+                conn, after.request.parent_session_key, is_live(after.progress.status) - 1
+            )  # was live
             if spent is not None:
                 marks = (*usage_values(*spent), now, after.child_session_key)
                 conn.queue(session_usage, marks)
@@ -217,8 +220,8 @@ class RunEndsTable:
 
         def run(conn: Connection) -> builtins.list[RunRecord]:
             held = select_runs(conn, f"run_id IN {marks} AND delivery = 'held'", ids)
-            move(conn, [r for r in held if not r.finished], Delivery.LIVE, held_by=None)
-            final = [r for r in held if r.finished]
+            move(conn, [r for r in held if not r.progress.finished], Delivery.LIVE, held_by=None)
+            final = [r for r in held if r.progress.finished]
             if final:
                 marks2, ids2 = in_clause([r.run_id for r in final])
                 conn.execute(
@@ -237,7 +240,7 @@ class RunEndsTable:
 
         def run(conn: Connection) -> RunRecord | None:
             current = _run(conn, run_id)
-            if current.delivery != Delivery.HELD or not current.finished:
+            if current.delivery.state != Delivery.HELD or not current.progress.finished:
                 return None
             if item is not None:
                 insert_item(conn, item)

@@ -28,15 +28,12 @@ from gateway.state.errors import ChildLimitError, RecordNotFoundError
 from gateway.state.lifecycle import WITHDRAWN
 from gateway.state.rows import (
     FINISHED_STATUSES,
-    RUN_COLUMNS,
     SESSION_COLUMNS,
-    RunRecord,
     SessionRecord,
-    Spent,
-    run_from_row,
     session_to_columns,
     to_column_value,
 )
+from gateway.state.runrows import RUN_COLUMNS, RunRecord, Spent, run_columns, run_from_row
 from gateway.state.sessions import session_usage_sql
 
 _COLUMNS = column_list(RUN_COLUMNS)
@@ -208,8 +205,8 @@ class RunsTable:
             add_to_session(conn, live=False)
             after = returned_run(conn, sql, [*values, run_id], run_id)
             if before is not None:
-                delta = is_live(after.status) - is_live(before[0])
-                count_live(conn, after.parent_session_key, delta)
+                delta = is_live(after.progress.status) - is_live(before[0])
+                count_live(conn, after.request.parent_session_key, delta)
             return after
 
         updated: RunRecord | None = None
@@ -377,10 +374,11 @@ def _insert_run(
     """The write inserting ``run`` (and counting it live); with ``returning`` it gives the
     inserted row."""
     sql = insert_sql("runs", RUN_COLUMNS) + (f" RETURNING {_COLUMNS}" if returning else "")
-    values = [to_column_value(getattr(run, name)) for name in RUN_COLUMNS]
-    parent = run.parent_session_key
+    columns = run_columns(run)
+    values = [to_column_value(columns[name]) for name in RUN_COLUMNS]
+    parent = run.request.parent_session_key
 
-    live = is_live(run.status)
+    live = is_live(run.progress.status)
 
     def write(conn: Connection) -> Any:
         if parent is not None and live:

@@ -83,10 +83,10 @@ def waits_for_requester_turn(run: RunRecord) -> bool:
     running turn takes its completion), not one a wait holds (the waiting turn takes it),
     not one announced without a model turn (stopped or interrupted)."""
     return (
-        run.parent_session_key is not None
-        and run.parent_run_id is None
-        and (run.outcome or "error") in MODEL_ANNOUNCED
-        and run.delivery != Delivery.HELD
+        run.request.parent_session_key is not None
+        and run.request.parent_run_id is None
+        and (run.progress.outcome or "error") in MODEL_ANNOUNCED
+        and run.delivery.state != Delivery.HELD
     )
 
 
@@ -102,7 +102,7 @@ def status_line(run: RunRecord, status: str, runtime_seconds: float | None) -> s
         return f"{name} was cancelled{after}."
     if status == "interrupted":
         return f"{name} was interrupted by a gateway restart{after}."
-    detail = f": {run.error}" if run.error else "."
+    detail = f": {run.progress.error}" if run.progress.error else "."
     return f"{name} failed{after}{detail}"
 
 
@@ -146,14 +146,14 @@ def compose_announce(
     body = "\n".join(parts) if parts else f'Sub-agent "{run_name(run)}" finished.'
     stats = format_stats_line(
         runtime_seconds,
-        run.usage,
-        run.cost_usd,
+        run.progress.usage,
+        run.progress.cost_usd,
         run.child_session_key,
         run.child_session_id,
         transcript_path,
     )
-    if run.job_id is not None:  # an occurrence says which job to pause or cancel
-        stats += f" • job {run.job_id}"
+    if run.request.job_id is not None:  # an occurrence says which job to pause or cancel
+        stats += f" • job {run.request.job_id}"
     return f"{body}\n\n{stats}"
 
 
@@ -199,21 +199,21 @@ class Announcer:
         not read again, and no announce of it can have been queued yet (the announce is
         queued only with the final status, in one write)."""
         run = ended if ended is not None else await self._db.runs.get(run_id)
-        if run is None or run.finished:
+        if run is None or run.progress.finished:
             return
         if ended is None and await self._db.outbox.get_by_run(run_id) is not None:
             # Queued before a crash by an older version, which applied the final status in
             # a separate write; only the status update was lost.
-            run, due = await self._make_final(run, {"status": run.outcome or "error"})
+            run, due = await self._make_final(run, {"status": run.progress.outcome or "error"})
             await self._settled(run, due)
             return
-        status: RunStatus = run.outcome or "error"
-        if run.announce_state == WITHDRAWN:
+        status: RunStatus = run.progress.outcome or "error"
+        if run.delivery.announce_state == WITHDRAWN:
             await self._withdrawn(run, status)
             return
         child = await self._store.require(run.child_session_key)
         reply: str | None = None
-        key = run.parent_session_key
+        key = run.request.parent_session_key
         waited = (
             key is not None
             and waits_for_requester_turn(run)
@@ -235,20 +235,24 @@ class Announcer:
                 return
             # The announce shows the totals its final write will hold, the turn's included.
             run = spent.added_to(run)
-        runtime = (run.ended_at or self._clock()) - (run.started_at or run.created_at)
+        runtime = (run.progress.ended_at or self._clock()) - (
+            run.progress.started_at or run.progress.created_at
+        )
         text = compose_announce(
             run,
             status=status,
             reply=reply,
             runtime_seconds=runtime,
-            transcript_path=run.transcript_path,
+            transcript_path=run.progress.transcript_path,
         )
         run, due = await self._finish(run, status, text, spent)
-        posted = run.announce_state == "queued"
+        posted = run.delivery.announce_state == "queued"
         await self._store.append_event(
-            child, "announce", {"status": status, "text": text, "state": run.announce_state}
+            child,
+            "announce",
+            {"status": status, "text": text, "state": run.delivery.announce_state},
         )
-        parent = await self._store.get(run.parent_session_key or "")
+        parent = await self._store.get(run.request.parent_session_key or "")
         if posted and parent is not None and not parent.archived:
             await self._store.append_event(
                 parent, "subagent_announce", {"runId": run_id, "status": status, "text": text}
@@ -273,9 +277,9 @@ class Announcer:
         the result instead, and a nested run's announce reaches its requester inside its
         completion)."""
         run, due = await self._make_final(run, {"status": status, "announce_text": text}, spent)
-        if run.announce_state == "queued":
+        if run.delivery.announce_state == "queued":
             self._outbox.kick()
-        elif run.announce_state == "no_origin":
+        elif run.delivery.announce_state == "no_origin":
             self._metrics.announce_delivery("no_origin")
         return run, due
 
@@ -310,9 +314,9 @@ class Announcer:
         """When ``run``'s child is to be archived: spawn + archiveAfterMinutes (now at the
         earliest); None when it is archived at once (``cleanup: "delete"``) or never."""
         minutes = self._holder.current.agent.subagents.archive_after_minutes
-        if run.cleanup == "delete" or minutes <= 0 or not self._archive.enabled:
+        if run.request.cleanup == "delete" or minutes <= 0 or not self._archive.enabled:
             return None
-        return max(run.created_at + minutes * 60, self._clock())
+        return max(run.progress.created_at + minutes * 60, self._clock())
 
     async def _settled(self, run: RunRecord, archive_due_at: float | None) -> None:
         """The run is final: hand its result on (a batch's follow-up waits on it, nothing
@@ -338,7 +342,8 @@ class Announcer:
             history = await self._store.chat_messages(child.key)
             bound_tool_results(history, setup.context.max_result_chars)  # as the run sent them
             prompt = ChatMessage(
-                role="user", content=announce_prompt(status, run.result_text, run.error)
+                role="user",
+                content=announce_prompt(status, run.progress.result_text, run.progress.error),
             )
             history.append(prompt)
             await sink.message(prompt)
@@ -373,14 +378,14 @@ class Announcer:
         ``recorded_due``: that time, already in the child's row), then tell the feed the
         run is final."""
         try:
-            if run.cleanup == "delete":
+            if run.request.cleanup == "delete":
                 await self._archive.archive_now(run.child_session_key)
             elif recorded_due is not None:
                 await self._archive.schedule(run.child_session_key, recorded_due, recorded=True)
             else:
                 minutes = self._holder.current.agent.subagents.archive_after_minutes
                 if minutes > 0:
-                    due = max(run.created_at + minutes * 60, self._clock())
+                    due = max(run.progress.created_at + minutes * 60, self._clock())
                     await self._archive.schedule(run.child_session_key, due)
         except Exception:
             logger.exception("archiving a sub-agent session failed", extra={"run_id": run.run_id})

@@ -56,9 +56,9 @@ def batch_stats_line(
     """The follow-up's stats line: the children's and the follow-up turn's tokens and cost."""
     counts = {status: 0 for status in STATS_ORDER}
     for run in runs:
-        counts["running" if not run.finished else run.status] += 1
-    usage = sum_usage([*(run.usage for run in runs), followup.usage])
-    costs = [run.cost_usd for run in runs if run.cost_usd is not None]
+        counts["running" if not run.progress.finished else run.progress.status] += 1
+    usage = sum_usage([*(run.progress.usage for run in runs), followup.usage])
+    costs = [run.progress.cost_usd for run in runs if run.progress.cost_usd is not None]
     if followup.cost_usd is not None:
         costs.append(followup.cost_usd)
     cost = sum(costs) if costs else None
@@ -289,7 +289,7 @@ class BatchCoordinator:
         """The yielded run goes on with the follow-up (its runner, on the lane) — or, when
         the batch timed out at the run's own deadline, it ends ``timeout`` at once."""
         run = await self._db.runs.get(batch.run_id or "")
-        if run is None or run.status != "running":
+        if run is None or run.progress.status != "running":
             return  # stopped while waiting: its end dissolves the batch
         deadline = run_deadline(run)
         if timed_out and deadline is not None and deadline <= batch.deadline_at:
@@ -375,14 +375,14 @@ class BatchCoordinator:
 
 def run_deadline(run: RunRecord) -> float | None:
     """When ``run``'s ``runTimeoutSeconds`` ends it (None: no timeout, or not started)."""
-    if not run.run_timeout_seconds or run.started_at is None:
+    if not run.request.run_timeout_seconds or run.progress.started_at is None:
         return None
-    return run.started_at + run.run_timeout_seconds
+    return run.progress.started_at + run.request.run_timeout_seconds
 
 
 def stopped(runs: list[RunRecord]) -> bool:
     """Whether every run of a batch was stopped (``cancelled``): it gets no follow-up turn."""
-    return bool(runs) and all(run.status == "cancelled" for run in runs)
+    return bool(runs) and all(run.progress.status == "cancelled" for run in runs)
 
 
 def stopped_line(count: int) -> str:

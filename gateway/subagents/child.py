@@ -25,10 +25,10 @@ def spawned_event(run: RunRecord, *, task: bool) -> tuple[str, dict[str, Any]]:
     data: dict[str, Any] = {
         "runId": run.run_id,
         "childSessionKey": run.child_session_key,
-        "label": run.label,
+        "label": run.request.label,
     }
     if task:
-        data["task"] = run.task
+        data["task"] = run.request.task
     return "spawned", data
 
 
@@ -55,22 +55,26 @@ class ChildSessions:
         """The turn setup and transcript sink of a turn in ``run``'s child session;
         ``lineage`` is :meth:`lineage` (needed for the tools of a run below depth 1)."""
         settings = self._turns.settings
-        target = resolve_agent(settings, run.agent_id)
+        target = resolve_agent(settings, run.request.agent_id)
         return self._turns.prepare(
             child,
-            model_ref=run.model or target.model_ref,
+            model_ref=run.request.model or target.model_ref,
             system=target.system_prompt.rstrip() + "\n" + _subagent_suffix(),
             tools=tools_for_subagent(
-                settings, run.requester_agent_id, run.agent_id, self._turns.tools, lineage=lineage
+                settings,
+                run.request.requester_agent_id,
+                run.request.agent_id,
+                self._turns.tools,
+                lineage=lineage,
             ),
             max_iterations=target.max_iterations,
             run_id=run.run_id,
-            depth=run.depth,
+            depth=run.request.depth,
         )
 
     async def lineage(self, run: RunRecord) -> tuple[str, ...]:
         """The agents of the sessions above ``run``'s requester (none at depth 1)."""
-        if run.depth <= 1:
+        if run.request.depth <= 1:
             return ()
         return agents_above(await self._store.db.runs.lineage(run.run_id))
 
@@ -94,7 +98,7 @@ class ChildSessions:
             if history:
                 await self._store.append_event(child, "resumed", {"runId": run.run_id})
                 return history
-        forked = await self._store.chat_messages(child.key) if run.context == "fork" else []
-        task = ChatMessage(role="user", content=run.task)
+        forked = await self._store.chat_messages(child.key) if run.request.context == "fork" else []
+        task = ChatMessage(role="user", content=run.request.task)
         await self._store.append_message(child, task)
         return [*forked, task]

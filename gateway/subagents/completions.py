@@ -60,23 +60,23 @@ def completion_text(run: RunRecord) -> str:
         f"label: {run_name(run)}",
         f"runId: {run.run_id}",
         f"childSessionKey: {run.child_session_key}",
-        f"status: {run.status}",
+        f"status: {run.progress.status}",
     ]
-    if run.error:
-        lines.append(f"error: {run.error}")
-    if run.result_text and run.result_text.strip():
-        lines += ["result:", run.result_text.strip()]
-    elif not run.error:
+    if run.progress.error:
+        lines.append(f"error: {run.progress.error}")
+    if run.progress.result_text and run.progress.result_text.strip():
+        lines += ["result:", run.progress.result_text.strip()]
+    elif not run.progress.error:
         lines.append("result: (no result text)")
-    if run.announce_text:
-        lines += ["announce:", run.announce_text]
+    if run.delivery.announce_text:
+        lines += ["announce:", run.delivery.announce_text]
     return "\n".join(lines)
 
 
 def followup_text(batch: BatchRecord, runs: Sequence[RunRecord]) -> str:
     """The user message of a batch's follow-up turn: every completion in spawn order."""
-    final = [run for run in runs if run.finished]
-    live = [run for run in runs if not run.finished]
+    final = [run for run in runs if run.progress.finished]
+    live = [run for run in runs if not run.progress.finished]
     # A sub-agent that yielded answers with its result; a person's session, the person.
     answer = (
         "Finish your task now: give your result, combining them"
@@ -157,7 +157,7 @@ class Completions:
         lane is tried again shortly. False when it has nowhere to go."""
         owner = self._owner
         # Forwarded or released here: this replica hands it on from now (if still pending).
-        forwarded = not owner.alone and run.completion_by != owner.name
+        forwarded = not owner.alone and run.delivery.completion_by != owner.name
         if forwarded and not await self._db.claims.own_completion(run.run_id, owner.name):
             return False
         target = await self._target(run)
@@ -198,15 +198,15 @@ class Completions:
         """The nearest requester of ``run`` still live: a sub-agent run, or the key of the
         person's session at the top of the chain (None when there is none)."""
         current = run
-        while current.parent_run_id is not None:
-            requester = await self._db.runs.get(current.parent_run_id)
+        while current.request.parent_run_id is not None:
+            requester = await self._db.runs.get(current.request.parent_run_id)
             if requester is None:
                 logger.warning("requester run missing", extra={"run_id": current.run_id})
                 return None
-            if not requester.finished:  # ``Destination.REQUESTER``: the live run takes it
+            if not requester.progress.finished:  # ``Destination.REQUESTER``: the live run takes it
                 return requester
             current = requester  # ``Destination.UP_CHAIN``: on to its own requester
-        return current.parent_session_key
+        return current.request.parent_session_key
 
     def _queue(self, key: str, run: RunRecord, *, check: bool = False) -> None:
         """Write ``run``'s completion into ``key`` on its lane; ``check``: unless the
@@ -228,7 +228,7 @@ class Completions:
 
     async def _write(self, key: str, run_id: str, *, check: bool = False) -> None:
         run = await self._db.runs.get(run_id)
-        if run is None or run.delivery != Delivery.PENDING:
+        if run is None or run.delivery.state != Delivery.PENDING:
             return  # taken by a batch or a wait meanwhile
         if check:
             session = await self._store.get(key)

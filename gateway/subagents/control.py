@@ -96,10 +96,10 @@ class SubagentControl:
             {
                 "runId": run.run_id,
                 "label": run_name(run),
-                "status": run.status,
+                "status": run.progress.status,
                 "runtime": format_runtime(_runtime(run, now)),
                 "childSessionKey": run.child_session_key,
-                "depth": run.depth,
+                "depth": run.request.depth,
             }
             for run in runs
         ]
@@ -156,8 +156,10 @@ class SubagentControl:
     async def steer(self, session_key: str, run_id: str, message: str) -> dict[str, Any]:
         """Give ``message`` to a running run of the session before its next model call."""
         (run,) = await self._own(session_key, [run_id])
-        not_running = f"run {run_id} is {run.status}, not running: only a running run is steered"
-        if run.status != "running":
+        not_running = (
+            f"run {run_id} is {run.progress.status}, not running: only a running run is steered"
+        )
+        if run.progress.status != "running":
             raise ToolError(not_running)
         try:
             await self._inbox.put(run_id, message, now=self._clock())
@@ -195,7 +197,7 @@ class SubagentControl:
         unknown: list[str] = []
         for run_id in run_ids:
             run = await self._db.runs.get(run_id)
-            if run is None or run.parent_session_key != session_key:
+            if run is None or run.request.parent_session_key != session_key:
                 unknown.append(run_id)
             else:
                 runs.append(run)
@@ -223,7 +225,7 @@ class SubagentControl:
         would have gone without the wait (its announce queued now, or why there is none
         recorded), in one write."""
         where = destination(run, waited=False)
-        text = run.announce_text
+        text = run.delivery.announce_text
         item = announce_item(run, text, self._clock()) if where.announces and text else None
         # No text: the announce turn answered ANNOUNCE_SKIP.
         state = announce_state_for(where, run) if text else "skipped"
@@ -233,9 +235,9 @@ class SubagentControl:
 
 
 def _runtime(run: RunRecord, now: float) -> float | None:
-    if run.started_at is None:
+    if run.progress.started_at is None:
         return None
-    return (run.ended_at or now) - run.started_at
+    return (run.progress.ended_at or now) - run.progress.started_at
 
 
 def _completion(run: RunRecord) -> dict[str, Any]:
@@ -243,31 +245,31 @@ def _completion(run: RunRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runId": run.run_id,
         "label": run_name(run),
-        "status": run.status,
+        "status": run.progress.status,
         "childSessionKey": run.child_session_key,
     }
-    if run.error:
-        out["error"] = run.error
-    out["result"] = run.result_text.strip() if run.result_text else None
+    if run.progress.error:
+        out["error"] = run.progress.error
+    out["result"] = run.progress.result_text.strip() if run.progress.result_text else None
     return out
 
 
 def _given_elsewhere(run: RunRecord) -> bool:
     """A final run whose result this wait cannot take: a batch's follow-up has it, or it
     reached the conversation (or an earlier wait) already."""
-    return run.finished and run.delivery not in (Delivery.PENDING, Delivery.HELD)
+    return run.progress.finished and run.delivery.state not in (Delivery.PENDING, Delivery.HELD)
 
 
 def _given_note(run: RunRecord) -> dict[str, Any]:
     note = (
         "its result comes in the sessions_yield follow-up"
-        if run.delivery == Delivery.BATCHED
+        if run.delivery.state == Delivery.BATCHED
         else "its result was given to you earlier"
     )
     return {
         "runId": run.run_id,
         "label": run_name(run),
-        "status": run.status,
+        "status": run.progress.status,
         "childSessionKey": run.child_session_key,
         "note": note,
     }

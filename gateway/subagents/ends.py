@@ -33,8 +33,8 @@ class RunEnds:
         """Take ``run``'s result where its destination says, then dissolve the batch it
         yielded to (if it ended first) and send on what was routed to it."""
         where = destination(run)
-        if where is Destination.BATCH and run.batch_id is not None:
-            await self._batches.run_final(run.batch_id)
+        if where is Destination.BATCH and run.delivery.batch_id is not None:
+            await self._batches.run_final(run.delivery.batch_id)
         elif where is not Destination.WAITER:
             await self._completions.deliver(run)
         if not self._completions.childless(run.run_id):  # else it yielded to no batch

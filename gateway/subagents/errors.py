@@ -18,7 +18,7 @@ class RunFinishedError(HeraldError):
     """The run has finished, or is already stopping: it cannot be stopped again."""
 
     def __init__(self, run: RunRecord, *, stopping: bool = False) -> None:
-        what = "is already stopping" if stopping else f"already finished ({run.status})"
+        what = "is already stopping" if stopping else f"already finished ({run.progress.status})"
         super().__init__(f"run {run.run_id} {what}")
         self.run = run
         self.stopping = stopping

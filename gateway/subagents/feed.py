@@ -50,25 +50,25 @@ class RunFeed:
 
     def publish(self, run: RunRecord) -> None:
         """Tell the origin channel the run's status (for surfaces that show it live)."""
-        origin = run.origin
+        origin = run.request.origin
         channel = self._channels.get(origin.channel) if origin else None
         if origin is None or channel is None:
             return
         update = RunUpdate(
             run_id=run.run_id,
             name=run_name(run),
-            status=run.status,
+            status=run.progress.status,
             chat_id=origin.chat_id,
             thread_id=origin.thread_id,
-            parent_run_id=run.parent_run_id,
-            depth=run.depth,
-            batch_id=run.batch_id,
+            parent_run_id=run.request.parent_run_id,
+            depth=run.request.depth,
+            batch_id=run.delivery.batch_id,
             session_key=run.child_session_key,
-            created_at=run.created_at,
-            task=run.task,
-            model=run.model,
-            started_at=run.started_at,
-            ended_at=run.ended_at,
+            created_at=run.progress.created_at,
+            task=run.request.task,
+            model=run.request.model,
+            started_at=run.progress.started_at,
+            ended_at=run.progress.ended_at,
         )
 
         async def send() -> None:
@@ -96,7 +96,7 @@ class RunFeed:
             run = await self._runs.get(run_id)
         if run is not None:
             self.publish(run)
-            if run.finished:
+            if run.progress.finished:
                 self._metrics.finished_run(run)
                 if self._notices is not None:
                     self.spawn(self._notices.tell(RUN_ENDED, run_id))
@@ -134,7 +134,7 @@ class RunFeed:
                 run = await self._runs.get(run_id)
                 if run is None:
                     raise RunNotFoundError(run_id)
-                if run.finished:
+                if run.progress.finished:
                     return run
                 # In a cluster, a slow look too: a notice may have been lost.
                 with contextlib.suppress(TimeoutError):

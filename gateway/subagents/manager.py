@@ -199,7 +199,7 @@ class RunManager:
         run = await self._db.runs.get(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
-        if run.finished or run.status == "announcing":
+        if run.progress.finished or run.progress.status == "announcing":
             raise RunFinishedError(run)
         # No await from this check to the add below: of concurrent aborts, one wins.
         if run_id in self._stopping:
@@ -238,7 +238,7 @@ class RunManager:
         if self._on_restart() != "fail":
             return
         run = await self._db.runs.get(run_id)
-        if run is not None and run.status == "running":
+        if run is not None and run.progress.status == "running":
             await self._db.runs.update(
                 run_id, status="announcing", outcome="interrupted", ended_at=self._clock()
             )
@@ -271,7 +271,7 @@ class RunManager:
         await self._db.batches.mark_stopped(session_key, self._clock())
         stopped: list[str] = []
         for run in await self._db.runs.session_tree(session_key):
-            if run.status not in ("queued", "running"):
+            if run.progress.status not in ("queued", "running"):
                 continue
             with contextlib.suppress(RunNotFoundError, RunFinishedError):
                 await self.abort(run.run_id)

@@ -44,15 +44,15 @@ async def recover(
         counts = {"left_to_their_jobs": len(runs)}
         runs = []
     for run in runs:
-        if run.status == "running" and on_restart == "fail":
+        if run.progress.status == "running" and on_restart == "fail":
             await db.runs.update(
                 run.run_id, status="announcing", outcome="interrupted", ended_at=clock()
             )
             counts["interrupted"] += 1
-        elif run.status == "running":
+        elif run.progress.status == "running":
             counts["resumed"] += 1
         else:
-            counts[run.status] += 1
+            counts[run.progress.status] += 1
         manager.submit(run.run_id)
     counts["archive_settled"] = await settle_archives(holder, db, announcer)
     if any(counts.values()):
@@ -66,7 +66,7 @@ async def settle_archives(holder: SettingsHolder, db: StateDB, announcer: Announ
     keeps_forever = holder.current.agent.subagents.archive_after_minutes == 0
     settled = 0
     for run in await db.runs.unarchived_finished():
-        if run.cleanup == "keep" and keeps_forever:
+        if run.request.cleanup == "keep" and keeps_forever:
             continue
         await announcer.settle_archive(run)
         settled += 1

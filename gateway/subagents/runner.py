@@ -191,18 +191,18 @@ class RunRunner:
 
     async def _execute(self, run_id: str) -> None:
         run = await self._db.runs.get(run_id)
-        if run is None or run.finished:
+        if run is None or run.progress.finished:
             return
-        if run.status == "announcing":
+        if run.progress.status == "announcing":
             self._tasks[run_id] = None
-            await self._stop_below(run_id, run.outcome)
+            await self._stop_below(run_id, run.progress.outcome)
             await self._announcer.announce(run_id)
             return
-        resume = run.status == "running"
+        resume = run.progress.status == "running"
         batch = await self._waited_batch(run_id) if resume else None
         if batch is not None and batch.state == "waiting":
             return  # yielded: the batch's end queues it again
-        started = run.started_at if resume and run.started_at else self._clock()
+        started = run.progress.started_at if resume and run.progress.started_at else self._clock()
         status: RunStatus = "done"
         result: str | None = None
         error: str | None = None
@@ -228,7 +228,7 @@ class RunRunner:
                 error = f"stopped after {outcome.iterations} model calls (maxIterations)"
         except _WithdrawnError:
             withdrawn = await self._db.runs.get(run_id)
-            status, error = "cancelled", withdrawn.error if withdrawn is not None else None
+            status, error = "cancelled", withdrawn.progress.error if withdrawn is not None else None
         except TimeoutError:
             status = "timeout"
         except asyncio.CancelledError:
@@ -295,7 +295,7 @@ class RunRunner:
     def _defer(self, run: RunRecord) -> bool:
         """Whether ``run``'s announce waits, outside the lane, for the turn that spawned it
         (:func:`~gateway.subagents.announce.waits_for_requester_turn`)."""
-        key = run.parent_session_key
+        key = run.request.parent_session_key
         if (
             not self._defer_announces
             or key is None
@@ -343,9 +343,9 @@ class RunRunner:
             await self._batches.continue_run(batch, child, history)
         if resume and history and history[-1].role == "assistant" and not history[-1].tool_calls:
             return TurnOutcome(text=history[-1].content, ended_by="reply")
-        timeout = run.run_timeout_seconds or None
-        if resume and timeout and run.started_at:
-            timeout = max(0.0, run.started_at + timeout - self._clock())
+        timeout = run.request.run_timeout_seconds or None
+        if resume and timeout and run.progress.started_at:
+            timeout = max(0.0, run.progress.started_at + timeout - self._clock())
         inbox = self._completions.inbox(run, child, resume=resume, steers=box)
         try:
             async with asyncio.timeout(timeout):

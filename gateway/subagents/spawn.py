@@ -34,7 +34,9 @@ from gateway.settings import HeraldSettings
 from gateway.state import (
     ChildLimitError,
     RunContext,
+    RunProgress,
     RunRecord,
+    RunRequest,
     SessionRecord,
     StateDB,
     StateError,
@@ -226,7 +228,7 @@ class Spawner:
         if requester.is_subagent:
             cap = settings.agent.subagents.max_spawn_depth
             # A sub-agent session without a run cannot be placed in a tree: it spawns nothing.
-            depth = requester_run.depth if requester_run is not None else cap
+            depth = requester_run.request.depth if requester_run is not None else cap
             if depth >= cap:
                 return SpawnRefused("forbidden", nested_forbidden(depth, cap))
         if self._manager.closing:
@@ -320,27 +322,27 @@ class Spawner:
             run_id=new_uuid(),
             child_session_key=child.key,
             child_session_id=child.session_id,
-            parent_session_key=parent.key,
-            requester_agent_id=requester.agent_id,
-            agent_id=target_id,
-            task=request.task,
-            created_at=self._clock(),
-            label=request.label,
-            model=model_ref,
-            model_applied=model_applied is not False,
-            cleanup=request.cleanup,
-            run_timeout_seconds=timeout,
-            origin_channel=origin.channel if origin else None,
-            origin_account=origin.account if origin else None,
-            origin_chat_id=origin.chat_id if origin else None,
-            origin_thread_id=origin.thread_id if origin else None,
-            origin_chat_type=origin.chat_type if origin else None,
-            transcript_path=str(self._store.transcript_path(child)),
-            parent_run_id=requester_run.run_id if requester_run is not None else None,
-            depth=requester_run.depth + 1 if requester_run is not None else 1,
-            context=request.context,
-            job_id=occurrence.job_id if occurrence is not None else None,
-            occurrence_at=occurrence.at if occurrence is not None else None,
+            request=RunRequest(
+                requester_agent_id=requester.agent_id,
+                agent_id=target_id,
+                task=request.task,
+                parent_session_key=parent.key,
+                label=request.label,
+                model=model_ref,
+                model_applied=model_applied is not False,
+                cleanup=request.cleanup,
+                run_timeout_seconds=timeout,
+                origin=origin,
+                context=request.context,
+                parent_run_id=requester_run.run_id if requester_run is not None else None,
+                depth=requester_run.request.depth + 1 if requester_run is not None else 1,
+                job_id=occurrence.job_id if occurrence is not None else None,
+                occurrence_at=occurrence.at if occurrence is not None else None,
+            ),
+            progress=RunProgress(
+                created_at=self._clock(),
+                transcript_path=str(self._store.transcript_path(child)),
+            ),
         )
         also = _recording(occurrence, run.run_id) if occurrence is not None else None
         if requester_run is not None:
@@ -367,7 +369,7 @@ class Spawner:
                 "run_id": run.run_id,
                 "agent": target_id,
                 "model": model_ref,
-                "depth": run.depth,
+                "depth": run.request.depth,
             },
         )
         return SpawnAccepted(run.run_id, child.key, model_applied, warning)

@@ -112,7 +112,7 @@ async def test_a_killed_replicas_run_is_resumed_by_another(tmp_path: Path, pg_ur
             await until_status(pg_url, run_id, "done")
             run = await survivor.db.runs.get(run_id)
             assert run is not None
-            assert run.result_text == "done failover"
+            assert run.progress.result_text == "done failover"
             assert survivor.lanes.subagent.stats().done == 1
             records = (await survivor.store.read(run.child_session_key)).records
             events = [r.get("event") for r in records if r["type"] == "event"]
@@ -133,11 +133,11 @@ async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
         async with survivor_of(tmp_path, pg_url) as survivor:
             run = await survivor.db.runs.get(run_id)
             assert run is not None
-            assert run.parent_session_key is not None
+            assert run.request.parent_session_key is not None
             # Given on the survivor while the run executes on the doomed replica, which
             # dies before its model call returns: the steer is never read there.
             steered = await survivor.subagents.control.steer(
-                run.parent_session_key, run_id, "focus on prices"
+                run.request.parent_session_key, run_id, "focus on prices"
             )
             doomed.process.send_signal(signal.SIGKILL)
             assert await doomed.wait_exit() == -signal.SIGKILL
@@ -147,7 +147,7 @@ async def test_a_steer_to_a_killed_replicas_run_reaches_it_where_it_resumes(
             records = (await survivor.store.read(run.child_session_key)).records
             waiting = await survivor.db.steers.waiting(run_id)
     assert steered == {"status": "steered", "runId": run_id}
-    assert run.result_text == "done, focused on prices"
+    assert run.progress.result_text == "done, focused on prices"
     said = [r["message"]["content"] for r in records if r["type"] == "message"]
     assert said.count("focus on prices") == 1
     assert waiting == []

@@ -106,9 +106,9 @@ async def wait_final(gw: Harness, run_ids: Sequence[str], guard: float) -> list[
             return list(await asyncio.gather(*(gw.runs.wait(r) for r in run_ids)))
     except TimeoutError:
         stuck = [
-            f"{run.run_id[:8]}={run.status}"
+            f"{run.run_id[:8]}={run.progress.status}"
             for run in await gw.db.runs.list(limit=len(run_ids) + 10)
-            if run.run_id in run_ids and run.status not in FINISHED_STATUSES
+            if run.run_id in run_ids and run.progress.status not in FINISHED_STATUSES
         ]
         raise AssertionError(f"runs without a final status after {guard:g}s: {stuck}") from None
 

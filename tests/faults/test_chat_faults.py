@@ -157,7 +157,7 @@ async def test_announces_are_delivered_once_while_chat_apis_fail_sends(tmp_path:
     assert faults.injected["discord 503"] > 0, faults.injected
     known = [run for run in runs.values() if run is not None]
     assert len(known) == len(runs)
-    assert {run.status for run in known} == {"done"}
+    assert {run.progress.status for run in known} == {"done"}
     gone = {*run_ids["slack-gone"], *run_ids["discord-gone"]}
     # Every announce to a chat that exists reached it exactly once...
     slack_posts = posts_per_run([p.text for p in slack_fake.posts], known)
@@ -174,7 +174,7 @@ async def test_announces_are_delivered_once_while_chat_apis_fail_sends(tmp_path:
     for run in known:
         if run.run_id not in gone:
             assert deliveries[run.run_id].state == "delivered"
-            assert run.announce_state == "delivered", run
+            assert run.delivery.announce_state == "delivered", run
     # ... in its thread.
     threaded = {p.thread_ts for p in slack_fake.posts if p.channel == "C2"}
     assert threaded == {"1700000001.000001"}
@@ -183,8 +183,8 @@ async def test_announces_are_delivered_once_while_chat_apis_fail_sends(tmp_path:
     for run_id in gone:
         lost = runs[run_id]
         assert lost is not None
-        assert lost.announce_state == "failed", lost
-        assert lost.announce_error, lost
+        assert lost.delivery.announce_state == "failed", lost
+        assert lost.delivery.announce_error, lost
         assert deliveries[run_id].state == "failed"
         assert deliveries[run_id].attempts == 1
     gone_slack_calls = [

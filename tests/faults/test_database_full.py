@@ -99,7 +99,7 @@ async def stranded(gw: Harness, run_ids: list[str]) -> None:
     async with asyncio.timeout(GUARD_SECONDS):  # a hang guard
         await gw.lanes.subagent.join()
     runs = [await gw.db.runs.get(run_id) for run_id in run_ids]
-    assert [r.status if r else None for r in runs] == ["running"] * len(run_ids), runs
+    assert [r.progress.status if r else None for r in runs] == ["running"] * len(run_ids), runs
     assert gw.db.space.full
 
 
@@ -164,8 +164,8 @@ async def test_runs_stranded_by_a_full_disk_finish_once_space_is_freed(
         runs = await settled(gw, run_ids)
         announces = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
 
-    assert [run.status for run in runs] == ["done"] * RUNS, runs
-    assert [run.announce_state for run in runs] == ["delivered"] * RUNS, runs
+    assert [run.progress.status for run in runs] == ["done"] * RUNS, runs
+    assert [run.delivery.announce_state for run in runs] == ["delivered"] * RUNS, runs
     assert duplicates(announces) == {}
     assert set(announces) == set(run_ids)
     # One line when the disk filled, one when space was back; nothing per refused write.
@@ -203,7 +203,7 @@ async def test_runs_stranded_by_a_full_disk_finish_after_a_restart(
         second = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
 
     assert first == Counter()
-    assert [run.status for run in runs] == ["done"] * RUNS, runs
+    assert [run.progress.status for run in runs] == ["done"] * RUNS, runs
     assert duplicates(second) == {}
     assert set(second) == set(run_ids)
     assert state_lines(log) == ["WARNING", "WARNING", "INFO"]
@@ -331,5 +331,5 @@ async def test_a_run_refused_by_an_attempt_that_outlived_the_full_disk_is_retrie
         settled_item = await gw.delivery(run_id)
 
     assert attempts == [run_id, run_id]
-    assert run.status == "done"
+    assert run.progress.status == "done"
     assert settled_item.state == "delivered"

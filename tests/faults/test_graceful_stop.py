@@ -142,7 +142,7 @@ async def unfinished_runs(db_path: Path) -> int:
         runs = await db.runs.list(limit=RUNS + 10)
     finally:
         await db.close()
-    return sum(1 for run in runs if run.status not in FINISHED_STATUSES) + RUNS - len(runs)
+    return sum(1 for run in runs if run.progress.status not in FINISHED_STATUSES) + RUNS - len(runs)
 
 
 async def test_five_sigterms_with_50_runs_in_flight_lose_and_repeat_no_announce(
@@ -205,12 +205,12 @@ async def test_five_sigterms_with_50_runs_in_flight_lose_and_repeat_no_announce(
     assert all(unfinished_at_stop), f"a stop found no run in flight: {unfinished_at_stop}"
     # 0 never final, 0 lost, 0 duplicated: each run's announce reached Slack exactly once.
     assert len(runs) == RUNS
-    assert Counter(run.status for run in runs) == {"done": RUNS}
+    assert Counter(run.progress.status for run in runs) == {"done": RUNS}
     received = announced(fake)
     assert duplicates(received) == {}
     assert set(received) == {run.child_session_key for run in runs}
     assert Counter(item.state for item in items) == {"delivered": RUNS}
-    assert {run.announce_state for run in runs} == {"delivered"}
+    assert {run.delivery.announce_state for run in runs} == {"delivered"}
     audit = audit_transcripts(tmp_path / "state")
     assert audit.files >= RUNS + SESSIONS
     assert audit.invalid == []

@@ -168,7 +168,9 @@ async def wait_settled(db_path: Path) -> None:
                 items = await db.outbox.list()
             finally:
                 await db.close()
-            final = len(runs) == 2 * PER_CHAT and all(r.status in FINISHED_STATUSES for r in runs)
+            final = len(runs) == 2 * PER_CHAT and all(
+                r.progress.status in FINISHED_STATUSES for r in runs
+            )
             open_items = [i for i in items if i.state in ("pending", "sending")]
             if final and len(items) == len(runs) and not open_items:
                 return
@@ -318,13 +320,16 @@ async def test_sigkill_mid_announce_send_leaves_every_announce_in_its_chat_exact
     finally:
         await db.close()
     assert len(runs) == 2 * PER_CHAT
-    assert {run.status for run in runs} == {"done"}
-    expected = {(run.origin.channel if run.origin else "?", run.child_session_key) for run in runs}
+    assert {run.progress.status for run in runs} == {"done"}
+    expected = {
+        (run.request.origin.channel if run.request.origin else "?", run.child_session_key)
+        for run in runs
+    }
     # Exactly once: every run's announce is in its chat, none twice, none left uncertain.
     assert duplicates(visible) == {}
     assert set(visible) == expected
     assert Counter(item.state for item in items) == {"delivered": 2 * PER_CHAT}
-    assert {run.announce_state for run in runs} == {"delivered"}
+    assert {run.delivery.announce_state for run in runs} == {"delivered"}
     # Each send left under way was looked for in its chat before anything was sent again.
     under_way = Counter(chat for chat, _first in uncertain.values())
     assert min(under_way["slack"], under_way["discord"]) >= 2  # the cut-off ones at least

@@ -154,7 +154,7 @@ async def settled(db_path: Path) -> tuple[bool, int]:
         items = await db.outbox.list()
     finally:
         await db.close()
-    unfinished = sum(1 for run in runs if run.status not in FINISHED_STATUSES)
+    unfinished = sum(1 for run in runs if run.progress.status not in FINISHED_STATUSES)
     open_items = sum(1 for item in items if item.state in ("pending", "sending"))
     done = len(runs) == RUNS and unfinished == 0 and len(items) == RUNS and open_items == 0
     return done, unfinished
@@ -218,7 +218,9 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
     delivered = {item.run_id for item in items if item.state == "delivered"}
     # 50 runs, every one final.
     assert len(runs) == RUNS
-    assert {run.status for run in runs} == {"done"}, Counter(run.status for run in runs)
+    assert {run.progress.status for run in runs} == {"done"}, Counter(
+        run.progress.status for run in runs
+    )
     assert any(unfinished_at_kill), f"no kill hit a run in flight: {unfinished_at_kill}"
     # Each announce exactly once: shown once, kept once, delivered, none uncertain.
     assert duplicates(received) == {}
@@ -230,18 +232,21 @@ async def test_sigkill_at_random_points_of_50_runs_loses_and_repeats_no_announce
 
     # Each run records its announce's fate: the item and the run settle together.
     disagreeing = {
-        run.run_id: (run.announce_state, run.announce_error)
+        run.run_id: (run.delivery.announce_state, run.delivery.announce_error)
         for run in runs
-        if (run.announce_state, run.announce_error) != ("delivered", None)
+        if (run.delivery.announce_state, run.delivery.announce_error) != ("delivered", None)
     }
     assert disagreeing == {}, "runs whose announce state is not their item's"
     # Every finished run's child is archived (cleanup "delete") or scheduled for it: the
     # archive step a kill cut off is taken at the next start.
     unarchived = {
-        run.run_id: run.cleanup
+        run.run_id: run.request.cleanup
         for run in runs
         if not children[run.child_session_key].archived
-        and (run.cleanup == "delete" or children[run.child_session_key].archive_due_at is None)
+        and (
+            run.request.cleanup == "delete"
+            or children[run.child_session_key].archive_due_at is None
+        )
     }
     assert unarchived == {}, "children neither archived nor scheduled for it"
     # Every transcript, live and archived: complete lines valid, at most a torn last line.
@@ -268,7 +273,7 @@ async def test_a_delivery_the_run_never_heard_of_is_recorded_on_it_after_a_resta
         run = await gw.db.runs.get(run_id)
         assert gw.channel.sent == []  # never sent twice
     assert run is not None
-    assert run.announce_state == "delivered", run
+    assert run.delivery.announce_state == "delivered", run
 
 
 async def test_a_cleanup_delete_child_a_kill_left_live_is_archived_after_a_restart(

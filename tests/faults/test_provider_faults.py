@@ -105,7 +105,7 @@ async def test_runs_survive_providers_failing_at_a_set_rate(tmp_path: Path) -> N
     # The faults really happened, of every kind (else this test proves nothing).
     assert set(model.injected) == set(FAULTS), model.injected
     assert all(run is not None for run in runs)
-    statuses = Counter(run.status for run in runs if run is not None)
+    statuses = Counter(run.progress.status for run in runs if run is not None)
     assert set(statuses) <= {"done", "error"}, statuses
     assert statuses["done"] > 0, statuses
     assert statuses["error"] > 0, f"no run failed: raise FAULT_RATE ({statuses})"
@@ -117,12 +117,12 @@ async def test_runs_survive_providers_failing_at_a_set_rate(tmp_path: Path) -> N
     texts = {m.run_id: m.text for m in announces}
     for run in runs:
         assert run is not None
-        assert run.announce_state == "delivered", run
-        if run.status == "error":
-            assert texts[run.run_id].startswith(f'Sub-agent "{run.label}" failed'), run
-            assert "fake/m" in (run.error or ""), run
+        assert run.delivery.announce_state == "delivered", run
+        if run.progress.status == "error":
+            assert texts[run.run_id].startswith(f'Sub-agent "{run.request.label}" failed'), run
+            assert "fake/m" in (run.progress.error or ""), run
         else:
-            assert f"done {run.task}" == run.result_text, run
+            assert f"done {run.request.task}" == run.progress.result_text, run
     audit = audit_transcripts(tmp_path / "state")
     assert audit.files >= RUNS + 1
     assert audit.invalid == []

@@ -82,7 +82,9 @@ async def finished_runs(gw: Harness, run_ids: Sequence[str]) -> list[RunRecord]:
     runs = [await gw.db.runs.get(run_id) for run_id in run_ids]
     assert None not in runs, runs
     recorded = [run for run in runs if run is not None]
-    unfinished = [f"{r.run_id[:8]}={r.status}" for r in recorded if not r.finished]
+    unfinished = [
+        f"{r.run_id[:8]}={r.progress.status}" for r in recorded if not r.progress.finished
+    ]
     assert unfinished == [], f"runs without a final status once no job is left: {unfinished}"
     return recorded
 
@@ -162,10 +164,12 @@ async def test_disk_full_during_transcript_writes_loses_no_run(
     assert len(recorded) == len(run_ids)
     # A run whose transcript lost a line ends "error" (never "done" over a gap); every run
     # ends, and each is announced once.
-    assert {run.status for run in runs} <= {"done", "error"}
+    assert {run.progress.status for run in runs} <= {"done", "error"}
     assert all(
-        (run.error or "").startswith("transcript:") for run in runs if run.status == "error"
-    ), [run.error for run in runs if run.status == "error"]
+        (run.progress.error or "").startswith("transcript:")
+        for run in runs
+        if run.progress.status == "error"
+    ), [run.progress.error for run in runs if run.progress.status == "error"]
     assert duplicates(announces) == {}
     assert set(announces) == set(run_ids)
     assert {d.state for d in deliveries} == {"delivered"}
@@ -205,7 +209,7 @@ async def test_a_run_whose_transcript_cannot_be_written_does_not_end_done(
         monkeypatch.undo()
     assert disk.counts["enospc"] > 0
     assert delivery.state == "delivered"
-    assert run.status == "error", run
+    assert run.progress.status == "error", run
 
 
 # -- database locked ---------------------------------------------------------------------
@@ -316,7 +320,7 @@ async def test_runs_hit_by_a_locked_database_finish_after_a_restart(
         (late,) = await spawn_runs(gw, ctx, ["job late"])
         assert (await gw.delivery(late)).state == "delivered"
         first = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
-        left = [r.run_id for r in await gw.db.runs.list() if not r.finished]
+        left = [r.run_id for r in await gw.db.runs.list() if not r.progress.finished]
     async with running_gateway(tmp_path, config=config, script=script, state_dir=state) as gw:
         runs = await finished_runs(gw, [*run_ids, late])
         for item in await gw.db.outbox.list(states=["pending"]):
@@ -325,7 +329,7 @@ async def test_runs_hit_by_a_locked_database_finish_after_a_restart(
         outbox = await gw.db.outbox.list()
     print(f"runs left unfinished by the lock until the restart: {len(left)} of {len(run_ids)}")
     assert refusals.count >= REFUSALS  # the lock met writes, and the gateway retried them
-    assert {run.status for run in runs} <= FINISHED_STATUSES
+    assert {run.progress.status for run in runs} <= FINISHED_STATUSES
     assert {item.state for item in outbox} <= {"delivered", "failed"}
     assert duplicates(first + second) == {}
     delivered = {item.run_id for item in outbox if item.state == "delivered"}
@@ -353,9 +357,9 @@ async def test_runs_reach_a_final_status_once_a_database_lock_is_released(
         runs = [run for run in [await gw.db.runs.get(r) for r in run_ids] if run is not None]
         announces = Counter(m.run_id for m in gw.channel.sent if m.kind == "announce")
     # The lock made writes wait, never fail a run: every run is done, and announced once.
-    assert [run.status for run in runs] == ["done"] * len(run_ids), runs
+    assert [run.progress.status for run in runs] == ["done"] * len(run_ids), runs
     assert refusals.count >= REFUSALS  # the lock met writes, and the gateway retried them
-    assert [run.announce_state for run in runs] == ["delivered"] * len(run_ids), runs
+    assert [run.delivery.announce_state for run in runs] == ["delivered"] * len(run_ids), runs
     assert {d.state for d in deliveries} == {"delivered"}
     assert duplicates(announces) == {}
     assert set(announces) == set(run_ids)
@@ -449,7 +453,7 @@ async def test_a_delivery_recorded_under_a_locked_database_is_not_left_sending(
     assert item is not None
     assert item.state == "delivered", item
     assert run is not None
-    assert run.announce_state == "delivered", run
+    assert run.delivery.announce_state == "delivered", run
 
 
 async def test_chats_get_the_apology_while_transcripts_cannot_be_written(

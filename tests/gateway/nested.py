@@ -15,7 +15,15 @@ import uuid
 from typing import Any
 
 from gateway.sessions import SessionStore
-from gateway.state import Origin, RunRecord, RunStatus, SessionRecord, StateDB
+from gateway.state import (
+    Origin,
+    RunProgress,
+    RunRecord,
+    RunRequest,
+    RunStatus,
+    SessionRecord,
+    StateDB,
+)
 from tests.gateway.harness import TEST_SCRIPT
 
 
@@ -35,7 +43,7 @@ async def record_run(
     to, if any), with its child session row — and its transcript header too when ``store``
     is given, so that a gateway started later can run it."""
     at = time.time() if created_at is None else created_at
-    where = origin if origin is not None or parent is None else parent.origin
+    where = origin if origin is not None or parent is None else parent.request.origin
     agent_id = requester_key.split(":")[1]
     session_id = str(uuid.uuid4())
     key = f"agent:{agent_id}:subagent:{uuid.uuid4()}"
@@ -62,20 +70,17 @@ async def record_run(
             run_id=str(uuid.uuid4()),
             child_session_key=key,
             child_session_id=session_id,
-            requester_agent_id=agent_id,
-            agent_id=agent_id,
-            task=task if task is not None else f"task: {label}",
-            created_at=at,
-            status=status,
-            parent_session_key=requester_key,
-            label=label,
-            origin_channel=where.channel if where else None,
-            origin_account=where.account if where else None,
-            origin_chat_id=where.chat_id if where else None,
-            origin_thread_id=where.thread_id if where else None,
-            origin_chat_type=where.chat_type if where else None,
-            parent_run_id=parent.run_id if parent else None,
-            depth=parent.depth + 1 if parent else 1,
+            request=RunRequest(
+                requester_agent_id=agent_id,
+                agent_id=agent_id,
+                task=task if task is not None else f"task: {label}",
+                parent_session_key=requester_key,
+                label=label,
+                origin=where,
+                parent_run_id=parent.run_id if parent else None,
+                depth=parent.request.depth + 1 if parent else 1,
+            ),
+            progress=RunProgress(created_at=at, status=status),
         )
     )
 

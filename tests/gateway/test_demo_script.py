@@ -17,7 +17,7 @@ import pyjson5
 
 from gateway.llm import ChatMessage, ModelRequest
 from gateway.providers.scripted import ScriptedProvider, load_script
-from gateway.state import BatchRecord, RunRecord
+from gateway.state import BatchRecord, RunProgress, RunRecord, RunRequest
 from gateway.subagents.completions import followup_text
 from tests.gateway.harness import running_gateway
 
@@ -64,14 +64,14 @@ async def test_compare_spawns_two_sub_agents_and_answers_once_with_both_results(
         match = STATS.fullmatch(stats)
         assert match, stats
         runs = await gw.db.runs.list(oldest_first=True)
-        assert [run.label for run in runs] == ["tea", "coffee"]
-        assert [run.task for run in runs] == [
+        assert [run.request.label for run in runs] == ["tea", "coffee"]
+        assert [run.request.task for run in runs] == [
             "Write a short history of tea",
             "Write a short history of coffee",
         ]
         assert match["runs"] == ", ".join(run.run_id[:8] for run in runs)
-        assert len({run.batch_id for run in runs}) == 1
-        assert runs[0].batch_id is not None
+        assert len({run.delivery.batch_id for run in runs}) == 1
+        assert runs[0].delivery.batch_id is not None
         # One combined answer: the runs post nothing of their own.
         await gw.runs_idle()
         assert [m.kind for m in gw.channel.sent] == ["reply", "reply"]
@@ -82,13 +82,14 @@ def run(n: int, label: str, **fields: Any) -> RunRecord:
         run_id=f"run-{n}",
         child_session_key=f"agent:main:subagent:{n}",
         child_session_id=f"s{n}",
-        requester_agent_id="main",
-        agent_id="main",
-        task=f"Write a short history of {label}",
-        created_at=float(n),
-        label=label,
-        **fields,
-    )
+        request=RunRequest(
+            requester_agent_id="main",
+            agent_id="main",
+            task=f"Write a short history of {label}",
+            label=label,
+        ),
+        progress=RunProgress(created_at=float(n)),
+    ).with_columns(**fields)
 
 
 async def test_a_follow_up_missing_a_result_quotes_what_came_back_under_its_own_label() -> None:

@@ -18,7 +18,7 @@ from gateway.api.keys import SCRAPE
 from gateway.api.routes import route_defs
 from gateway.llm import Usage
 from gateway.metrics import CONTENT_TYPE, LaneSet, Metrics
-from gateway.state import OutboxRecord, RunRecord, StateDB
+from gateway.state import OutboxRecord, RunProgress, RunRecord, RunRequest, StateDB
 from gateway.subagents import SpawnRequest
 from tests.gateway.harness import Harness, running_gateway
 
@@ -58,14 +58,13 @@ def finished(status: str, *, started: float | None, ended: float | None) -> RunR
         run_id="r1",
         child_session_key="agent:main:subagent:x",
         child_session_id="x",
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=100.0,
-        status=status,  # type: ignore[arg-type]
-        model="test/m1",
-        started_at=started,
-        ended_at=ended,
+        request=RunRequest(requester_agent_id="main", agent_id="main", task="t", model="test/m1"),
+        progress=RunProgress(
+            created_at=100.0,
+            status=status,  # type: ignore[arg-type]
+            started_at=started,
+            ended_at=ended,
+        ),
     )
 
 
@@ -215,14 +214,14 @@ async def test_the_wired_gateway_counts_a_run_end_to_end(tmp_path: Path) -> None
     assert value(s, "herald_runs_finished_total", status="done", model="test/m1") == 1
     assert value(s, "herald_run_duration_seconds_count", status="done") == 1
     # The chat turn's calls count too: at least the run's own.
-    usage = run.usage
+    usage = run.progress.usage
     tokens_out = value(s, "herald_model_tokens_total", model="test/m1", kind="output")
     assert tokens_out is not None
     assert tokens_out >= usage.output > 0
     cost = value(s, "herald_model_cost_usd_total", model="test/m1")
     assert cost is not None
-    assert run.cost_usd is not None
-    assert cost >= run.cost_usd > 0
+    assert run.progress.cost_usd is not None
+    assert cost >= run.progress.cost_usd > 0
     assert value(s, "herald_announce_deliveries_total", result="delivered") == 1
     assert value(s, "herald_lane_wait_seconds_count", lane="subagent") == 1
     assert value(s, "herald_lane_wait_seconds_count", lane="main") == 1

@@ -54,6 +54,6 @@ async def test_a_run_ending_during_the_drain_is_announced_before_the_chat_closes
     finally:
         await db.close()
     assert run is not None
-    assert run.status == "done"
+    assert run.progress.status == "done"
     assert item is not None
     assert item.state == "delivered"

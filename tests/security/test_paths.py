@@ -165,7 +165,7 @@ async def spawn_with_hostile_fields(port: int, gw: Harness) -> None:
         run_ids.append(body["result"]["runId"])
     for run_id in run_ids:
         run = await gw.finished(run_id)
-        assert run.status == "done"
+        assert run.progress.status == "done"
         assert SessionKey.parse(run.child_session_key).agent_id == "main"
 
 

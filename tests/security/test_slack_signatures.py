@@ -225,7 +225,7 @@ async def test_a_replayed_slash_command_is_handled_once(tmp_path: Path) -> None:
         assert await gw.post(sentinel, signed=FakeSlack.sign(sentinel)) == 200
         await gw.settled("D3", 1)
         runs = await gw.db.runs.list(parent_session_key="agent:main:slack:dm:ucmd")
-        assert len(runs) == 1, [r.task for r in runs]
+        assert len(runs) == 1, [r.request.task for r in runs]
 
 
 async def test_malformed_requests_get_a_400_or_401_never_a_500(

@@ -91,8 +91,8 @@ async def test_a_subagent_is_offered_no_session_tool_and_each_call_fails(tmp_pat
         fake.reply_text("announce: finished")
         run_id = await spawn_child(gw, "try every tool")
         run = await gw.finished(run_id)
-        assert run.status == "done"
-        assert run.result_text == "finished"
+        assert run.progress.status == "done"
+        assert run.progress.result_text == "finished"
 
         assert len(fake.requests) == 3
         child_tools = offered(fake, 0)

@@ -162,7 +162,7 @@ async def test_a_sub_agent_run_is_compacted_the_same_way(tmp_path: Path) -> None
             async with asyncio.timeout(HANG_GUARD_SECONDS):
                 run = await gw.finished(accepted["runId"])
             records = (await gw.store.read(run.child_session_key)).records
-    assert (run.status, run.result_text) == ("done", "read them all")
+    assert (run.progress.status, run.progress.result_text) == ("done", "read them all")
     assert calls == reads + 1
     done = compactions(records)
     assert done

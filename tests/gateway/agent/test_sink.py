@@ -66,7 +66,10 @@ async def test_usage_and_cost_are_added_to_session_and_run_once(store: SessionSt
     session = await store.require(child.key)
     run = await store.db.runs.get(run_id)
     assert run is not None
-    for usage, cost in ((session.usage, session.cost_usd), (run.usage, run.cost_usd)):
+    for usage, cost in (
+        (session.usage, session.cost_usd),
+        (run.progress.usage, run.progress.cost_usd),
+    ):
         assert usage == Usage(input=4010, output=401)
         assert cost == pytest.approx((4010 * 2.0 + 401 * 10.0) / 1e6)
 

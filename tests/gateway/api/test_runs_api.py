@@ -150,7 +150,7 @@ async def test_abort_through_the_api(tmp_path: Path) -> None:
         run_id = body["result"]["runId"]
         response = await client.post(f"/v1/runs/{run_id}/abort")
         assert response.status == 202
-        assert (await gw.finished(run_id)).status == "cancelled"
+        assert (await gw.finished(run_id)).progress.status == "cancelled"
         again = await client.post(f"/v1/runs/{run_id}/abort")
         assert again.status == 409
         assert (await again.json())["error"]["code"] == "run_finished"

@@ -61,9 +61,11 @@ async def test_one_run_lists_its_children_oldest_first_and_a_child_names_its_par
         await gw.reply()
         (lead,) = await gw.db.runs.list()
         lead = await gw.finished(lead.run_id)
-        first = await record_nested_run(gw.db, lead, "first", created_at=lead.created_at + 1)
+        first = await record_nested_run(
+            gw.db, lead, "first", created_at=lead.progress.created_at + 1
+        )
         second = await record_nested_run(
-            gw.db, lead, "second", status="running", created_at=lead.created_at + 2
+            gw.db, lead, "second", status="running", created_at=lead.progress.created_at + 2
         )
         grandchild = await record_nested_run(gw.db, first, "deep", status="queued")
 

@@ -109,7 +109,7 @@ async def test_dms_have_their_own_session_and_commands(tmp_path: Path) -> None:
         (started,) = await posts(fake, DM_CHANNEL, 1)
         assert started["content"].startswith("Started sub-agent run ")
         (run,) = await gw.db.runs.list()
-        assert run.parent_session_key == f"agent:main:discord:dm:{ALICE['id']}"
+        assert run.request.parent_session_key == f"agent:main:discord:dm:{ALICE['id']}"
         await gw.finished(run.run_id)
         announce = (await posts(fake, DM_CHANNEL, 2))[1]
         assert announce["content"].startswith("ANNOUNCE: done: dm")

@@ -75,7 +75,7 @@ async def test_chat_commands_work_in_slack_messages(tmp_path: Path) -> None:
         (started,) = await fake.wait_posts(1)
         assert started.text.startswith("Started sub-agent run ")
         runs = await gw.db.runs.list()
-        assert runs[0].parent_session_key == "agent:main:slack:dm:u7"
+        assert runs[0].request.parent_session_key == "agent:main:slack:dm:u7"
         await gw.finished(runs[0].run_id)
         announce = (await fake.wait_posts(2))[1]
         assert announce.channel == "D1"

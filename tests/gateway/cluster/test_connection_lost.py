@@ -62,7 +62,11 @@ async def test_a_run_whose_start_was_not_recorded_runs_rather_than_failing(
     assert postgres.cuts(pg_url, "start") == 2  # the start lost, then made again
     assert run is not None
     # Not "error: internal error: StateUnavailableError": the database failed, not the run.
-    assert (run.status, run.result_text, run.error) == ("done", "done: through", None)
+    assert (run.progress.status, run.progress.result_text, run.progress.error) == (
+        "done",
+        "done: through",
+        None,
+    )
     assert item.state == "delivered"
     assert announces_of(gw, run_id) == 1
 
@@ -82,7 +86,7 @@ async def test_a_delivered_announce_whose_record_was_cut_off_is_recorded_once_ba
     assert postgres.cuts(pg_url, "sent") == 2
     assert item.state == "delivered"
     assert run is not None
-    assert (run.status, run.announce_state) == ("done", "delivered")
+    assert (run.progress.status, run.delivery.announce_state) == ("done", "delivered")
     assert announces_of(gw, run_id) == 1  # recorded again, never sent again
 
 
@@ -128,7 +132,7 @@ async def test_a_sending_mark_kept_but_never_confirmed_is_settled_without_a_rest
     # announce is settled as uncertain, never sent on a guess (at most once).
     assert (item.state, item.last_error) == ("failed", UNCERTAIN)
     assert run is not None
-    assert run.announce_state == "uncertain"
+    assert run.delivery.announce_state == "uncertain"
     assert announces_of(gw, run_id) == 0
 
 
@@ -157,7 +161,7 @@ async def test_a_job_whose_end_was_not_recorded_is_ended_once_back(
     assert postgres.cuts(pg_url, "end") == 2
     run = await gw.db.runs.get(run_id)
     assert run is not None
-    assert run.status == "done"
+    assert run.progress.status == "done"
     assert announces_of(gw, run_id) == 1
 
 

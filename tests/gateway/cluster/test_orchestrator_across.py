@@ -29,7 +29,7 @@ async def final(gw: Harness, run_id: str) -> RunRecord:
 
     async def ended() -> bool:
         run = await gw.db.runs.get(run_id)
-        found[:] = [run] if run is not None and run.finished else []
+        found[:] = [run] if run is not None and run.progress.finished else []
         return bool(found)
 
     await eventually(ended, f"run {run_id} final")
@@ -52,13 +52,15 @@ async def test_an_orchestrator_takes_the_completion_of_a_child_another_replica_r
                 await answers.held.wait()
             orchestrator, leaf = await a.db.runs.list(oldest_first=True)
             leaf = await final(a, leaf.run_id)  # while the orchestrator still runs
-            assert (await a.db.runs.get(orchestrator.run_id) or orchestrator).status == "running"
+            assert (
+                await a.db.runs.get(orchestrator.run_id) or orchestrator
+            ).progress.status == "running"
             answers.gate.set()
             orchestrator = await final(a, orchestrator.run_id)
             # Each replica executed one of the two runs.
             assert [gw.lanes.subagent.stats().submitted for gw in (a, b)] == [1, 1]
-            assert orchestrator.result_text == f"orchestrator saw: {LEAF_RESULT}"
+            assert orchestrator.progress.result_text == f"orchestrator saw: {LEAF_RESULT}"
             assert COMPLETION_PREFIX in answers.bodies
             assert await completion_ids(a, orchestrator.child_session_key) == [leaf.run_id]
             leaf = await a.db.runs.get(leaf.run_id) or leaf
-            assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")
+            assert (leaf.delivery.announce_state, leaf.delivery.state) == ("nested", "delivered")

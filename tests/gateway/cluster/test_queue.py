@@ -64,7 +64,7 @@ async def until_final(db: StateDB, run_ids: Iterable[str]) -> dict[str, RunRecor
         while waiting:
             for run_id in list(waiting):
                 run = await db.runs.get(run_id)
-                if run is not None and run.finished:
+                if run is not None and run.progress.finished:
                     found[run_id] = run
                     waiting.discard(run_id)
             await asyncio.sleep(0.05)
@@ -83,7 +83,7 @@ async def until(check: Callable[[], Awaitable[bool]]) -> None:
 async def until_running(db: StateDB, run_id: str) -> None:
     async def running() -> bool:
         run = await db.runs.get(run_id)
-        return run is not None and run.status == "running"
+        return run is not None and run.progress.status == "running"
 
     await until(running)
 
@@ -115,7 +115,7 @@ async def test_two_replicas_share_the_runs_each_executed_and_announced_once(
         await a.runs_idle()
         await b.runs_idle()
 
-        assert {run.status for run in runs.values()} == {"done"}
+        assert {run.progress.status for run in runs.values()} == {"done"}
         # Each run was one lane job on exactly one replica, and both replicas worked.
         executed = {name: gw.lanes.subagent.stats().done for name, gw in gws.items()}
         assert sum(executed.values()) == 40, executed
@@ -125,7 +125,7 @@ async def test_two_replicas_share_the_runs_each_executed_and_announced_once(
         assert sorted(items) == sorted(run_ids)
         for run in runs.values():
             assert await announce_events(a, run) == 1
-            assert (run.result_text or "").startswith("short ")
+            assert (run.progress.result_text or "").startswith("short ")
 
 
 async def test_abort_from_another_replica_ends_the_run_cancelled_where_it_runs(
@@ -160,9 +160,9 @@ async def test_abort_from_another_replica_ends_the_run_cancelled_where_it_runs(
             runs = await until_final(a.db, [running, queued])
             await b.runs_idle()
             await a.runs_idle()
-            assert runs[running].status == "cancelled"
-            assert runs[queued].status == "cancelled"
-            assert runs[queued].started_at is None
+            assert runs[running].progress.status == "cancelled"
+            assert runs[queued].progress.status == "cancelled"
+            assert runs[queued].progress.started_at is None
             # b stopped its run as an abort, not a shutdown: ended, announced once.
             assert b.lanes.subagent.active == 0
             for run in runs.values():
@@ -170,7 +170,8 @@ async def test_abort_from_another_replica_ends_the_run_cancelled_where_it_runs(
                 # Nothing changed it later (but its completion, handed on to the requester).
                 later = await b.db.runs.get(run.run_id)
                 assert later is not None
-                assert dataclasses.replace(later, delivery=run.delivery) == run
+                delivery = dataclasses.replace(later.delivery, state=run.delivery.state)
+                assert dataclasses.replace(later, delivery=delivery) == run
             assert "doing" not in await job_statuses(pg_url, running)
 
 
@@ -188,8 +189,8 @@ async def test_a_run_left_without_a_job_is_swept_and_run(tmp_path: Path, pg_url:
             manager.submit = submit  # type: ignore[method-assign]
         assert await job_statuses(pg_url, run_id) == []
         run = (await until_final(a.db, [run_id]))[run_id]
-        assert run.status == "done"
-        assert run.result_text == "done: swept"
+        assert run.progress.status == "done"
+        assert run.progress.result_text == "done: swept"
 
 
 async def test_runs_start_in_the_order_they_were_spawned_however_their_defers_go(
@@ -217,5 +218,5 @@ async def test_runs_start_in_the_order_they_were_spawned_however_their_defers_go
         ]
         runs = await until_final(gw.db, run_ids)
 
-    started = sorted(run_ids, key=lambda run_id: runs[run_id].started_at or 0.0)
+    started = sorted(run_ids, key=lambda run_id: runs[run_id].progress.started_at or 0.0)
     assert started == run_ids

@@ -90,7 +90,7 @@ async def steered_run(timing: Timing, tmp_path: Path, pg_url: str, *, cut_listen
     # After the tool's result, before the next model call; then the child answered it.
     assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "user"]
     assert second[-1]["content"] == "focus on prices"
-    assert run.result_text == "result of tooluser; saw: focus on prices"
+    assert run.progress.result_text == "result of tooluser; saw: focus on prices"
     assert waiting == []  # taken once, then forgotten
 
 
@@ -129,7 +129,7 @@ async def test_waits_on_one_replica_end_when_the_run_ends_on_another(
 
         async def held() -> bool:
             run = await other.db.runs.get(run_id)
-            return run is not None and run.delivery == "held"
+            return run is not None and run.delivery.state == "held"
 
         await eventually(held, "the wait holds the run")
         model.gates["solo"].set()
@@ -137,7 +137,7 @@ async def test_waits_on_one_replica_end_when_the_run_ends_on_another(
             waited = json.loads(await tool_wait)
             ended = await manager_wait
         assert executor.subagents.inbox.accepts(run_id) is False
-    assert ended.status == "done"
+    assert ended.progress.status == "done"
     assert waited["pending"] == []
     assert [(c["runId"], c["status"], c["result"]) for c in waited["completed"]] == [
         (run_id, "done", "result of solo")

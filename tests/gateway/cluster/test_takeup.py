@@ -63,7 +63,11 @@ async def test_a_replica_starting_leaves_a_live_replicas_wait_alone(
 
         async def held() -> bool:
             run = await a.db.runs.get(run_id)
-            return run is not None and run.delivery == "held" and run.status == "running"
+            return (
+                run is not None
+                and run.delivery.state == "held"
+                and run.progress.status == "running"
+            )
 
         await eventually(held, "the run held by a's wait, and running")
         async with replica(tmp_path, pg_url, "b") as b:
@@ -77,7 +81,7 @@ async def test_a_replica_starting_leaves_a_live_replicas_wait_alone(
             assert sent(a, b, kind="announce") == []
         run = await a.db.runs.get(run_id)
         assert run is not None
-        assert (run.status, run.announce_state, run.delivery) == (
+        assert (run.progress.status, run.delivery.announce_state, run.delivery.state) == (
             "cancelled",
             "consumed",
             "consumed",
@@ -95,7 +99,7 @@ async def test_a_replica_starting_leaves_a_completion_a_live_replica_hands_on(
         accepted = await a.spawn(ctx, SpawnRequest(task="task: x"))
         run_id = accepted["runId"]
         run = await a.finished(run_id)
-        assert run.delivery == "pending"
+        assert run.delivery.state == "pending"
         async with replica(tmp_path, pg_url, "b") as b:
             gate.set()
             await turn
@@ -103,7 +107,7 @@ async def test_a_replica_starting_leaves_a_completion_a_live_replica_hands_on(
 
             async def written() -> bool:
                 done = await a.db.runs.get(run_id)
-                return done is not None and done.delivery == "delivered"
+                return done is not None and done.delivery.state == "delivered"
 
             await eventually(written, "the completion written in")
             assert await no_session_job(b)  # b left it to a
@@ -265,14 +269,14 @@ async def test_a_dead_replicas_holds_completions_and_follow_ups_are_taken_over_o
             assert await no_session_job(b)
             held = await a.db.runs.get(left["held"])
             assert held is not None
-            assert (held.delivery, held.announce_state) == ("held", None)
+            assert (held.delivery.state, held.delivery.announce_state) == ("held", None)
 
             # The ghost falls silent: dead to both survivors.
             await ghost.write(lambda conn: conn.execute("UPDATE replicas SET heartbeat_at = 0"))
 
             async def settled() -> bool:
                 runs = [await a.db.runs.get(left[k]) for k in ("held", "pending", "written")]
-                done = [r is not None and r.delivery == "delivered" for r in runs]
+                done = [r is not None and r.delivery.state == "delivered" for r in runs]
                 batch = await a.db.batches.get(batch_id)
                 return all(done) and batch is not None and batch.state == "done"
 

@@ -74,7 +74,7 @@ async def assert_delivered(db: StateDB, item: OutboxRecord, run_id: str) -> None
     assert (item.state, item.in_doubt, item.last_error) == ("delivered", False, None)
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.announce_state, run.announce_error) == ("delivered", None)
+    assert (run.delivery.announce_state, run.delivery.announce_error) == ("delivered", None)
 
 
 # -- Slack -----------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ async def test_a_slack_app_that_cannot_read_history_keeps_a_cut_off_announce_at_
     assert (settled.state, settled.last_error) == ("failed", UNCERTAIN)
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.announce_state, run.announce_error) == ("uncertain", UNCERTAIN)
+    assert (run.delivery.announce_state, run.delivery.announce_error) == ("uncertain", UNCERTAIN)
 
 
 async def test_a_slack_lookup_that_is_rate_limited_is_asked_again_before_any_resend(

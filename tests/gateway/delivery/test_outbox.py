@@ -144,7 +144,7 @@ async def test_transient_failures_back_off_up_to_the_cap_and_attempt_12_fails_it
     assert await db.outbox.get(item.id) == final
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.status, run.announce_state, run.announce_error) == (
+    assert (run.progress.status, run.delivery.announce_state, run.delivery.announce_error) == (
         "done",
         "failed",
         "HTTP 503 (try 12)",
@@ -188,7 +188,7 @@ async def test_a_retry_after_from_the_chat_replaces_the_backoff_for_that_attempt
     assert delivered.message_ids == ("1",)
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.announce_state, run.announce_error) == ("delivered", None)
+    assert (run.delivery.announce_state, run.delivery.announce_error) == ("delivered", None)
 
 
 async def test_items_are_delivered_in_order_and_every_listener_hears_despite_a_broken_one(
@@ -255,7 +255,10 @@ async def test_an_item_for_a_channel_this_gateway_lacks_fails_without_an_attempt
     assert failed.last_error == "channel 'slack' is not enabled in this gateway"
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.announce_state, run.announce_error) == ("failed", failed.last_error)
+    assert (run.delivery.announce_state, run.delivery.announce_error) == (
+        "failed",
+        failed.last_error,
+    )
 
 
 async def test_a_channel_that_crashes_fails_the_item_at_once_instead_of_retrying(
@@ -276,7 +279,7 @@ async def test_a_channel_that_crashes_fails_the_item_at_once_instead_of_retrying
     assert retries.count == 0
     run = await db.runs.get(run_id)
     assert run is not None
-    assert run.announce_state == "failed"
+    assert run.delivery.announce_state == "failed"
 
 
 async def test_start_records_on_runs_the_fate_of_items_that_settled_without_them(
@@ -293,7 +296,9 @@ async def test_start_records_on_runs_the_fate_of_items_that_settled_without_them
     channel = MemoryChannel()
     await make_outbox({"memory": channel}).start()
     runs = [await db.runs.get(delivered_run), await db.runs.get(failed_run)]
-    assert [(r.announce_state, r.announce_error) for r in runs if r is not None] == [
+    assert [
+        (r.delivery.announce_state, r.delivery.announce_error) for r in runs if r is not None
+    ] == [
         ("delivered", None),
         ("failed", "chat gone"),
     ]
@@ -321,7 +326,7 @@ async def test_flush_sends_what_is_due_and_leaves_later_retries_pending(
     assert (still.state, still.attempts) == ("pending", 3)
     run = await db.runs.get(later_run)
     assert run is not None
-    assert run.announce_state == "queued"
+    assert run.delivery.announce_state == "queued"
 
 
 class LookingChannel(MemoryChannel):
@@ -375,7 +380,7 @@ async def test_a_cut_off_send_is_settled_by_what_its_chat_says(
     assert done.message_ids == (answer.message_ids or ("1",))
     run = await db.runs.get(run_id)
     assert run is not None
-    assert run.announce_state == "delivered"
+    assert run.delivery.announce_state == "delivered"
 
 
 @pytest.mark.parametrize(
@@ -403,7 +408,7 @@ async def test_a_cut_off_send_its_chat_cannot_vouch_for_is_never_sent_again(
     assert (done.state, done.last_error, done.in_doubt) == ("failed", UNCERTAIN, False)
     run = await db.runs.get(run_id)
     assert run is not None
-    assert (run.announce_state, run.announce_error) == ("uncertain", UNCERTAIN)
+    assert (run.delivery.announce_state, run.delivery.announce_error) == ("uncertain", UNCERTAIN)
 
 
 async def test_a_cut_off_send_to_a_channel_no_longer_enabled_is_uncertain(
@@ -419,7 +424,7 @@ async def test_a_cut_off_send_to_a_channel_no_longer_enabled_is_uncertain(
     assert (done.state, done.last_error) == ("failed", UNCERTAIN)
     run = await db.runs.get(run_id)
     assert run is not None
-    assert run.announce_state == "uncertain"
+    assert run.delivery.announce_state == "uncertain"
 
 
 # -- a full disk ---------------------------------------------------------------------------
@@ -501,7 +506,7 @@ async def test_a_send_is_recorded_once_the_full_disk_has_room_again(
     # Left "sending", the next start would call it uncertain and its run's announce failed.
     assert (delivered.state, len(delivered.message_ids or ())) == ("delivered", 1000)
     assert run is not None
-    assert run.announce_state == "delivered"
+    assert run.delivery.announce_state == "delivered"
     assert len(channel.sent) == 1
 
 

@@ -91,13 +91,16 @@ async def test_spawn_with_a_chat_target_announces_there_and_run_wait_answers(
         run = await gw.db.runs.get(run_id)
         assert run is not None
         thread_key = thread.replace(".", "_")
-        assert run.parent_session_key == f"agent:main:slack:channel:c0123456789:thread:{thread_key}"
+        assert (
+            run.request.parent_session_key
+            == f"agent:main:slack:channel:c0123456789:thread:{thread_key}"
+        )
         got = await call(session, "run_get", {"runId": run_id})
         assert got["runId"] == run_id
         runs = await call(session, "runs_list", {"status": "done"})
         assert [r["runId"] for r in runs["runs"]] == [run_id]
         sessions = await call(session, "sessions_list", {})
-        assert run.parent_session_key in {s["key"] for s in sessions["sessions"]}
+        assert run.request.parent_session_key in {s["key"] for s in sessions["sessions"]}
 
 
 async def test_the_openapi_document_names_the_endpoint(tmp_path: Path) -> None:
@@ -135,7 +138,7 @@ async def test_spawn_without_a_target_uses_the_default_agents_main_session(
     assert waited["result"] == "done: quiet"
     assert history["sessionKey"] == "agent:main:main"
     assert run is not None
-    assert run.parent_session_key == "agent:main:main"
+    assert run.request.parent_session_key == "agent:main:main"
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])

@@ -93,7 +93,7 @@ async def test_list_shows_the_newest_ten_runs_of_the_conversation_with_their_age
     ids = [await spawn(gw, chat, f"task: {n}", label=f"job {n}") for n in range(12)]
     newest = await gw.db.runs.get(ids[-1])
     assert newest is not None
-    clock.now = newest.created_at + 125
+    clock.now = newest.progress.created_at + 125
     lines = (await ask(commands, chat, "/subagents list")).splitlines()
     assert len(lines) == 10
     assert lines[0] == f"{ids[-1][:8]} queued      2m5s ago  job 11"
@@ -165,7 +165,7 @@ async def test_stop_of_one_run_then_again(
         f"Stopping sub-agent run {run_id[:8]}."
     )
     run = await gw.finished(run_id)
-    assert run.status == "cancelled"
+    assert run.progress.status == "cancelled"
     again = await ask(commands, chat, f"/subagents stop {run_id[:8]}")
     assert again == f"run {run_id} already finished (cancelled)"
 
@@ -189,7 +189,7 @@ async def test_stop_counts_the_reply_in_progress_and_the_runs_it_stopped(
     await gw.say("task-slow: reply")  # a turn the scripted model answers in 30 s
     answer = await ask(commands, chat, "/stop")
     assert answer == "Stopped the reply in progress and 1 sub-agent."
-    assert (await gw.finished(run_id)).status == "cancelled"
+    assert (await gw.finished(run_id)).progress.status == "cancelled"
 
 
 async def test_stop_with_nothing_running_says_so_in_words(
@@ -209,9 +209,9 @@ async def test_stop_all_stops_every_run_of_the_conversation_and_only_those(
     assert await ask(commands, chat, "/subagents stop all") == (
         "Stopping 3 sub-agent runs (the runs they spawned included)."
     )
-    assert [(await gw.finished(run_id)).status for run_id in ours] == ["cancelled"] * 3
+    assert [(await gw.finished(run_id)).progress.status for run_id in ours] == ["cancelled"] * 3
     assert (await gw.db.runs.get(theirs)) is not None
-    assert (await gw.db.runs.get(theirs)).status == "queued"  # type: ignore[union-attr]
+    assert (await gw.db.runs.get(theirs)).progress.status == "queued"  # type: ignore[union-attr]
     assert await ask(commands, chat, "/subagents stop ALL") == (
         "No sub-agent run of this conversation is running."
     )
@@ -260,7 +260,7 @@ async def test_stop_racing_aborts_stops_the_run_once(
     assert len(stops) + len(aborted) + len(refused) == len(results), results
     assert sum(runs for _, runs in stops) + len(aborted) == 1, results
     run = await gw.finished(run_id)
-    assert run.status == "cancelled"
+    assert run.progress.status == "cancelled"
     assert (await gw.delivery(run_id)).state == "delivered"
     announces = [m for m in gw.channel.sent if m.kind == "announce" and m.run_id == run_id]
     assert len(announces) == 1
@@ -283,19 +283,21 @@ async def test_list_shows_the_runs_a_run_spawned_below_it_and_each_run_s_batch(
         await gw.wait_sent(lambda m: m.kind == "reply" and m.text.startswith("both"))
         await gw.runs_idle()
         tea, coffee = await gw.db.runs.list(parent_session_key=CHAT_KEY, oldest_first=True)
-        assert tea.batch_id is not None
-        batch = tea.batch_id[:8]
-        child = await record_nested_run(gw.db, tea, "notes", created_at=coffee.created_at + 1)
-        deep = await record_nested_run(
-            gw.db, child, "sources", status="running", created_at=coffee.created_at + 2
+        assert tea.delivery.batch_id is not None
+        batch = tea.delivery.batch_id[:8]
+        child = await record_nested_run(
+            gw.db, tea, "notes", created_at=coffee.progress.created_at + 1
         )
-        clock.now = coffee.created_at + 62
+        deep = await record_nested_run(
+            gw.db, child, "sources", status="running", created_at=coffee.progress.created_at + 2
+        )
+        clock.now = coffee.progress.created_at + 62
         chat = await gw.store.require(CHAT_KEY)
 
         lines = (await ask(commands, chat, "/subagents list")).splitlines()
 
         def age(run: RunRecord) -> str:
-            return format_runtime(clock.now - run.created_at)
+            return format_runtime(clock.now - run.progress.created_at)
 
         assert lines == [
             f"{coffee.run_id[:8]} done        {age(coffee)} ago  coffee  [batch {batch}]",
@@ -308,7 +310,7 @@ async def test_list_shows_the_runs_a_run_spawned_below_it_and_each_run_s_batch(
         assert info.startswith(f"Run {child.run_id} (notes): done\n")
         assert f"depth 2 • parent run {tea.run_id}\n" in info
         tea_info = await ask(commands, chat, f"/subagents info {tea.run_id[:8]}")
-        assert f"depth 1 • batch {tea.batch_id}\n" in tea_info
+        assert f"depth 1 • batch {tea.delivery.batch_id}\n" in tea_info
 
 
 async def test_stop_of_one_run_stops_the_runs_it_spawned(
@@ -322,4 +324,4 @@ async def test_stop_of_one_run_stops_the_runs_it_spawned(
     answer = await ask(commands, chat, f"/subagents stop {run_id[:8]}")
     assert answer == f"Stopping sub-agent run {run_id[:8]} and 2 runs it spawned."
     for stopped in (run_id, child.run_id, grandchild.run_id):
-        assert (await gw.finished(stopped)).status == "cancelled"
+        assert (await gw.finished(stopped)).progress.status == "cancelled"

@@ -108,7 +108,7 @@ async def test_a_job_is_created_listed_run_paused_resumed_and_deleted(tmp_path: 
         status, started = await call(http, "POST", f"/v1/schedules/{job_id}/run")
         assert status == 202, started
         run = await gw.finished(started["runId"])
-        assert run.job_id == job_id
+        assert run.request.job_id == job_id
         (post,) = await fake.wait_posts(1)
         assert (post.channel, post.thread_ts) == (CHANNEL, THREAD)
         assert post.text.endswith(f"• job {job_id}")

@@ -95,9 +95,16 @@ async def test_an_occurrence_announces_in_its_chat_and_thread_naming_the_job(
         assert ran.run_id is not None
         run = await gw.db.runs.get(ran.run_id)
         assert run is not None
-        assert (run.job_id, run.occurrence_at, run.depth) == ("brief", due, 1)
+        assert (run.request.job_id, run.request.occurrence_at, run.request.depth) == (
+            "brief",
+            due,
+            1,
+        )
         thread_key = THREAD.replace(".", "_")
-        assert run.parent_session_key == f"agent:main:slack:channel:c0123456789:thread:{thread_key}"
+        assert (
+            run.request.parent_session_key
+            == f"agent:main:slack:channel:c0123456789:thread:{thread_key}"
+        )
         shown = orjson.loads(run_view(run).wire_json())
         assert shown["jobId"] == "brief"
         assert shown["occurrenceAt"] is not None
@@ -142,7 +149,9 @@ async def test_missed_times_are_recorded_and_the_latest_runs_within_the_grace(
         ]
         await gw.runs_idle()
         runs = await gw.db.runs.list(limit=10)
-        assert [(r.job_id, r.occurrence_at) for r in runs] == [("hourly", hourly + 7200)]
+        assert [(r.request.job_id, r.request.occurrence_at) for r in runs] == [
+            ("hourly", hourly + 7200)
+        ]
         daily_job = await jobs.get("daily")
         assert daily_job is not None
         assert daily_job.next_run_at == daily + 86400
@@ -183,7 +192,7 @@ async def test_five_failed_runs_in_a_row_pause_the_job_and_tell_its_chat_once(
             await until(f"occurrence {attempt}", ran)
             run_id = (await occurrences(jobs, "flaky"))[-1].run_id
             assert run_id is not None
-            assert (await gw.finished(run_id)).status == "error"
+            assert (await gw.finished(run_id)).progress.status == "error"
             if attempt < 5:
                 await make_due(gw, "flaky")
 
@@ -236,7 +245,7 @@ async def test_last_status_is_the_last_finished_runs_while_the_next_one_runs(
             return run_id
 
         first = await started(1)
-        assert (await gw.finished(first)).status == "done"
+        assert (await gw.finished(first)).progress.status == "done"
         # Heard in the write that made the run final: no pass has to count it first.
         ended = await jobs.get("often")
         assert ended is not None
@@ -255,4 +264,4 @@ async def test_last_status_is_the_last_finished_runs_while_the_next_one_runs(
         assert (going.last_run_id, going.last_status) == (second, "done")
         run = await gw.db.runs.get(second)
         assert run is not None
-        assert not run.finished
+        assert not run.progress.finished

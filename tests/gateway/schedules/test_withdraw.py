@@ -38,7 +38,7 @@ async def started_job(http: aiohttp.ClientSession, job_id: str, task: str) -> st
 
 async def run_status(gw: Harness, run_id: str, status: str) -> None:
     async with hang_guard(f"run {run_id} {status}"):
-        while (run := await gw.db.runs.get(run_id)) is None or run.status != status:  # noqa: ASYNC110 - no event for a run starting
+        while (run := await gw.db.runs.get(run_id)) is None or run.progress.status != status:  # noqa: ASYNC110 - no event for a run starting
             await asyncio.sleep(0.02)
 
 
@@ -60,7 +60,7 @@ async def test_deleting_or_pausing_a_job_withdraws_its_queued_runs(tmp_path: Pat
         for run_id in storm.values():
             run = await gw.db.runs.get(run_id)
             assert run is not None
-            assert run.status == "queued"
+            assert run.progress.status == "queued"
 
         for n, job_id in enumerate(storm):
             if n < DELETED:
@@ -74,9 +74,9 @@ async def test_deleting_or_pausing_a_job_withdraws_its_queued_runs(tmp_path: Pat
         for n, (job_id, run_id) in enumerate(storm.items()):
             run = await gw.finished(run_id)
             why = "deleted" if n < DELETED else "paused"
-            assert (run.status, run.started_at) == ("cancelled", None), job_id
-            assert run.error == f"its scheduled job was {why}"
-            assert (run.announce_state, run.delivery) == ("skipped", "consumed")
+            assert (run.progress.status, run.progress.started_at) == ("cancelled", None), job_id
+            assert run.progress.error == f"its scheduled job was {why}"
+            assert (run.delivery.announce_state, run.delivery.state) == ("skipped", "consumed")
             assert await gw.db.outbox.get_by_run(run_id) is None
         await gw.runs_idle()
         queued = await gw.db.read(lambda c: c.execute("SELECT run_id FROM outbox").fetchall())
@@ -105,6 +105,6 @@ async def test_a_run_withdrawn_as_the_lane_takes_it_never_starts(tmp_path: Path)
         assert await gw.db.runs.withdraw_queued(queued, "its scheduled job was paused")
         await call(http, "POST", f"/v1/runs/{blocker}/abort")
         run = await gw.finished(queued)
-        assert (run.status, run.started_at) == ("cancelled", None)
-        assert run.error == "its scheduled job was paused"
+        assert (run.progress.status, run.progress.started_at) == ("cancelled", None)
+        assert run.progress.error == "its scheduled job was paused"
         assert await gw.db.outbox.get_by_run(queued) is None

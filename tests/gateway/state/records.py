@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gateway.state import RunRecord, SessionKind, SessionRecord, StateDB
+from gateway.state import RunProgress, RunRecord, RunRequest, SessionKind, SessionRecord, StateDB
 
 #: The chat session whose sub-agent runs the tests spawn.
 REQUESTER = "agent:main:memory:channel:c1"
@@ -44,18 +44,15 @@ async def child_session(db: StateDB, parent: str | None) -> SessionRecord:
 
 def run_record(child: SessionRecord, **fields: Any) -> RunRecord:
     """A run of agent ``main`` in the session ``child``, task ``t``, created at 1.0 with a
-    fresh id; ``fields`` set the rest (or override those)."""
-    values: dict[str, Any] = {
-        "run_id": str(uuid.uuid4()),
-        "child_session_key": child.key,
-        "child_session_id": child.session_id,
-        "requester_agent_id": "main",
-        "agent_id": "main",
-        "task": "t",
-        "created_at": 1.0,
-        **fields,
-    }
-    return RunRecord(**values)
+    fresh id; ``fields`` (named as
+    ``runs`` columns) set the rest (or override those)."""
+    return RunRecord(
+        run_id=str(uuid.uuid4()),
+        child_session_key=child.key,
+        child_session_id=child.session_id,
+        request=RunRequest(requester_agent_id="main", agent_id="main", task="t"),
+        progress=RunProgress(created_at=1.0),
+    ).with_columns(**fields)
 
 
 def requester_run(

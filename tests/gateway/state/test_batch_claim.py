@@ -45,5 +45,5 @@ async def test_a_timed_out_claim_lets_the_live_runs_leave_the_batch(
     for run_id, in_batch in ((ids[0], None), (ids[1], "b1"), (ids[2], None)):
         run = await db.runs.get(run_id)
         assert run is not None
-        assert run.batch_id == in_batch
+        assert run.delivery.batch_id == in_batch
     assert await db.batches.claim("b1", 101.0, timed_out=True) is None

@@ -21,8 +21,12 @@ from gateway.state import (
     Delivery,
     Destination,
     IllegalTransitionError,
+    Origin,
     OutboxRecord,
+    RunDelivery,
+    RunProgress,
     RunRecord,
+    RunRequest,
     StateDB,
     check_transition,
     destination,
@@ -46,19 +50,19 @@ def shaped(
         run_id="r",
         child_session_key="agent:main:subagent:x",
         child_session_id="x",
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=0.0,
-        status=status,  # type: ignore[arg-type]
-        parent_session_key=REQUESTER,
-        parent_run_id="p" if depth > 1 else None,
-        depth=depth,
-        batch_id="b" if batched else None,
-        delivery=Delivery.HELD if held else Delivery.LIVE,
-        origin_channel="memory" if origin else None,
-        origin_account="default" if origin else None,
-        origin_chat_id="c1" if origin else None,
+        request=RunRequest(
+            requester_agent_id="main",
+            agent_id="main",
+            task="t",
+            parent_session_key=REQUESTER,
+            parent_run_id="p" if depth > 1 else None,
+            depth=depth,
+            origin=Origin(channel="memory", account="default", chat_id="c1") if origin else None,
+        ),
+        progress=RunProgress(created_at=0.0, status=status),  # type: ignore[arg-type]
+        delivery=RunDelivery(
+            state=Delivery.HELD if held else Delivery.LIVE, batch_id="b" if batched else None
+        ),
     )
 
 
@@ -140,7 +144,7 @@ def test_the_readme_describes_the_delivery_states_as_the_table_has_them() -> Non
 async def _delivery(db: StateDB, run_id: str) -> Delivery:
     run = await db.runs.get(run_id)
     assert run is not None
-    return run.delivery
+    return run.delivery.state
 
 
 async def test_every_legal_move_is_made_by_the_writes_that_own_it(
@@ -229,9 +233,12 @@ async def test_the_final_write_queues_the_announce_only_where_the_chat_gets_it(
     assert await db.outbox.get_by_run(waited) is None  # the wait decides first
     assert await db.outbox.get_by_run(silent) is None
     runs = {r.run_id: r for r in await db.runs.list()}
-    assert (runs[chat].announce_state, runs[chat].delivery) == ("queued", "pending")
-    assert (runs[waited].announce_state, runs[waited].delivery) == (None, "held")
-    assert (runs[silent].announce_state, runs[silent].delivery) == ("no_origin", "pending")
+    assert (runs[chat].delivery.announce_state, runs[chat].delivery.state) == ("queued", "pending")
+    assert (runs[waited].delivery.announce_state, runs[waited].delivery.state) == (None, "held")
+    assert (runs[silent].delivery.announce_state, runs[silent].delivery.state) == (
+        "no_origin",
+        "pending",
+    )
 
 
 @pytest.mark.parametrize("origin", [True, False])
@@ -255,12 +262,12 @@ async def test_an_announce_queued_before_the_final_write_keeps_the_state_its_ite
     uncertain = {"announce_state": "uncertain", "announce_error": UNCERTAIN}
     await db.outbox.settle(item.id, {"state": "failed", "last_error": UNCERTAIN}, uncertain)
     final = await db.ends.finish_run(run_id, {"status": "done"}, now=1.0)
-    assert (final.status, final.announce_state) == ("done", "uncertain")
+    assert (final.progress.status, final.delivery.announce_state) == ("done", "uncertain")
     (only,) = await db.outbox.list()
     assert only.id == item.id
     # The item not settled yet: the run stays queued, with that one item.
     (other,) = await requester.spawn(1, prefix="more", origin=origin)
     await queued_before(other)
     final = await db.ends.finish_run(other, {"status": "done", "announce_text": "u"}, now=1.0)
-    assert final.announce_state == "queued"
+    assert final.delivery.announce_state == "queued"
     assert [i.run_id for i in await db.outbox.list()] == [run_id, other]

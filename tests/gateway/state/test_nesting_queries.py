@@ -32,7 +32,7 @@ async def spawned(
         created_at=at,
         parent_session_key=parent_key,
         parent_run_id=parent.run_id if parent is not None else None,
-        depth=parent.depth + 1 if parent is not None else 1,
+        depth=parent.request.depth + 1 if parent is not None else 1,
     )
     return await db.runs.insert(run, max_live_siblings=limit)
 
@@ -115,12 +115,12 @@ async def test_a_dissolved_batch_lets_its_runs_complete_on_their_own(db: StateDB
     assert batch is not None
     assert await db.batches.open_for_run(orchestrator.run_id) == batch
     ended = await final(db, ended)
-    assert ended.announce_state == "consumed"
+    assert ended.delivery.announce_state == "consumed"
     assert await db.ends.routed_completions(orchestrator.child_session_key) == []
     due = await db.batches.dissolve(batch.batch_id, 50.0)
     assert [r.run_id for r in due] == [ended.run_id]
     assert await db.batches.open_for_run(orchestrator.run_id) is None
-    assert (await db.runs.get(running.run_id) or running).batch_id is None
+    assert (await db.runs.get(running.run_id) or running).delivery.batch_id is None
     routed = await db.ends.routed_completions(orchestrator.child_session_key)
     assert [r.run_id for r in routed] == [ended.run_id]
     assert await db.batches.dissolve(batch.batch_id, 60.0) == []  # once

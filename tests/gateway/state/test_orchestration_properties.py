@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,6 +33,7 @@ from gateway.state import (
     BatchRecord,
     ChildLimitError,
     RecordConflictError,
+    RunRecord,
     SqliteStateDB,
     StateDB,
 )
@@ -41,6 +43,7 @@ from tests.gateway.state.records import REQUESTER, requester_run, session_record
 
 #: ``maxChildrenPerSession`` of the spawns here: small, so that random orders reach it.
 MAX_CHILDREN = 4
+T = TypeVar("T")
 FINAL = ("done", "error", "timeout", "cancelled")
 
 
@@ -62,8 +65,13 @@ class Orchestration(RuleBasedStateMachine):
         self.completed_seen: dict[str, set[str]] = {}
         self.empty_yields = 0
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
+
+    def get(self, run_id: str) -> RunRecord:
+        run = self.run(self.db.runs.get(run_id))
+        assert run is not None
+        return run
 
     def database_url(self) -> str | None:
         """Where the database lives: None for a SQLite file in ``self.dir``."""
@@ -139,13 +147,13 @@ class Orchestration(RuleBasedStateMachine):
         run = self.run(self.db.ends.finish_run(run_id, changes, now=0.0))
         self.final[run_id] = status
         if self._in_batch(run_id):
-            assert (run.delivery, run.announce_state) == ("batched", "consumed")
+            assert (run.delivery.state, run.delivery.announce_state) == ("batched", "consumed")
         else:
-            assert (run.delivery, run.announce_state) == ("pending", "queued")
+            assert (run.delivery.state, run.delivery.announce_state) == ("pending", "queued")
             item = self.run(self.db.outbox.get_by_run(run_id))
             assert item is not None
             assert item.text == "announce"
-        self.delivery[run_id] = run.delivery
+        self.delivery[run_id] = run.delivery.state
 
     @precondition(lambda self: bool(self.runs))
     @rule(data=st.data())
@@ -164,7 +172,7 @@ class Orchestration(RuleBasedStateMachine):
         for run_id in ids:
             if self.delivery[run_id] == "live":
                 self.delivery[run_id] = "held"
-            assert self.run(self.db.runs.get(run_id)).delivery == self.delivery[run_id]
+            assert self.get(run_id).delivery.state == self.delivery[run_id]
         taken = self.run(self.db.ends.consume(ids))
         for run in taken:
             assert self.delivery[run.run_id] == "pending"
@@ -195,9 +203,9 @@ class Orchestration(RuleBasedStateMachine):
     @invariant()
     def fan_in_is_conserved(self) -> None:
         for batch_id, ids in self.batches.items():
-            runs = [self.run(self.db.runs.get(r)) for r in ids]
-            completed = {r.run_id for r in runs if r.finished}
-            pending = {r.run_id for r in runs if not r.finished}
+            runs = [self.get(r) for r in ids]
+            completed = {r.run_id for r in runs if r.progress.finished}
+            pending = {r.run_id for r in runs if not r.progress.finished}
             assert len(pending) + len(completed) == len(ids)
             assert pending <= self.pending_seen[batch_id]  # only shrinks
             assert completed >= self.completed_seen[batch_id]  # only grows
@@ -219,13 +227,12 @@ class Orchestration(RuleBasedStateMachine):
     @invariant()
     def completions_and_finals_are_as_recorded(self) -> None:
         for run_id in self.runs:
-            run = self.run(self.db.runs.get(run_id))
-            assert run is not None
+            run = self.get(run_id)
             if run_id in self.final:
-                assert run.status == self.final[run_id]  # a final run never changes
+                assert run.progress.status == self.final[run_id]  # a final run never changes
             else:
-                assert run.delivery in ("live", "held")
-            assert run.delivery == self.delivery[run_id]  # exactly one way in
+                assert run.delivery.state in ("live", "held")
+            assert run.delivery.state == self.delivery[run_id]  # exactly one way in
 
 
 class PostgresOrchestration(Orchestration):

@@ -22,7 +22,8 @@ from gateway.state import (
 )
 from gateway.state._sql import insert_sql
 from gateway.state.connection import Connection
-from gateway.state.rows import RUN_COLUMNS, to_column_value
+from gateway.state.rows import to_column_value
+from gateway.state.runrows import RUN_COLUMNS, run_columns
 from gateway.state.schema import migrations
 from gateway.state.sqlite import schema as db_module
 from tests.gateway.state.records import child_session, run_record
@@ -52,22 +53,26 @@ async def test_insert_get_and_views(db: StateDB) -> None:
     assert await db.runs.insert(run) == run
     stored = await db.runs.get(run.run_id)
     assert stored == run
-    assert stored.model_applied is False
-    assert stored.origin == Origin("slack", "T1", "C1", "1712345678.123456", "channel")
-    assert stored.usage == Usage()
-    assert not stored.finished
+    assert stored.request.model_applied is False
+    assert stored.request.origin == Origin("slack", "T1", "C1", "1712345678.123456", "channel")
+    assert stored.progress.usage == Usage()
+    assert not stored.progress.finished
     assert await db.runs.get("nope") is None
 
 
 async def test_update_sets_columns_and_returns_the_row(db: StateDB) -> None:
     run = await db.runs.insert(_run(await _child(db)))
     updated = await db.runs.update(run.run_id, status="done", ended_at=20.0, result_text="ok")
-    assert (updated.status, updated.ended_at, updated.result_text) == ("done", 20.0, "ok")
-    assert updated.finished
+    assert (updated.progress.status, updated.progress.ended_at, updated.progress.result_text) == (
+        "done",
+        20.0,
+        "ok",
+    )
+    assert updated.progress.finished
     totals = await db.runs.add_usage(run.run_id, Usage(10, 5, 1, 0), 0.01)
     totals = await db.runs.add_usage(run.run_id, Usage(1, 1), None)
-    assert totals.usage == Usage(11, 6, 1, 0)
-    assert totals.cost_usd == pytest.approx(0.01)
+    assert totals.progress.usage == Usage(11, 6, 1, 0)
+    assert totals.progress.cost_usd == pytest.approx(0.01)
 
 
 async def test_bad_updates_are_refused(db: StateDB) -> None:
@@ -185,7 +190,7 @@ async def test_migration_counts_the_live_runs_an_older_database_has(
         present = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
         columns = [name for name in RUN_COLUMNS if name in present]
         for run in runs:
-            values = [to_column_value(getattr(run, name)) for name in columns]
+            values = [to_column_value(run_columns(run)[name]) for name in columns]
             conn.execute(insert_sql("runs", columns), values)
 
     await db.write(insert_old)
@@ -211,7 +216,7 @@ async def test_a_turns_usage_goes_to_its_session_and_its_run_in_one_write(db: St
     assert session is not None
     assert stored is not None
     assert (session.usage, session.cost_usd) == (Usage(input=5, output=2), 0.25)
-    assert (stored.usage, stored.cost_usd) == (Usage(input=5, output=2), 0.25)
+    assert (stored.progress.usage, stored.progress.cost_usd) == (Usage(input=5, output=2), 0.25)
     # An unknown run is reported, after the session's totals were kept.
     with pytest.raises(RecordNotFoundError):
         await db.sessions.add_usage(child.key, Usage(input=1), None, run_id="no-such-run")
@@ -233,7 +238,11 @@ async def test_a_runs_end_carries_its_turns_usage_to_the_run_and_its_session(
     ended = await db.runs.update(run.run_id, spent=spent, status="announcing", outcome="done")
     if db.write_groups is not None:  # SQLite counts its writes (each a function)
         assert db.write_groups.writes == (writes or 0) + 1
-    assert (ended.status, ended.usage, ended.cost_usd) == ("announcing", Usage(7, 3), 0.5)
+    assert (ended.progress.status, ended.progress.usage, ended.progress.cost_usd) == (
+        "announcing",
+        Usage(7, 3),
+        0.5,
+    )
     session = await db.sessions.get(child.key)
     assert session is not None
     assert (session.usage, session.cost_usd) == (Usage(input=7, output=3), 0.5)
@@ -243,7 +252,7 @@ async def test_a_runs_end_carries_its_turns_usage_to_the_run_and_its_session(
     again = await db.runs.update(final.run_id, spent=Spent(Usage(input=2)), status="running")
     child_of_final = await db.sessions.get(final.child_session_key)
     assert child_of_final is not None
-    assert (again.usage, child_of_final.usage) == (Usage(input=2), Usage(input=2))
+    assert (again.progress.usage, child_of_final.usage) == (Usage(input=2), Usage(input=2))
     # A missing run changes nothing.
     with pytest.raises(RecordNotFoundError):
         await db.runs.update("no-such-run", spent=spent, status="announcing")
@@ -258,7 +267,7 @@ async def test_a_runs_final_status_and_its_childs_archive_time_are_one_write(
     child = await _child(db)
     run = await db.runs.insert(_run(child, status="announcing"))
     final = await db.ends.finish_run(run.run_id, {"status": "done"}, now=0.0, archive_due_at=99.0)
-    assert final.status == "done"
+    assert final.progress.status == "done"
     session = await db.sessions.get(child.key)
     assert session is not None
     assert session.archive_due_at == 99.0
@@ -276,7 +285,7 @@ async def test_a_run_withdrawn_before_it_began_never_begins(db: StateDB) -> None
     assert await db.runs.begin(run.run_id, 20.0) is None
     stored = await db.runs.get(run.run_id)
     assert stored is not None
-    assert (stored.status, stored.started_at) == ("queued", None)
+    assert (stored.progress.status, stored.progress.started_at) == ("queued", None)
 
 
 async def test_a_run_that_began_first_is_not_withdrawn(db: StateDB) -> None:
@@ -284,10 +293,10 @@ async def test_a_run_that_began_first_is_not_withdrawn(db: StateDB) -> None:
     await db.runs.insert(run)
     begun = await db.runs.begin(run.run_id, 20.0)
     assert begun is not None
-    assert (begun.status, begun.started_at) == ("running", 20.0)
+    assert (begun.progress.status, begun.progress.started_at) == ("running", 20.0)
     assert not await db.runs.withdraw_queued(run.run_id, "its scheduled job was paused")
     stored = await db.runs.get(run.run_id)
     assert stored is not None
-    assert stored.announce_state is None
+    assert stored.delivery.announce_state is None
     # A run resumed after a restart begins again.
     assert await db.runs.begin(run.run_id, 20.0) is not None

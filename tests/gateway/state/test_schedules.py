@@ -11,7 +11,16 @@ import pytest
 
 from gateway.schedules.bookkeeping import PAUSE_AFTER_FAILURES, run_ended
 from gateway.schedules.store import JobRecord, JobsTable, OccurrenceTakenError, advance
-from gateway.state import Connection, RecordConflictError, RunRecord, SessionRecord, StateDB
+from gateway.state import (
+    Connection,
+    Origin,
+    RecordConflictError,
+    RunProgress,
+    RunRecord,
+    RunRequest,
+    SessionRecord,
+    StateDB,
+)
 
 DUE = 1_800_000_000.0
 
@@ -40,12 +49,10 @@ def run_of(n: int, job_id: str = "brief", at: float = DUE) -> tuple[RunRecord, S
         run_id=f"run-{n}",
         child_session_key=key,
         child_session_id=f"s{n}",
-        requester_agent_id="main",
-        agent_id="main",
-        task="t",
-        created_at=at,
-        job_id=job_id,
-        occurrence_at=at,
+        request=RunRequest(
+            requester_agent_id="main", agent_id="main", task="t", job_id=job_id, occurrence_at=at
+        ),
+        progress=RunProgress(created_at=at),
     )
     return run, session
 
@@ -106,9 +113,8 @@ async def test_each_end_is_counted_once_in_its_final_write_and_five_failures_pau
     last = None
     for n in range(PAUSE_AFTER_FAILURES):
         run, session = run_of(n + 1, at=DUE + n)
-        last = run = replace(
-            run, origin_channel="webchat", origin_account="default", origin_chat_id="room"
-        )
+        origin = Origin(channel="webchat", account="default", chat_id="room")
+        last = run = replace(run, request=replace(run.request, origin=origin))
         await db.runs.insert_spawn(run, session, max_live_siblings=10)
         await db.ends.finish_run(run.run_id, {"status": "error"}, now=DUE + n, also=count)
         current = await jobs.get("brief")

@@ -101,7 +101,7 @@ async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> Non
             await db.close()
         # Every accepted run is recorded, and none had its transcript begun at accept.
         assert set(accepted) <= set(queued)
-        assert not [r for r in queued.values() if Path(r.transcript_path or "").exists()]
+        assert not [r for r in queued.values() if Path(r.progress.transcript_path or "").exists()]
 
         config(tmp_path, port, hold_seconds=0)  # the held run is quick after the restart
         async with herald("run", "--config", str(path), port=port) as second:
@@ -118,8 +118,8 @@ async def test_sigkill_after_accepted_spawns_loses_no_run(tmp_path: Path) -> Non
         await db.close()
     for run_id in accepted:
         run = runs[run_id]
-        assert run.status == "done", run
-        lines = transcript_lines(Path(run.transcript_path or ""))
+        assert run.progress.status == "done", run
+        lines = transcript_lines(Path(run.progress.transcript_path or ""))
         assert lines[0]["type"] == "session"
         assert lines[0]["id"] == run.child_session_id
         assert lines[0]["key"] == run.child_session_key

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gateway.constants import ANNOUNCE_SKIP
-from gateway.state import Origin, RunRecord
+from gateway.llm import Usage
+from gateway.state import Origin, RunProgress, RunRecord, RunRequest
 from gateway.subagents import SpawnRequest, compose_announce
 from gateway.subagents.announce import announce_prompt, is_skip, status_line
 from gateway.usage import format_stats_line
@@ -21,21 +22,15 @@ ORIGIN = Origin(channel="memory", account="default", chat_id="c1", chat_type="ch
 
 
 def run(**fields: Any) -> RunRecord:
-    values: dict[str, Any] = {
-        "run_id": "r1",
-        "child_session_key": "agent:main:subagent:1",
-        "child_session_id": "s1",
-        "requester_agent_id": "main",
-        "agent_id": "main",
-        "task": "summarise the logs",
-        "created_at": 0.0,
-        "label": "logs",
-        "usage_input": 1200,
-        "usage_output": 300,
-        "cost_usd": 0.0123,
-    }
-    values.update(fields)
-    return RunRecord(**values)
+    return RunRecord(
+        run_id="r1",
+        child_session_key="agent:main:subagent:1",
+        child_session_id="s1",
+        request=RunRequest(
+            requester_agent_id="main", agent_id="main", task="summarise the logs", label="logs"
+        ),
+        progress=RunProgress(created_at=0.0, usage=Usage(input=1200, output=300), cost_usd=0.0123),
+    ).with_columns(**fields)
 
 
 @pytest.mark.parametrize(
@@ -70,8 +65,8 @@ def test_a_run_without_a_label_is_named_by_its_task() -> None:
 def stats(record: RunRecord, runtime: float) -> str:
     return format_stats_line(
         runtime,
-        record.usage,
-        record.cost_usd,
+        record.progress.usage,
+        record.progress.cost_usd,
         record.child_session_key,
         record.child_session_id,
         "/t.jsonl",
@@ -166,7 +161,10 @@ async def test_when_the_model_cannot_announce_the_system_announce_is_posted(
             final = await gw.finished(run_id)
             item = await gw.delivery(run_id)
             child = await gw.store.read(final.child_session_key)
-    assert (final.status, final.result_text) == ("done", "worked on count the files")
+    assert (final.progress.status, final.progress.result_text) == (
+        "done",
+        "worked on count the files",
+    )
     assert item.state == "delivered"
     assert item.text.startswith('Sub-agent "job" finished.\n\nStats: runtime ')
     failed = [r for r in child.records if r.get("event") == "announce_failed"]

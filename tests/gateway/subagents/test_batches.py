@@ -87,7 +87,7 @@ async def test_a_followup_cut_off_by_a_stop_is_finished_at_the_next_start_and_po
         await gw.say("fan", thread_id="t1")
         assert await followup(gw) == COMBINED
         await gw.runs_idle()
-        (batch_id,) = {run.batch_id for run in await gw.db.runs.list()}
+        (batch_id,) = {run.delivery.batch_id for run in await gw.db.runs.list()}
         assert batch_id is not None
         path = gw.store.transcript_path(await gw.store.require(CHAT_KEY))
 

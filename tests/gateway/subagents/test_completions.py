@@ -82,7 +82,7 @@ async def test_the_next_turn_sends_the_finished_runs_result_to_the_model(
         assert line["meta"] == {"kind": "subagent_completion", "runId": run.run_id}
         final = await gw.db.runs.get(run.run_id)
         assert final is not None
-        assert final.delivery == "delivered"
+        assert final.delivery.state == "delivered"
 
 
 def set_pending(gw: Harness, run_id: str) -> Any:
@@ -121,7 +121,7 @@ async def test_a_completion_left_pending_by_a_stop_is_written_once_at_the_next_s
         assert len(await completion_lines(gw, CHAT_KEY)) == 1  # found, not written again
         final = await gw.db.runs.get(run.run_id)
         assert final is not None
-        assert final.delivery == "delivered"
+        assert final.delivery.state == "delivered"
         # As if the process had stopped before writing it at all.
         await set_pending(gw, run.run_id)
     kept = [
@@ -141,4 +141,4 @@ async def test_a_completion_left_pending_by_a_stop_is_written_once_at_the_next_s
         assert CHILD_RESULT in line["message"]["content"]
         final = await gw.db.runs.get(run.run_id)
         assert final is not None
-        assert final.delivery == "delivered"
+        assert final.delivery.state == "delivered"

@@ -24,8 +24,8 @@ async def test_aborting_a_queued_run_announces_it_cancelled_and_it_never_starts(
         run_id = (await gw.reply()).text.split()[-1]
         await gw.runs.abort(run_id)
         run = await gw.finished(run_id)
-        assert run.status == "cancelled"
-        assert run.started_at is None
+        assert run.progress.status == "cancelled"
+        assert run.progress.started_at is None
         (announce,) = await gw.announce()
         assert announce.text.startswith('Sub-agent "bg" was cancelled')
         gate.set()
@@ -41,8 +41,8 @@ async def test_aborting_a_running_run_cancels_it(tmp_path: Path, database_url: s
         await gw.status(run_id, "running")
         await gw.runs.abort(run_id)
         run = await gw.finished(run_id)
-        assert run.status == "cancelled"
-        assert run.started_at is not None
+        assert run.progress.status == "cancelled"
+        assert run.progress.started_at is not None
 
 
 async def test_abort_errors(tmp_path: Path, database_url: str | None) -> None:
@@ -83,7 +83,7 @@ async def test_target_agents_are_checked(tmp_path: Path, database_url: str | Non
         allowed = await gw.spawn(ctx, SpawnRequest(task="task: h", agent_id="helper"))
         assert allowed["status"] == "accepted"
         assert allowed["childSessionKey"].startswith("agent:helper:subagent:")
-        assert (await gw.finished(allowed["runId"])).agent_id == "helper"
+        assert (await gw.finished(allowed["runId"])).request.agent_id == "helper"
         assert await gw.db.runs.list(statuses=["queued"]) == []
 
 
@@ -96,20 +96,20 @@ async def test_model_override_unknown_runs_on_the_default_with_a_warning(
         assert result["status"] == "accepted"
         assert result["modelApplied"] is False
         assert "nope" in result["warning"]
-        assert (await gw.finished(result["runId"])).model == "test/m1"
+        assert (await gw.finished(result["runId"])).request.model == "test/m1"
         applied = await gw.spawn(ctx, SpawnRequest(task="task: x", model="test/m2"))
         assert applied["modelApplied"] is True
         assert "warning" not in applied
         run = await gw.finished(applied["runId"])
-        assert run.model == "test/m2"
+        assert run.request.model == "test/m2"
         child = await gw.store.read(run.child_session_key)
         models = {
             r["message"].get("model") for r in child.messages if r["message"]["role"] == "assistant"
         }
         assert models == {"m2"}
-        assert run.cost_usd is None
-        assert run.announce_text is not None
-        assert "est $" not in run.announce_text  # m2 has no price
+        assert run.progress.cost_usd is None
+        assert run.delivery.announce_text is not None
+        assert "est $" not in run.delivery.announce_text  # m2 has no price
 
 
 async def test_chat_commands(tmp_path: Path, database_url: str | None) -> None:
@@ -155,7 +155,7 @@ async def test_stop_cascades_to_the_sessions_subagents(
         (notice,) = await gw.wait_sent(lambda m: m.kind == "notice")
         assert notice.text.endswith(" 2 sub-agents.")
         for run in await gw.db.runs.list():
-            assert (await gw.finished(run.run_id)).status == "cancelled"
+            assert (await gw.finished(run.run_id)).progress.status == "cancelled"
         gate.set()
         await blocker
 
@@ -194,9 +194,9 @@ async def test_a_vanished_chat_is_a_permanent_failure_recorded_on_the_run(
         assert item.attempts == 1
         run = await gw.db.runs.get(run_id)
         assert run is not None
-        assert run.announce_state == "failed"
-        assert run.announce_error == "chat doomed not found"
-        assert run.status == "done"
+        assert run.delivery.announce_state == "failed"
+        assert run.delivery.announce_error == "chat doomed not found"
+        assert run.progress.status == "done"
 
 
 async def test_cleanup_delete_archives_the_child_after_the_announce(
@@ -212,7 +212,7 @@ async def test_cleanup_delete_archives_the_child_after_the_announce(
             r"\.jsonl\.deleted\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z$", child.archived_path
         )
         assert Path(child.archived_path).exists()
-        assert not Path(run.transcript_path or "").exists()
+        assert not Path(run.progress.transcript_path or "").exists()
         listed = await gw.store.list(include_subagents=True)
         assert child.key not in {s.key for s in listed}
 
@@ -224,5 +224,5 @@ async def test_without_cleanup_the_child_is_scheduled_for_archive(
         result = await gw.spawn(await gw.context(), SpawnRequest(task="task: x"))
         run = await gw.finished(result["runId"])
         child = await gw.store.require(run.child_session_key)
-        assert child.archive_due_at == pytest.approx(run.created_at + 3600)
+        assert child.archive_due_at == pytest.approx(run.progress.created_at + 3600)
         assert gw.archive.is_scheduled(child.key)

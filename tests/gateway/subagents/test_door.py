@@ -28,7 +28,7 @@ import pytest
 from gateway.schedules.setup import SCHEDULER
 from gateway.schedules.store import JobRecord, JobsTable, advance
 from gateway.schema.targets import ChatTargetError
-from gateway.state import Connection, RunRecord, SessionRecord
+from gateway.state import Connection, RunRecord, SessionRecord, run_columns
 from gateway.subagents import Occurrence, SpawnAccepted, SpawnRefused, SpawnRequest
 from tests.fakes.slack import BOT_USER_ID, FakeSlack
 from tests.gateway.commands._cli import cli
@@ -104,8 +104,10 @@ async def new_run(gw: Harness, known: set[str]) -> RunRecord:
             await asyncio.sleep(0.02)
 
 
-def shape(record: Any, without: frozenset[str]) -> dict[str, Any]:
-    return {k: v for k, v in asdict(record).items() if k not in without}
+def shape(record: RunRecord | SessionRecord, without: frozenset[str]) -> dict[str, Any]:
+    """``record``'s columns but ``without``."""
+    values = run_columns(record) if isinstance(record, RunRecord) else asdict(record)
+    return {k: v for k, v in values.items() if k not in without}
 
 
 async def test_every_origin_gives_a_run_of_one_shape(tmp_path: Path) -> None:
@@ -143,23 +145,25 @@ async def test_every_origin_gives_a_run_of_one_shape(tmp_path: Path) -> None:
             origin: await gw.store.get(run.child_session_key) for origin, run in final.items()
         }
 
-    assert {run.status for run in final.values()} == {"done"}
-    assert {run.result_text for run in final.values()} == {"done: shape"}
+    assert {run.progress.status for run in final.values()} == {"done"}
+    assert {run.progress.result_text for run in final.values()} == {"done: shape"}
     shapes = {origin: shape(run, PER_RUN | ORIGIN) for origin, run in final.items()}
     assert shapes["mcp"] == shapes["chat"]
     assert shapes["schedule"] == shapes["chat"]
     assert shapes["cli"] == shapes["chat"]
     thread_key = THREAD.replace(".", "_")
-    assert final["chat"].parent_session_key == (
+    assert final["chat"].request.parent_session_key == (
         f"agent:main:slack:channel:c0123456789:thread:{thread_key}"
     )
     # Every one announces in the chat; only the occurrence names its job and due time.
-    assert {
-        (run.origin_channel, run.origin_chat_id, run.origin_thread_id) for run in final.values()
-    } == {("slack", CHANNEL, THREAD)}
-    assert [(o, r.job_id, r.occurrence_at) for o, r in final.items() if r.job_id] == [
-        ("schedule", "shape", due)
-    ]
+    origins = [run.request.origin for run in final.values()]
+    assert {(o.channel, o.chat_id, o.thread_id) for o in origins if o} == {
+        ("slack", CHANNEL, THREAD)
+    }
+    assert None not in origins
+    assert [
+        (o, r.request.job_id, r.request.occurrence_at) for o, r in final.items() if r.request.job_id
+    ] == [("schedule", "shape", due)]
     sessions = {}
     for origin, child in children.items():
         assert isinstance(child, SessionRecord), origin

@@ -25,20 +25,26 @@ async def test_updates_name_the_run_s_session_spawn_time_depth_and_batch(tmp_pat
         assert len(runs) == 2
         for run in runs:
             done = await gw.channel.wait_update(run.run_id, "done")
-            assert (done.session_key, done.created_at) == (run.child_session_key, run.created_at)
+            assert (done.session_key, done.created_at) == (
+                run.child_session_key,
+                run.progress.created_at,
+            )
             assert (done.parent_run_id, done.depth) == (None, 1)
             assert done.batch_id is not None
-            assert done.batch_id == run.batch_id
+            assert done.batch_id == run.delivery.batch_id
             # What a run card shows: the task, the model and the runtime's ends.
-            assert (done.task, done.model) == (run.task, run.model)
+            assert (done.task, done.model) == (run.request.task, run.request.model)
             assert done.model is not None
-            assert (done.started_at, done.ended_at) == (run.started_at, run.ended_at)
+            assert (done.started_at, done.ended_at) == (
+                run.progress.started_at,
+                run.progress.ended_at,
+            )
             assert done.started_at is not None
             assert done.ended_at is not None
             queued = await gw.channel.wait_update(run.run_id, "queued")
             assert queued.session_key == run.child_session_key
             assert queued.batch_id is None  # spawned before the yield formed the batch
-            assert (queued.task, queued.started_at) == (run.task, None)
+            assert (queued.task, queued.started_at) == (run.request.task, None)
 
 
 async def test_a_run_spawned_by_a_run_is_published_under_its_parent(db: StateDB) -> None:

@@ -99,8 +99,8 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_repeats_nothing(
     finally:
         await db.close()
     assert len(runs) == RUNS
-    assert all(run.status in FINISHED_STATUSES for run in runs)
-    assert {run.status for run in runs} == {"done"}
+    assert all(run.progress.status in FINISHED_STATUSES for run in runs)
+    assert {run.progress.status for run in runs} == {"done"}
     assert sorted(item.run_id or "" for item in outbox) == sorted(run.run_id for run in runs)
     # A kill between a send and its "delivered" record leaves the item "sending"; the restart
     # asks the web chat's history (found: delivered; not found: sent again), so every

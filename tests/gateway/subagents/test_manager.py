@@ -77,8 +77,8 @@ async def test_fifty_concurrent_aborts_of_a_running_run_stop_it_once(tmp_path: P
         events = await announce_events(gw, run)
         # The others were told it is stopping, or (reading it later) that it has ended.
         assert (len(won), len(refused)) == (1, ABORTS - 1)
-        assert run.status == "cancelled"
-        assert run.started_at is not None
+        assert run.progress.status == "cancelled"
+        assert run.progress.started_at is not None
         assert len(texts) == 1
         assert texts[0].startswith('Sub-agent "bg" was cancelled after ')
         assert events == 1
@@ -98,13 +98,13 @@ async def test_fifty_concurrent_aborts_of_a_queued_run_stop_it_once(tmp_path: Pa
         await blocker
         await gw.lanes.subagent.join()
         assert (len(won), len(refused)) == (1, ABORTS - 1)
-        assert (run.status, run.started_at) == ("cancelled", None)
+        assert (run.progress.status, run.progress.started_at) == ("cancelled", None)
         assert len(texts) == 1
         assert texts[0].startswith('Sub-agent "bg" was cancelled')
         assert await announce_events(gw, run) == 1
         after = await gw.db.runs.get(run_id)  # the lane freed: it still never started
         assert after is not None
-        assert (after.status, after.started_at) == ("cancelled", None)
+        assert (after.progress.status, after.progress.started_at) == ("cancelled", None)
 
 
 async def test_stop_session_racing_aborts_stops_each_run_once(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ async def test_stop_session_racing_aborts_stops_each_run_once(tmp_path: Path) ->
         run = await gw.finished(run_id)
         texts = await announces_of(gw, run_id)
         assert sum(stops) + len(won) == 1, results
-        assert run.status == "cancelled"
+        assert run.progress.status == "cancelled"
         assert len(texts) == 1
         assert await announce_events(gw, run) == 1
 
@@ -152,9 +152,9 @@ async def test_aborts_while_the_run_announces_stop_nothing_and_it_finishes(
             texts = await announces_of(gw, run_id)
             events = await announce_events(gw, run)
     assert before is not None
-    assert before.status == "announcing"
+    assert before.progress.status == "announcing"
     assert (len(won), len(refused)) == (0, ABORTS)
-    assert (run.status, run.result_text) == ("done", "worked on job")
+    assert (run.progress.status, run.progress.result_text) == ("done", "worked on job")
     assert len(texts) == 1
     assert texts[0].startswith("the announce\n\nStats: ")
     assert events == 1
@@ -201,10 +201,10 @@ async def test_aborts_after_the_child_phase_before_announcing_is_recorded_stop_n
             texts = await announces_of(gw, run_id)
             events = await announce_events(gw, run)
     assert before is not None
-    assert before.status == "running"
+    assert before.progress.status == "running"
     assert (len(won), len(refused)) == (0, ABORTS)
     assert all(e.stopping for e in refused)
-    assert (run.status, run.result_text) == ("done", "worked on job")
+    assert (run.progress.status, run.progress.result_text) == ("done", "worked on job")
     assert len(texts) == 1
     assert texts[0].startswith("the announce\n\nStats: ")
     assert events == 1

@@ -121,7 +121,7 @@ def announces(gw: Harness) -> list[OutboundMessage]:
 async def runs_by_depth(gw: Harness) -> dict[int, list[RunRecord]]:
     out: dict[int, list[RunRecord]] = {}
     for run in await gw.db.runs.list(oldest_first=True):
-        out.setdefault(run.depth, []).append(run)
+        out.setdefault(run.request.depth, []).append(run)
     return out
 
 
@@ -156,9 +156,9 @@ async def test_at_the_default_cap_of_1_a_subagent_cannot_spawn_as_in_v1(
         await gw.reply()
         (run,) = await gw.db.runs.list()
         run = await gw.finished(run.run_id)
-        assert (run.depth, run.parent_run_id) == (1, None)
+        assert (run.request.depth, run.request.parent_run_id) == (1, None)
         # Its model was not offered sessions_spawn (the script answers as if it had run).
-        assert run.result_text == "spawned n/a"
+        assert run.progress.result_text == "spawned n/a"
         # And the tool itself, called from its session, answers with the v1 text.
         child = await gw.store.require(run.child_session_key)
         ctx = gw.contexts.for_session(child, run_id=run.run_id, depth=1)
@@ -190,22 +190,22 @@ async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the
         assert announce.run_id == orchestrator.run_id
         assert announce.text.startswith("ANNOUNCE: combined done: a | done: b\n\n")
         orchestrator = await gw.finished(orchestrator.run_id)
-        assert (orchestrator.status, orchestrator.result_text) == (
+        assert (orchestrator.progress.status, orchestrator.progress.result_text) == (
             "done",
             "combined done: a | done: b",
         )
         leaves = by_depth[2]
-        assert [leaf.label for leaf in leaves] == ["a", "b"]
+        assert [leaf.request.label for leaf in leaves] == ["a", "b"]
         for leaf in leaves:
             final = await gw.finished(leaf.run_id)
-            assert final.parent_run_id == orchestrator.run_id
-            assert final.parent_session_key == orchestrator.child_session_key
-            assert (final.status, final.announce_state, final.delivery) == (
+            assert final.request.parent_run_id == orchestrator.run_id
+            assert final.request.parent_session_key == orchestrator.child_session_key
+            assert (final.progress.status, final.delivery.announce_state, final.delivery.state) == (
                 "done",
                 "consumed",
                 "consumed",
             )
-        (batch_id,) = {leaf.batch_id for leaf in leaves}
+        (batch_id,) = {leaf.delivery.batch_id for leaf in leaves}
         batch = await gw.db.batches.get(batch_id or "")
         assert batch is not None
         assert (batch.run_id, batch.state) == (orchestrator.run_id, "done")
@@ -219,7 +219,7 @@ async def test_below_the_cap_an_orchestrator_yields_and_its_announce_carries_the
         assert len(outputs) >= 3
         orchestrator = await gw.finished(orchestrator.run_id)
         session = await gw.store.require(orchestrator.child_session_key)
-        assert orchestrator.usage.output == sum(outputs) == session.usage.output
+        assert orchestrator.progress.usage.output == sum(outputs) == session.usage.output
         # Only the orchestrator spoke to the chat; the person's session got its completion.
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id]
@@ -243,14 +243,14 @@ async def test_a_grandchild_that_ends_after_its_orchestrator_reaches_the_persons
         assert announce.run_id == orchestrator.run_id
         assert announce.text.startswith(f"ANNOUNCE: spawned {leaf.run_id}")
         leaf = await gw.finished(leaf.run_id)
-        assert (leaf.status, leaf.result_text, leaf.announce_state) == (
+        assert (leaf.progress.status, leaf.progress.result_text, leaf.delivery.announce_state) == (
             "done",
             "done: leaf",
             "nested",
         )
         await gw.runs_idle()
         leaf = await gw.finished(leaf.run_id)
-        assert leaf.delivery == "delivered"
+        assert leaf.delivery.state == "delivered"
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id, leaf.run_id]
         assert await completion_ids(gw, orchestrator.child_session_key) == []
         assert [m.run_id for m in announces(gw)] == [orchestrator.run_id]
@@ -271,9 +271,9 @@ async def test_a_timed_out_orchestrator_cancels_its_children(
         (leaf,) = by_depth[2]
         assert announce.run_id == orchestrator.run_id
         assert 'Sub-agent "orch" timed out' in announce.text
-        assert (await gw.finished(orchestrator.run_id)).status == "timeout"
+        assert (await gw.finished(orchestrator.run_id)).progress.status == "timeout"
         leaf = await gw.finished(leaf.run_id)
-        assert (leaf.status, leaf.announce_state) == ("cancelled", "nested")
+        assert (leaf.progress.status, leaf.delivery.announce_state) == ("cancelled", "nested")
         await gw.runs_idle()
         # The child's result still goes up, to the person's session. A stopped run's end
         # may go through the cluster's urgent queue, outside the lanes runs_idle joins.
@@ -298,12 +298,14 @@ async def test_stopping_a_waiting_orchestrator_stops_its_children_and_loses_no_r
         by_depth = await runs_by_depth(gw)
         (orchestrator,) = by_depth[1]
         (leaf,) = by_depth[2]
-        assert (await gw.db.runs.get(orchestrator.run_id) or orchestrator).status == "running"
+        assert (
+            await gw.db.runs.get(orchestrator.run_id) or orchestrator
+        ).progress.status == "running"
         await gw.runs.abort(orchestrator.run_id)
-        assert (await gw.finished(orchestrator.run_id)).status == "cancelled"
-        assert (await gw.finished(leaf.run_id)).status == "cancelled"
+        assert (await gw.finished(orchestrator.run_id)).progress.status == "cancelled"
+        assert (await gw.finished(leaf.run_id)).progress.status == "cancelled"
         await gw.runs_idle()
-        (batch_id,) = {leaf.batch_id}
+        (batch_id,) = {leaf.delivery.batch_id}
         batch = await gw.db.batches.get(batch_id or "")
         assert batch is not None
         assert batch.state == "done"  # dissolved: its result went on up
@@ -331,7 +333,7 @@ async def test_past_max_children_per_session_spawn_answers_error(
         assert [r["status"] for r in results] == ["accepted", "accepted", "error", "error"]
         assert "agent.subagents.maxChildrenPerSession" in results[2]["error"]
         runs = await gw.db.runs.list(oldest_first=True)
-        assert [r.label for r in runs] == ["s0", "s1"]
+        assert [r.request.label for r in runs] == ["s0", "s1"]
         # Once one has ended, there is room again.
         await gw.runs.abort(runs[0].run_id)
         await gw.finished(runs[0].run_id)
@@ -354,8 +356,8 @@ async def test_a_forked_child_starts_with_the_requesters_conversation(
         forked = await gw.finished(forked.run_id)
         isolated = await gw.finished(isolated.run_id)
         # What each child's model was given shows in its answer.
-        assert forked.result_text == "child saw: noted the code word is heron"
-        assert isolated.result_text == "child saw: "
+        assert forked.progress.result_text == "child saw: noted the code word is heron"
+        assert isolated.progress.result_text == "child saw: "
         history = await gw.store.history(forked.child_session_key, include_tools=True)
         assert [(m["role"], m["content"]) for m in history[:3]] == [
             ("user", "remember: the code word is heron"),
@@ -472,7 +474,7 @@ async def run_orchestration(gw: Harness, answers: Orchestration) -> tuple[RunRec
     # Asked again only after the leaf was spawned: both runs are recorded.
     orchestrator, leaf = await gw.db.runs.list(oldest_first=True)
     leaf = await gw.finished(leaf.run_id)  # final while the orchestrator is still running
-    assert (await gw.db.runs.get(orchestrator.run_id) or orchestrator).status == "running"
+    assert (await gw.db.runs.get(orchestrator.run_id) or orchestrator).progress.status == "running"
     answers.gate.set()
     return await gw.finished(orchestrator.run_id), leaf
 
@@ -489,8 +491,8 @@ async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_
         fake.responder = answers
         orchestrator, leaf = await run_orchestration(gw, answers)
         leaf = await gw.db.runs.get(leaf.run_id) or leaf  # as the orchestrator left it
-        assert (leaf.depth, leaf.parent_run_id) == (2, orchestrator.run_id)
-        assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")
+        assert (leaf.request.depth, leaf.request.parent_run_id) == (2, orchestrator.run_id)
+        assert (leaf.delivery.announce_state, leaf.delivery.state) == ("nested", "delivered")
         # The orchestrator's next model call had the completion, after the tool result.
         last = answers.bodies[COMPLETION_PREFIX][0]["messages"]
         assert last[-2]["role"] == "tool"
@@ -498,7 +500,7 @@ async def test_a_nested_completion_is_given_to_the_running_orchestrator_not_the_
         assert last[-1]["content"].startswith(COMPLETION_PREFIX)
         assert f"runId: {leaf.run_id}" in last[-1]["content"]
         assert LEAF_RESULT in last[-1]["content"]
-        assert orchestrator.result_text == f"orchestrator saw: {LEAF_RESULT}"
+        assert orchestrator.progress.result_text == f"orchestrator saw: {LEAF_RESULT}"
         assert await completion_ids(gw, orchestrator.child_session_key) == [leaf.run_id]
         # The chat heard from the orchestrator only; the person's session got its result only.
         (announce,) = await gw.announce()
@@ -521,10 +523,10 @@ async def test_a_completion_waiting_for_an_orchestrator_that_ends_goes_up_to_the
         answers = Orchestration(fake, ends_when_released=True)
         fake.responder = answers
         orchestrator, leaf = await run_orchestration(gw, answers)
-        assert orchestrator.result_text == "orchestrator done"
+        assert orchestrator.progress.result_text == "orchestrator done"
         await gw.runs_idle()
         leaf = await gw.db.runs.get(leaf.run_id) or leaf
-        assert (leaf.announce_state, leaf.delivery) == ("nested", "delivered")
+        assert (leaf.delivery.announce_state, leaf.delivery.state) == ("nested", "delivered")
         assert COMPLETION_PREFIX not in answers.bodies
         assert await completion_ids(gw, orchestrator.child_session_key) == []
         assert await completion_ids(gw, CHAT_KEY) == [orchestrator.run_id, leaf.run_id]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.state import RunRecord
+from gateway.state import RunDelivery, RunProgress, RunRecord, RunRequest
 from gateway.subagents import run_tree, tree_name
 
 
@@ -13,13 +13,15 @@ def run(
         run_id=run_id,
         child_session_key=f"agent:main:subagent:{run_id}",
         child_session_id=run_id,
-        requester_agent_id="main",
-        agent_id="main",
-        task=f"task {run_id}",
-        created_at=at,
-        parent_run_id=parent,
-        label=run_id,
-        batch_id=batch_id,
+        request=RunRequest(
+            requester_agent_id="main",
+            agent_id="main",
+            task=f"task {run_id}",
+            parent_run_id=parent,
+            label=run_id,
+        ),
+        progress=RunProgress(created_at=at),
+        delivery=RunDelivery(batch_id=batch_id),
     )
 
 

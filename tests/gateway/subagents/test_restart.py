@@ -38,7 +38,7 @@ async def test_a_queued_run_runs_after_a_restart(tmp_path: Path, database_url: s
     assert (state / STATE_DB_NAME).exists() == (database_url is None)
     async with running_gateway(tmp_path, database_url=database_url, state_dir=state) as gw:
         run = await gw.finished(run_id)
-        assert run.status == "done"
+        assert run.progress.status == "done"
         assert (await gw.delivery(run_id)).state == "delivered"
         (announce,) = await gw.announce()
         assert announce.text.startswith("ANNOUNCE: done: later")
@@ -64,7 +64,7 @@ async def test_a_running_run_resumes_from_its_transcript(
         tmp_path, database_url=database_url, state_dir=state, script=fast_slow_script()
     ) as gw:
         run = await gw.finished(run_id)
-        assert run.status == "done"
+        assert run.progress.status == "done"
         contents = await gw.store.read(run.child_session_key)
         tool_results = [r["message"] for r in contents.messages if r["message"]["role"] == "tool"]
         assert [t["content"] for t in tool_results] == [INTERRUPTED_TOOL_RESULT]
@@ -86,7 +86,7 @@ async def test_on_restart_fail_announces_running_runs_as_interrupted(
         tmp_path, database_url=database_url, state_dir=state, config=config
     ) as gw:
         run = await gw.finished(run_id)
-        assert run.status == "interrupted"
+        assert run.progress.status == "interrupted"
         (announce,) = await gw.announce()
         assert announce.text.startswith('Sub-agent "bg" was interrupted by a gateway restart')
 
@@ -130,7 +130,10 @@ async def test_pending_announces_are_delivered_and_cut_off_sends_are_not_repeate
         assert uncertain.last_error == UNCERTAIN
         cut_off = await gw.db.runs.get(ids[1])
         assert cut_off is not None
-        assert (cut_off.announce_state, cut_off.announce_error) == ("uncertain", UNCERTAIN)
+        assert (cut_off.delivery.announce_state, cut_off.delivery.announce_error) == (
+            "uncertain",
+            UNCERTAIN,
+        )
         assert [m.text for m in gw.channel.sent if m.kind == "announce"] == [f"text {ids[0]}"]
         for run_id in ids:
-            assert (await gw.finished(run_id)).status == "done"
+            assert (await gw.finished(run_id)).progress.status == "done"

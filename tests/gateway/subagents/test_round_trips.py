@@ -79,7 +79,11 @@ async def run_once(gw: Harness, task: str) -> None:
     await gw.runs_idle()  # its completion is written into the chat's session
     run = await gw.db.runs.get(run_id)
     assert run is not None
-    assert (run.status, run.announce_state, run.delivery) == ("done", "delivered", "delivered")
+    assert (run.progress.status, run.delivery.announce_state, run.delivery.state) == (
+        "done",
+        "delivered",
+        "delivered",
+    )
     child = await gw.db.sessions.get(run.child_session_key)
     assert child is not None
     assert child.archive_due_at is not None  # written with the final status

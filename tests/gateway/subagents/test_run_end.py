@@ -144,7 +144,7 @@ async def test_yielded_batches_cost_exactly_six_model_calls_each(tmp_path: Path)
         assert len(fake.requests) == 6 * BATCHES
         runs = await gw.db.runs.list(limit=BATCHES * CHILDREN + 1)
         assert len(runs) == BATCHES * CHILDREN
-        assert {(r.status, r.delivery, r.announce_state) for r in runs} == {
+        assert {(r.progress.status, r.delivery.state, r.delivery.announce_state) for r in runs} == {
             ("done", "consumed", "consumed")
         }
         assert not [m for m in gw.channel.sent if m.kind == "announce"]
@@ -182,7 +182,7 @@ async def test_stop_after_a_yield_runs_no_follow_up_and_the_agent_learns_of_it(
         assert len(gw.channel.sent) == sent + 1
         assert model.calls["followup"] == model.calls["announce"] == 0
         runs = await gw.db.batches.runs_of(batch)
-        assert {(r.status, r.delivery) for r in runs} == {("cancelled", "consumed")}
+        assert {(r.progress.status, r.delivery.state) for r in runs} == {("cancelled", "consumed")}
         # The transcript holds the runs' completions (the agent will see them) and the line.
         session = await gw.store.require(chat_key("c1"))
         records = read_transcript(gw.store.transcript_path(session)).records

@@ -53,12 +53,12 @@ async def test_spawn_is_accepted_and_the_announce_carries_the_pinned_stats_line(
         stats = STATS.search(announce.text)
         assert stats, announce.text
         assert Path(stats.group(1)).is_absolute()
-        assert run.status == "done"
-        assert run.result_text == "done: tides"
+        assert run.progress.status == "done"
+        assert run.progress.result_text == "done: tides"
         assert (await gw.delivery(run.run_id)).state == "delivered"
         final = await gw.db.runs.get(run.run_id)
         assert final is not None
-        assert final.announce_state == "delivered"
+        assert final.delivery.announce_state == "delivered"
         # The child saw only its task, with the sub-agent tool set.
         child = await gw.store.require(run.child_session_key)
         messages = await gw.store.history(child.key, include_tools=True)
@@ -108,8 +108,8 @@ async def test_announce_skip_posts_nothing(tmp_path: Path, database_url: str | N
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task: SKIPME"))
         run = await gw.finished(result["runId"])
-        assert run.status == "done"
-        assert run.announce_state == "skipped"
+        assert run.progress.status == "done"
+        assert run.delivery.announce_state == "skipped"
         assert gw.channel.sent == []
         assert await gw.db.outbox.get_by_run(run.run_id) is None
 
@@ -121,7 +121,7 @@ async def test_submit_error_ends_the_run_as_error_with_a_status_line(
         await gw.say("bg task-fail: fly")
         run_id = (await gw.reply()).text.split()[-1]
         run = await gw.finished(run_id)
-        assert (run.status, run.error) == ("error", "cannot fly")
+        assert (run.progress.status, run.progress.error) == ("error", "cannot fly")
         (announce,) = await gw.announce()
         assert re.match(r'^Sub-agent "bg" failed after \d+s: cannot fly\n', announce.text)
 
@@ -133,7 +133,7 @@ async def test_submit_result_ends_the_run_with_its_result(
         ctx = await gw.context()
         result = await gw.spawn(ctx, SpawnRequest(task="task-submit: x"))
         run = await gw.finished(result["runId"])
-        assert (run.status, run.result_text) == ("done", "submitted x")
+        assert (run.progress.status, run.progress.result_text) == ("done", "submitted x")
 
 
 async def test_run_timeout_aborts_the_child(tmp_path: Path, database_url: str | None) -> None:
@@ -144,10 +144,10 @@ async def test_run_timeout_aborts_the_child(tmp_path: Path, database_url: str | 
             ctx, SpawnRequest(task="task-slow: x", run_timeout_seconds=0.05, label="slow")
         )
         run = await gw.finished(result["runId"])
-        assert run.status == "timeout"
-        assert run.announce_state == "no_origin"
-        assert run.announce_text is not None
-        assert run.announce_text.startswith('Sub-agent "slow" timed out after 0s.')
+        assert run.progress.status == "timeout"
+        assert run.delivery.announce_state == "no_origin"
+        assert run.delivery.announce_text is not None
+        assert run.delivery.announce_text.startswith('Sub-agent "slow" timed out after 0s.')
 
 
 async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(
@@ -163,16 +163,16 @@ async def test_tokens_and_cost_cover_the_whole_run_including_the_announce(
             r["message"]["usage"]["output"] for r in contents.messages if r["message"].get("usage")
         ]
         assert len(outputs) == 2  # the task's reply and the announce turn
-        assert run.usage.output == sum(outputs) == child.usage.output
-        expected = (run.usage.input * 1.0 + run.usage.output * 2.0) / 1e6
-        assert run.cost_usd is not None
-        assert abs(run.cost_usd - expected) < 1e-12
+        assert run.progress.usage.output == sum(outputs) == child.usage.output
+        expected = (run.progress.usage.input * 1.0 + run.progress.usage.output * 2.0) / 1e6
+        assert run.progress.cost_usd is not None
+        assert abs(run.progress.cost_usd - expected) < 1e-12
         # The announce states the totals its run ends with, the announce turn's included
         # (they are saved by the same write as the final status).
-        usage = run.usage
+        usage = run.progress.usage
         stated = f"(in {format_tokens(usage.input)} / out {format_tokens(usage.output)})"
-        assert stated in (run.announce_text or ""), run.announce_text
-        assert f"est {format_cost(run.cost_usd)}" in (run.announce_text or "")
+        assert stated in (run.delivery.announce_text or ""), run.delivery.announce_text
+        assert f"est {format_cost(run.progress.cost_usd)}" in (run.delivery.announce_text or "")
 
 
 async def test_a_reply_goes_to_the_thread_of_the_message_it_answers(

@@ -27,6 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.constants import STATE_DB_NAME
 from gateway.sessions import SessionKey, read_transcript
 from gateway.state import RunRecord, SqliteStateDB
+from gateway.state.rows import origin_columns
 from gateway.subagents import COMPLETION_PREFIX
 from gateway.tools import ToolArgumentsError
 from tests.fakes.openai import FakeOpenAI, last_user_text, openai_server
@@ -144,7 +145,7 @@ async def held(gw: Harness, run_id: str) -> None:
     """Wait until a ``wait`` holds ``run_id``."""
 
     async def check() -> bool:
-        return (await run_of(gw, run_id)).delivery == "held"
+        return (await run_of(gw, run_id)).delivery.state == "held"
 
     await until(check)
 
@@ -157,8 +158,8 @@ async def nested_run(gw: Harness, parent_id: str, name: str) -> str:
         SessionKey.subagent("main"),
         parent_key=parent.child_session_key,
         label=name,
-        model=parent.model,
-        origin=parent.origin,
+        model=parent.request.model,
+        origin=parent.request.origin,
         fresh=True,
     )
     run = run_record(
@@ -167,11 +168,8 @@ async def nested_run(gw: Harness, parent_id: str, name: str) -> str:
         created_at=time.time(),
         parent_session_key=parent.child_session_key,
         label=name,
-        model=parent.model,
-        origin_channel=parent.origin_channel,
-        origin_account=parent.origin_account,
-        origin_chat_id=parent.origin_chat_id,
-        origin_chat_type=parent.origin_chat_type,
+        model=parent.request.model,
+        **origin_columns(parent.request.origin),
         transcript_path=str(gw.store.transcript_path(child)),
         parent_run_id=parent_id,
         depth=2,
@@ -280,7 +278,11 @@ async def test_wait_returns_the_result_and_the_run_posts_nothing_nor_reaches_his
         "pending": [],
     }
     assert announces(gw, run_id) == []
-    assert (run.status, run.announce_state, run.delivery) == ("done", "consumed", "consumed")
+    assert (run.progress.status, run.delivery.announce_state, run.delivery.state) == (
+        "done",
+        "consumed",
+        "consumed",
+    )
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
     assert not [u for u in users if u.startswith(COMPLETION_PREFIX)]
     assert lines == []
@@ -307,10 +309,10 @@ async def test_a_wait_that_times_out_returns_pending_and_the_run_announces_later
         run = await run_of(gw, run_id)
         lines = await completion_lines(gw, CHAT)
     assert result == {"completed": [], "pending": [run_id]}
-    assert released.delivery != "held"
+    assert released.delivery.state != "held"
     assert announce.run_id == run_id
     assert announce.text.startswith("announced alpha\n\nStats: ")
-    assert run.delivery == "delivered"  # into the conversation, as with no wait
+    assert run.delivery.state == "delivered"  # into the conversation, as with no wait
     assert [line["meta"]["runId"] for line in lines] == [run_id]
 
 
@@ -354,7 +356,7 @@ async def test_wait_refuses_other_sessions_runs_unknown_ids_and_bad_bounds(
         too_many = await call(gw, {"action": "wait", "runIds": [mine] * 33})
         too_long = await call(gw, {"action": "wait", "runIds": [mine], "timeoutSeconds": 61})
         no_ids = await call(gw, {"action": "wait"})
-        held_after = [(await run_of(gw, i)).delivery == "held" for i in (mine, theirs)]
+        held_after = [(await run_of(gw, i)).delivery.state == "held" for i in (mine, theirs)]
         with pytest.raises(ToolArgumentsError) as through_api:
             await gw.invoker.invoke(
                 SessionKey.parse(CHAT), "subagents", {"action": "wait", "runIds": [mine] * 33}
@@ -402,7 +404,7 @@ async def test_steer_reaches_the_running_child_before_its_next_model_call(
     # After the tool's result, before the next model call; then the child answered it.
     assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "user"]
     assert second[-1]["content"] == "focus on prices"
-    assert run.result_text == "result of tooluser; saw: focus on prices"
+    assert run.progress.result_text == "result of tooluser; saw: focus on prices"
     steers = [r for r in records if (r.get("meta") or {}).get("kind") == "steer"]
     assert [(r["message"]["role"], r["message"]["content"]) for r in steers] == [
         ("user", "focus on prices")
@@ -447,7 +449,7 @@ async def test_a_steer_the_run_had_not_read_when_the_gateway_stopped_reaches_it_
         ("user", "job tooluser"),
         ("user", "focus on prices"),
     ]
-    assert run.result_text == "result of tooluser; saw: focus on prices"
+    assert run.progress.result_text == "result of tooluser; saw: focus on prices"
     steers = [r for r in records if (r.get("meta") or {}).get("kind") == "steer"]
     assert [r["message"]["content"] for r in steers] == ["focus on prices"]
 
@@ -502,12 +504,12 @@ async def test_cancel_stops_a_run_and_every_run_under_it(
         model = fake.responder = Model(fake)
         parent, nested = await running_tree(gw, model, "alpha")
         result = json.loads(await call(gw, {"action": "cancel", "runId": parent}))
-        finals = [(await gw.finished(i)).status for i in (parent, nested)]
+        finals = [(await gw.finished(i)).progress.status for i in (parent, nested)]
         again = await call(gw, {"action": "cancel", "runId": parent})
         # "all": every live run of the session, with what runs under it.
         other, other_nested = await running_tree(gw, model, "beta")
         everything = json.loads(await call(gw, {"action": "cancel", "runId": "all"}))
-        others = [(await gw.finished(i)).status for i in (other, other_nested)]
+        others = [(await gw.finished(i)).progress.status for i in (other, other_nested)]
     assert result == {"status": "cancelled", "runId": parent, "cancelled": [parent, nested]}
     assert finals == ["cancelled", "cancelled"]
     assert again == f"subagents: run {parent} already finished (cancelled)"
@@ -529,7 +531,7 @@ async def test_stop_in_the_chat_stops_the_runs_under_the_sessions_runs(
         await gw.say("/stop")
         (answer,) = await gw.wait_sent(lambda m: m.kind == "notice")
         model.gates["alpha-nested"].set()  # had the stop missed it, it would end done
-        finals = [(await gw.finished(i)).status for i in (parent, nested)]
+        finals = [(await gw.finished(i)).progress.status for i in (parent, nested)]
     assert answer.text == "Stopped 2 sub-agents."
     assert finals == ["cancelled", "cancelled"]
 
@@ -550,7 +552,7 @@ async def test_the_api_abort_stops_the_runs_under_the_run_once(
             client.post(f"/v1/runs/{parent}/abort"), client.post(f"/v1/runs/{parent}/abort")
         )
         model.gates["alpha-nested"].set()  # had the abort missed it, it would end done
-        finals = [(await gw.finished(i)).status for i in (parent, nested)]
+        finals = [(await gw.finished(i)).progress.status for i in (parent, nested)]
         later = await client.post(f"/v1/runs/{nested}/abort")
     assert sorted([first.status, second.status]) == [202, 409]
     assert finals == ["cancelled", "cancelled"]
@@ -592,11 +594,15 @@ async def test_an_announce_held_by_a_wait_a_stop_cut_off_is_posted_after_the_res
         await gw.runs_idle()
         after = await run_of(gw, run_id)
         lines = await completion_lines(gw, CHAT)
-    assert (before.status, before.announce_state, before.delivery) == ("done", None, "held")
+    assert (before.progress.status, before.delivery.announce_state, before.delivery.state) == (
+        "done",
+        None,
+        "held",
+    )
     assert posted_before == []
     assert announce.run_id == run_id
     assert announce.text.startswith("announced alpha\n\nStats: ")
-    assert (after.announce_state, after.delivery) == ("delivered", "delivered")
+    assert (after.delivery.announce_state, after.delivery.state) == ("delivered", "delivered")
     assert [line["meta"]["runId"] for line in lines] == [run_id]
 
 
@@ -675,7 +681,7 @@ async def test_a_wait_killed_mid_way_gives_the_run_its_announce_after_the_restar
     finally:
         await db.close()
     assert run is not None
-    assert (run.status, run.announce_state) == ("done", "delivered")
+    assert (run.progress.status, run.delivery.announce_state) == ("done", "delivered")
     # Not consumed: the wait that held it never returned, so the result still reaches the
     # conversation (written before the stop, or at the next start).
-    assert run.delivery in ("delivered", "pending")
+    assert run.delivery.state in ("delivered", "pending")

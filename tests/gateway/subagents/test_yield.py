@@ -94,7 +94,7 @@ def quick_first(gw: Harness) -> None:
 
     async def when_quick_is_done(batch_id: str) -> None:
         try:
-            (quick,) = [r for r in await gw.db.runs.list() if r.label == "quick"]
+            (quick,) = [r for r in await gw.db.runs.list() if r.request.label == "quick"]
             await gw.finished(quick.run_id)
         finally:  # the timeout fires whatever happened: the test's assertions say what
             due(batch_id)
@@ -138,7 +138,7 @@ async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_
         await gw.runs_idle()
         assert not [m for m in gw.channel.sent if m.kind == "announce"]
         for run in runs:
-            assert (run.status, run.announce_state, run.delivery) == (
+            assert (run.progress.status, run.delivery.announce_state, run.delivery.state) == (
                 "done",
                 "consumed",
                 "consumed",
@@ -147,7 +147,7 @@ async def test_a_yield_posts_its_message_then_one_combined_reply_with_the_batch_
                 gw.store.transcript_path(await gw.store.require(run.child_session_key))
             ).records
             assert not any("[announce]" in str(r.get("message", {})) for r in child)
-        (batch_id,) = {run.batch_id for run in runs}
+        (batch_id,) = {run.delivery.batch_id for run in runs}
         assert batch_id is not None
         batch = await gw.db.batches.get(batch_id)
         assert batch is not None
@@ -175,10 +175,10 @@ async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_la
         assert match, stats
         assert match["counts"] == "1 done, 1 running"
         _, slow = await gw.db.runs.list(oldest_first=True)
-        assert slow.status in ("queued", "running")
+        assert slow.progress.status in ("queued", "running")
         refreshed = await gw.db.runs.get(slow.run_id)
         assert refreshed is not None
-        assert refreshed.batch_id is None  # left the batch: it ends on its own
+        assert refreshed.delivery.batch_id is None  # left the batch: it ends on its own
         await gw.runs.abort(slow.run_id)
         (announce,) = await gw.announce()
         assert announce.run_id == slow.run_id
@@ -186,7 +186,7 @@ async def test_a_timed_out_batch_answers_with_what_finished_and_the_rest_come_la
         await gw.runs_idle()
         final = await gw.db.runs.get(slow.run_id)
         assert final is not None
-        assert final.delivery == "delivered"  # into the conversation, once
+        assert final.delivery.state == "delivered"  # into the conversation, once
 
 
 async def test_a_yield_with_nothing_pending_says_so_and_the_turn_goes_on(
@@ -219,5 +219,5 @@ async def test_a_second_yield_in_the_same_turn_is_not_run(
         gate.set()
         await blocker
         await gw.wait_sent(lambda m: m.kind == "reply", count=2)
-        batches = {run.batch_id for run in await gw.db.runs.list()}
+        batches = {run.delivery.batch_id for run in await gw.db.runs.list()}
         assert len(batches) == 1  # one batch, one follow-up

@@ -133,7 +133,7 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
     try:
         assert await db.batches.open_batches() == []
         runs = await db.runs.list()
-        (batch_id,) = {run.batch_id for run in runs}
+        (batch_id,) = {run.delivery.batch_id for run in runs}
         assert batch_id is not None
         done = await db.batches.get(batch_id)
         items = [item for item in await db.outbox.list() if item.batch_id == batch_id]
@@ -142,8 +142,8 @@ async def test_a_kill_anywhere_around_a_batch_gives_exactly_one_follow_up(
         await db.close()
     assert done is not None
     assert done.state == "done"
-    assert {run.status for run in runs} == {"done"}
-    assert {run.delivery for run in runs} == {"consumed"}
+    assert {run.progress.status for run in runs} == {"done"}
+    assert {run.delivery.state for run in runs} == {"consumed"}
     (item,) = items  # queued once
     assert item.state == "delivered" or (item.state == "failed" and item.last_error == UNCERTAIN)
     # Shown once (the page dedupes replays by id): never twice, and once unless the kill
